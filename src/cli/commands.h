@@ -1,0 +1,13 @@
+// The subcommands of the `cadre` binary. Each lives in its own cmd_*.cpp and receives the
+// arguments after its name; it returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+using Args = std::vector<std::string>;
+
+
+}  // namespace cadre

@@ -1,0 +1,56 @@
+// Entry point of the `cadre` binary: dispatches to subcommands and maps errors to exit codes
+// (2: bad input found before work started, 1: failure while working).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const cadre::Args&);
+};
+
+const Command kCommands[] = {
+};
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out, "usage: cadre <command> [args...]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n`cadre <command> --help` describes a command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const Command* command = nullptr;
+  for (const auto& c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) command = &c;
+  if (!command) {
+    std::fprintf(stderr, "cadre: unknown command '%s'\n\n", argv[1]);
+    print_usage(stderr);
+    return 2;
+  }
+  cadre::Args args(argv + 2, argv + argc);
+  try {
+    return command->run(args);
+  } catch (const cadre::Flags::HelpShown&) {
+    return 0;
+  } catch (const cadre::ConfigError& e) {
+    cadre::log::error(std::string("cadre ") + command->name + ": " + e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    cadre::log::error(std::string("cadre ") + command->name + ": " + e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,103 @@
+// The training configuration: one struct per YAML section, loaded from a file and then
+// overridden key by key (`--set section.key=value`). Unknown keys and wrong types are errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+struct ModelConfig {
+  std::string arch = "llama";
+  int64_t dim = 512;
+  int64_t n_layers = 8;
+  int64_t n_heads = 8;
+  int64_t n_kv_heads = 8;       // grouped-query attention when < n_heads
+  int64_t vocab_size = 8192;
+  int64_t ffn_dim = 0;          // 0: Llama's rule, 2/3 * 4 * dim rounded up to multiple_of
+  int64_t multiple_of = 256;
+  int64_t max_seq_len = 256;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = false;
+  double init_std = 0.02;
+};
+
+struct DataConfig {
+  std::string dir;              // output of `cadre data prepare` (holds manifest.json)
+  int64_t batch_size = 8;       // micro-batch per rank; global = batch_size * world * grad_accum
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double min_lr = 3e-5;         // cosine decays to this
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;    // decoupled; applied to matrices only (not norms)
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
+  int64_t grad_accum_steps = 1;
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t seed = 1234;
+  int64_t threads = 2;          // intra-op threads per process
+  int64_t log_interval = 10;
+  int64_t eval_interval = 100;  // 0 disables validation
+  int64_t eval_batches = 8;
+};
+
+struct MixedPrecisionConfig {
+  std::string param_dtype = "float32";   // float32 | bfloat16: dtype of compute weights
+  std::string reduce_dtype = "float32";  // float32 | bfloat16: dtype of gradient reduction
+};
+
+struct ParallelConfig {
+  std::string strategy = "NO_SHARD";     // FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD
+  int64_t shard_group_size = 0;          // HYBRID_SHARD: ranks per shard group (0: local world)
+  MixedPrecisionConfig mixed_precision;
+  bool activation_checkpointing = false;
+  bool prefetch = true;
+};
+
+struct CheckpointConfig {
+  int64_t interval = 0;         // steps between checkpoints; 0: only at the end
+  int64_t keep = 3;
+  std::string dir;              // default: <run.dir>/checkpoints
+};
+
+struct RunConfig {
+  std::string dir = "runs/default";
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainConfig train;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  RunConfig run;
+};
+
+// Loads `path` (YAML), then applies `overrides` ("section.key=value", value parsed as YAML).
+// Throws ConfigError naming the file and key on unknown keys, bad types or invalid values.
+Config config_load(const std::string& path, const std::vector<std::string>& overrides);
+
+// Same, from YAML text (tests); `source` names it in errors.
+Config config_parse(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides);
+
+// Checks cross-field rules (heads divide dim, known strategy, ...). Throws ConfigError.
+void config_validate(const Config& config);
+
+// The resolved configuration as YAML, every key present.
+std::string config_to_yaml(const Config& config);
+
+// Feed-forward width after applying Llama's sizing rule.
+int64_t model_ffn_dim(const ModelConfig& model);
+
+}  // namespace cadre

@@ -1,0 +1,84 @@
+// Config loading: defaults, overrides, and the error messages for bad input.
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/error.h"
+
+using cadre::Config;
+using cadre::ConfigError;
+using cadre::config_parse;
+
+namespace {
+// Returns the ConfigError message produced by parsing, or "" if parsing succeeded.
+std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    config_parse(yaml, "test.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, FileValuesAndOverrides) {
+  Config c = config_parse("model:\n  dim: 64\n  n_heads: 4\n  n_kv_heads: 4\ntrain:\n  steps: 7\n", "t.yaml",
+                          {"train.steps=9", "optim.lr=0.001", "parallel.mixed_precision.param_dtype=bfloat16"});
+  EXPECT_EQ(c.model.dim, 64);
+  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(c.train.steps, 9);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.001);
+  EXPECT_EQ(c.parallel.mixed_precision.param_dtype, "bfloat16");
+}
+
+TEST(Config, UnknownKeyNamesKeyAndFile) {
+  std::string msg = parse_error("model:\n  dimm: 64\n");
+  EXPECT_NE(msg.find("model.dimm"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("test.yaml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.dim"), std::string::npos) << msg;  // lists the valid keys
+}
+
+TEST(Config, UnknownSection) {
+  std::string msg = parse_error("modle:\n  dim: 64\n");
+  EXPECT_NE(msg.find("modle.dim"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypeNamesKey) {
+  std::string msg = parse_error("train:\n  steps: many\n");
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("integer"), std::string::npos) << msg;
+  msg = parse_error("", {"model.tie_embeddings=maybe"});
+  EXPECT_NE(msg.find("model.tie_embeddings"), std::string::npos) << msg;
+  msg = parse_error("", {"optim.lr=1e-3x"});
+  EXPECT_NE(msg.find("optim.lr"), std::string::npos) << msg;
+}
+
+TEST(Config, BadOverrideSyntax) {
+  EXPECT_NE(parse_error("", {"train.steps"}).find("section.key=value"), std::string::npos);
+  EXPECT_NE(parse_error("", {"train.stepz=3"}).find("train.stepz"), std::string::npos);
+}
+
+TEST(Config, CrossFieldValidation) {
+  EXPECT_NE(parse_error("model:\n  dim: 100\n  n_heads: 8\n").find("divisible"), std::string::npos);
+  EXPECT_NE(parse_error("model:\n  n_heads: 8\n  n_kv_heads: 3\n").find("n_kv_heads"), std::string::npos);
+  EXPECT_NE(parse_error("parallel:\n  strategy: ZERO3\n").find("parallel.strategy"), std::string::npos);
+  EXPECT_NE(parse_error("parallel:\n  shard_group_size: 2\n").find("HYBRID_SHARD"), std::string::npos);
+  EXPECT_NE(parse_error("", {"parallel.mixed_precision.param_dtype=fp8"}).find("param_dtype"), std::string::npos);
+}
+
+TEST(Config, DumpRoundTrips) {
+  Config a = config_parse("model:\n  dim: 96\n  n_heads: 6\n  n_kv_heads: 2\n", "t.yaml", {"run.dir=/tmp/x"});
+  Config b = config_parse(cadre::config_to_yaml(a), "dump.yaml", {});
+  EXPECT_EQ(cadre::config_to_yaml(a), cadre::config_to_yaml(b));
+  EXPECT_EQ(b.model.dim, 96);
+  EXPECT_EQ(b.model.n_kv_heads, 2);
+  EXPECT_EQ(b.run.dir, "/tmp/x");
+}
+
+TEST(Config, LlamaFfnRule) {
+  cadre::ModelConfig m;
+  m.dim = 512;
+  m.multiple_of = 256;
+  EXPECT_EQ(cadre::model_ffn_dim(m), 1536);  // 2/3*2048 = 1365 -> 1536
+  m.ffn_dim = 1000;
+  EXPECT_EQ(cadre::model_ffn_dim(m), 1000);
+}
