@@ -9,5 +9,7 @@ namespace cadre {
 
 using Args = std::vector<std::string>;
 
+int cmd_data(const Args& args);   // data prepare
+int cmd_train(const Args& args);  // train --config ...
 
 }  // namespace cadre

@@ -18,6 +18,8 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"data", "prepare a corpus: train a tokenizer, write packed token shards", cadre::cmd_data},
+    {"train", "train a model from a YAML config", cadre::cmd_train},
 };
 
 void print_usage(std::FILE* out) {

@@ -1,0 +1,40 @@
+// `cadre data prepare`: corpus -> tokenizer + packed token shards + manifest.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "data/prepare.h"
+
+namespace cadre {
+
+int cmd_data(const Args& args) {
+  if (args.empty() || args[0] != "prepare") {
+    if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+      std::printf("usage: cadre data prepare --input <files|dirs>... --out <dir> [options]\n");
+      return 0;
+    }
+    throw ConfigError("usage: cadre data prepare --input <files|dirs>... --out <dir> [options]");
+  }
+  PrepareOptions opt;
+  int64_t threads = opt.threads;
+  Flags flags("cadre data prepare --input <files|dirs>... --out <dir> [options]");
+  flags.add("--input", &opt.inputs, "text files, or directories searched for *.txt");
+  flags.add("--out", &opt.out, "output directory");
+  flags.add("--vocab-size", &opt.vocab_size, "tokenizer vocabulary when training one (default 8192)");
+  flags.add("--tokenizer", &opt.tokenizer, "use this SentencePiece .model instead of training one");
+  flags.add("--seq-len", &opt.seq_len, "tokens per sample, plus one for the shifted target (default 256)");
+  flags.add("--val-fraction", &opt.val_fraction, "share of samples held out for validation (default 0.02)");
+  flags.add("--seed", &opt.seed, "document order seed (default 1234)");
+  flags.add("--shard-samples", &opt.shard_samples, "samples per shard file (default 65536)");
+  flags.add("--threads", &threads, "tokenizer threads (default 2)");
+  auto rest = flags.parse(Args(args.begin() + 1, args.end()));
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
+  opt.threads = static_cast<int>(threads);
+  dataset_prepare(opt);
+  std::printf("dataset ready: %s/manifest.json\n", opt.out.c_str());
+  return 0;
+}
+
+}  // namespace cadre

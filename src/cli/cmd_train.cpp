@@ -1,0 +1,30 @@
+// `cadre train --config <yaml> [--set key=value ...]`.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace cadre {
+
+int cmd_train(const Args& args) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  Flags flags("cadre train --config <yaml> [--set section.key=value ...]");
+  flags.add("--config", &config_path, "YAML config (see configs/)");
+  flags.add("--set", &overrides, "override a config key, e.g. --set train.steps=100 (repeatable)");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(!config_path.empty(), "--config is required\n", flags.usage());
+  Config config = config_load(config_path, overrides);
+  TrainSummary s = train_run(config);
+  std::printf("trained %lld steps: loss %.4f", static_cast<long long>(s.steps), s.final_loss);
+  if (s.final_val_loss >= 0) std::printf(", val_loss %.4f", s.final_val_loss);
+  std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, checkpoint.pt, summary.json)\n", s.tokens_per_s,
+              s.run_dir.c_str());
+  return 0;
+}
+
+}  // namespace cadre

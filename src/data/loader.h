@@ -1,0 +1,51 @@
+// Deterministic, resumable reader of packed token shards. The training split is read in a
+// seeded random order per epoch; a position is the number of samples consumed globally, so
+// it means the same thing at any world size and is all that resume needs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/manifest.h"
+#include "data/token_shard.h"
+
+namespace cadre {
+
+enum class Split { Train, Val };
+
+class TokenLoader {
+ public:
+  // Opens <dir>/manifest.json and memory-maps the split's shards, verifying checksums.
+  TokenLoader(const std::string& dir, Split split, uint64_t seed);
+
+  int64_t seq_len() const { return manifest_.seq_len; }
+  uint64_t num_samples() const { return total_; }
+  const DatasetManifest& manifest() const { return manifest_; }
+
+  // Consumes `global_samples` samples (one global micro-batch of every rank) and writes
+  // samples [first, first + count) of them into `out` (count * (seq_len + 1) tokens).
+  // Train: shuffled order, new order each epoch. Val: file order.
+  void next(uint64_t global_samples, uint64_t first, uint64_t count, int64_t* out);
+
+  // Copies sample `index` (in split order, no shuffling) into `out`.
+  void sample(uint64_t index, int64_t* out) const;
+
+  uint64_t position() const { return consumed_; }
+  void set_position(uint64_t consumed) { consumed_ = consumed; }
+
+ private:
+  uint64_t order(uint64_t global_index);  // global stream index -> sample index
+
+  DatasetManifest manifest_;
+  Split split_;
+  uint64_t seed_;
+  std::vector<ShardReader> shards_;
+  std::vector<uint64_t> shard_start_;  // first sample index of each shard
+  uint64_t total_ = 0;
+  uint64_t consumed_ = 0;
+  uint64_t perm_epoch_ = UINT64_MAX;
+  std::vector<uint64_t> perm_;
+};
+
+}  // namespace cadre

@@ -1,0 +1,33 @@
+// The dataset manifest (manifest.json) written by `cadre data prepare`: tokenizer, sample
+// length, and the shard files of each split with their sizes and checksums.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+struct ShardEntry {
+  std::string file;      // relative to the dataset directory
+  uint64_t samples = 0;
+  uint64_t checksum = 0;
+};
+
+struct DatasetManifest {
+  int version = 1;
+  std::string tokenizer;   // relative path of the SentencePiece model
+  int64_t vocab_size = 0;
+  int64_t seq_len = 0;     // every sample holds seq_len + 1 tokens
+  uint32_t token_bytes = 2;
+  int64_t bos_id = -1, eos_id = -1;
+  uint64_t documents = 0, tokens = 0;
+  std::vector<ShardEntry> train, val;
+};
+
+// Reads <dir>/manifest.json; ConfigError naming the file when missing or malformed.
+DatasetManifest manifest_read(const std::string& dir);
+// Writes <dir>/manifest.json atomically.
+void manifest_write(const std::string& dir, const DatasetManifest& manifest);
+
+}  // namespace cadre

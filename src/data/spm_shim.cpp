@@ -1,0 +1,70 @@
+// C interface to SentencePiece, built as its own shared library and loaded with
+// dlopen(RTLD_LOCAL | RTLD_DEEPBIND). Debian's libsentencepiece embeds and exports its own
+// protobuf-lite, which clashes with the libprotobuf that libtorch loads (a segfault during
+// static initialisation when both are linked into one process); isolating it fixes that.
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+thread_local std::string g_error;
+
+const char* fail(const sentencepiece::util::Status& status) {
+  g_error = status.ToString();
+  return g_error.c_str();
+}
+}  // namespace
+
+extern "C" {
+
+// Returns nullptr on success, else an error message valid until the next call.
+const char* cadre_spm_train(const char* args) {
+  auto status = sentencepiece::SentencePieceTrainer::Train(args);
+  return status.ok() ? nullptr : fail(status);
+}
+
+void* cadre_spm_load(const char* path, const char** error) {
+  auto* sp = new sentencepiece::SentencePieceProcessor();
+  auto status = sp->Load(path);
+  if (!status.ok()) {
+    delete sp;
+    *error = fail(status);
+    return nullptr;
+  }
+  return sp;
+}
+
+void cadre_spm_free(void* handle) { delete static_cast<sentencepiece::SentencePieceProcessor*>(handle); }
+
+// Encodes text; writes up to `cap` ids and returns how many there are (call again with a
+// larger buffer if that exceeds cap), or -1 with *error set.
+long long cadre_spm_encode(void* handle, const char* text, size_t len, int* out, size_t cap, const char** error) {
+  std::vector<int> ids;
+  auto status = static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Encode(std::string(text, len), &ids);
+  if (!status.ok()) {
+    *error = fail(status);
+    return -1;
+  }
+  std::memcpy(out, ids.data(), std::min(cap, ids.size()) * sizeof(int));
+  return static_cast<long long>(ids.size());
+}
+
+long long cadre_spm_decode(void* handle, const int* ids, size_t n, char* out, size_t cap, const char** error) {
+  std::string text;
+  auto status = static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Decode(std::vector<int>(ids, ids + n), &text);
+  if (!status.ok()) {
+    *error = fail(status);
+    return -1;
+  }
+  std::memcpy(out, text.data(), std::min(cap, text.size()));
+  return static_cast<long long>(text.size());
+}
+
+int cadre_spm_piece_size(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->GetPieceSize(); }
+int cadre_spm_bos_id(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->bos_id(); }
+int cadre_spm_eos_id(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->eos_id(); }
+
+}  // extern "C"

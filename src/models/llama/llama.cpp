@@ -1,0 +1,188 @@
+// Llama implementation on ATen ops.
+#include "models/llama/llama.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace cadre {
+
+Projection::Projection(int64_t in, int64_t out) {
+  weight = register_parameter("weight", at::empty({out, in}));
+}
+
+at::Tensor Projection::forward(const at::Tensor& x) const { return at::linear(x, weight); }
+
+Embedding::Embedding(int64_t vocab, int64_t dim) {
+  weight = register_parameter("weight", at::empty({vocab, dim}));
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RMSNorm::forward(const at::Tensor& x) const {
+  // Normalise in float32 whatever the compute dtype, as Meta's reference does.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+namespace {
+// HF layout: rotate the two halves of each head, x * cos + rotate_half(x) * sin.
+at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
+  int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return x * rope.cos + at::cat({-x2, x1}, -1) * rope.sin;
+}
+
+// Batched a @ b for [N, m, k] x [N, k, n]. libtorch's CPU bmm in float32 (no MKL in Debian's
+// build) runs several times slower than one BLAS gemm per matrix, so float32 loops over the
+// batch; bfloat16 bmm goes through oneDNN and is fast as it is.
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != at::kFloat) return at::bmm(a, b);
+  // unbind, not a[i]: its backward is one stack, where indexing would build a full-size
+  // zero gradient per matrix.
+  std::vector<at::Tensor> as = a.unbind(0), bs = b.unbind(0), parts;
+  parts.reserve(as.size());
+  for (size_t i = 0; i < as.size(); ++i) parts.push_back(at::mm(as[i], bs[i]));
+  return at::stack(parts);
+}
+
+// [B, KV, T, hd] -> [B, KV * rep, T, hd], each kv head serving `rep` query heads.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t rep) {
+  if (rep == 1) return x;
+  auto s = x.sizes();
+  return x.unsqueeze(2).expand({s[0], s[1], rep, s[2], s[3]}).reshape({s[0], s[1] * rep, s[2], s[3]});
+}
+}  // namespace
+
+Attention::Attention(const ModelConfig& c)
+    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.dim / c.n_heads) {
+  wq = register_module("wq", std::make_shared<Projection>(c.dim, n_heads * head_dim));
+  wk = register_module("wk", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
+  wv = register_module("wv", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
+  wo = register_module("wo", std::make_shared<Projection>(n_heads * head_dim, c.dim));
+}
+
+at::Tensor Attention::forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const {
+  const int64_t B = x.size(0), T = x.size(1);
+  at::Tensor q = wq->forward(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
+  at::Tensor k = wk->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
+  at::Tensor v = wv->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
+  q = apply_rope(q, rope);
+  k = apply_rope(k, rope);
+  k = repeat_kv(k, n_heads / n_kv_heads);
+  v = repeat_kv(v, n_heads / n_kv_heads);
+  at::Tensor q3 = q.reshape({B * n_heads, T, head_dim});
+  at::Tensor k3 = k.reshape({B * n_heads, T, head_dim});
+  at::Tensor v3 = v.reshape({B * n_heads, T, head_dim});
+  // Scale q (T x hd) rather than the scores (T x T); the mask holds 0 and -inf.
+  at::Tensor scores = batched_matmul(q3 * (1.0 / std::sqrt(double(head_dim))), k3.transpose(1, 2)) + mask;
+  // Softmax accumulates in float32 even for bf16 compute.
+  at::Tensor probs = scores.scalar_type() == at::kFloat ? at::softmax(scores, -1)
+                                                          : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
+  at::Tensor out = batched_matmul(probs, v3).view({B, n_heads, T, head_dim}).transpose(1, 2).reshape({B, T, n_heads * head_dim});
+  return wo->forward(out);
+}
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden) {
+  w1 = register_module("w1", std::make_shared<Projection>(dim, hidden));
+  w2 = register_module("w2", std::make_shared<Projection>(hidden, dim));
+  w3 = register_module("w3", std::make_shared<Projection>(dim, hidden));
+}
+
+at::Tensor FeedForward::forward(const at::Tensor& x) const {
+  return w2->forward(at::silu(w1->forward(x)) * w3->forward(x));
+}
+
+Block::Block(const ModelConfig& c) {
+  attention = register_module("attention", std::make_shared<Attention>(c));
+  feed_forward = register_module("feed_forward", std::make_shared<FeedForward>(c.dim, model_ffn_dim(c)));
+  attention_norm = register_module("attention_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
+  ffn_norm = register_module("ffn_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
+}
+
+at::Tensor Block::forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const {
+  at::Tensor h = x + attention->forward(attention_norm->forward(x), rope, mask);
+  return h + feed_forward->forward(ffn_norm->forward(h));
+}
+
+BlockList::BlockList(const ModelConfig& c) {
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    blocks.push_back(register_module(std::to_string(i), std::make_shared<Block>(c)));
+}
+
+Llama::Llama(const ModelConfig& c) : config_(c) {
+  tok_embeddings = register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.dim));
+  layers = register_module("layers", std::make_shared<BlockList>(c));
+  norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
+  if (!c.tie_embeddings) output = register_module("output", std::make_shared<Projection>(c.dim, c.vocab_size));
+
+  // Rotary tables: frequency theta^(-2i/hd) for i < hd/2, duplicated for the two halves.
+  const int64_t hd = c.dim / c.n_heads;
+  at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, hd, 2, at::kDouble) / double(hd));
+  at::Tensor angles = at::outer(at::arange(c.max_seq_len, at::kDouble), inv_freq);
+  angles = at::cat({angles, angles}, -1);
+  rope_cos_ = angles.cos().to(at::kFloat);
+  rope_sin_ = angles.sin().to(at::kFloat);
+}
+
+Rope Llama::rope_for(int64_t seq_len, at::ScalarType dtype) {
+  return {rope_cos_.narrow(0, 0, seq_len).to(dtype), rope_sin_.narrow(0, 0, seq_len).to(dtype)};
+}
+
+at::Tensor Llama::forward(const at::Tensor& tokens) {
+  CADRE_CHECK(tokens.dim() == 2, "Llama.forward: tokens must be [batch, seq], got ", tokens.sizes());
+  const int64_t T = tokens.size(1);
+  CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
+              config_.max_seq_len);
+  const at::ScalarType dtype = tok_embeddings->weight.scalar_type();
+  at::Tensor h = at::embedding(tok_embeddings->weight, tokens);
+  Rope rope = rope_for(T, dtype);
+  at::Tensor mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(dtype)).triu(1);
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    Block& block = *layers->blocks[i];
+    h = block_runner_ ? block_runner_(i, block, h, rope, mask) : block.forward(h, rope, mask);
+  }
+  h = norm->forward(h);
+  return at::linear(h, output_weight());
+}
+
+void Llama::init_weights(uint64_t seed) {
+  at::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std = config_.init_std;
+  const double residual_std = std / std::sqrt(2.0 * config_.n_layers);
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (p.dim() == 1) {
+      p.fill_(1.0);
+    } else {
+      bool residual = name.find("wo.weight") != std::string::npos || name.find("w2.weight") != std::string::npos;
+      p.normal_(0.0, residual ? residual_std : std, gen);
+    }
+  }
+}
+
+at::Tensor llama_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  const int64_t V = logits.size(-1);
+  return at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), targets.reshape({-1}));
+}
+
+int64_t llama_param_count(const ModelConfig& c) {
+  const int64_t hd = c.dim / c.n_heads, ffn = model_ffn_dim(c);
+  int64_t block = c.dim * hd * (2 * c.n_heads + 2 * c.n_kv_heads) + 3 * c.dim * ffn + 2 * c.dim;
+  return c.vocab_size * c.dim * (c.tie_embeddings ? 1 : 2) + c.n_layers * block + c.dim;
+}
+
+double llama_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  // The embedding lookup is not a matmul; with tied weights the head still is one.
+  double matmul_params = double(llama_param_count(c)) - (c.tie_embeddings ? 0.0 : double(c.vocab_size * c.dim));
+  return 6.0 * matmul_params + 12.0 * c.n_layers * seq_len * c.dim;
+}
+
+}  // namespace cadre

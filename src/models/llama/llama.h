@@ -1,0 +1,116 @@
+// Llama as a libtorch module: token embedding, RMSNorm, rotary embeddings (HF rotate-half
+// layout), grouped-query causal attention, SwiGLU MLP, final norm, tied or untied head.
+// Parameter names follow Meta's checkpoints (layers.N.attention.wq.weight, ...).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/config.h"
+
+namespace cadre {
+
+// A bias-free linear map y = x W^T; W is [out, in] like torch.nn.Linear.
+class Projection : public torch::nn::Module {
+ public:
+  Projection(int64_t in, int64_t out);
+  at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor weight;
+};
+
+// Token embedding table [vocab, dim].
+class Embedding : public torch::nn::Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim);
+  at::Tensor weight;
+};
+
+class RMSNorm : public torch::nn::Module {
+ public:
+  RMSNorm(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor weight;
+  double eps;
+};
+
+// Rotary tables for the sequence positions in use: cos and sin, each [T, head_dim].
+struct Rope {
+  at::Tensor cos, sin;
+};
+
+class Attention : public torch::nn::Module {
+ public:
+  explicit Attention(const ModelConfig& config);
+  at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
+  std::shared_ptr<Projection> wq, wk, wv, wo;
+  int64_t n_heads, n_kv_heads, head_dim;
+};
+
+class FeedForward : public torch::nn::Module {
+ public:
+  FeedForward(int64_t dim, int64_t hidden);
+  at::Tensor forward(const at::Tensor& x) const;
+  std::shared_ptr<Projection> w1, w2, w3;  // gate, down, up
+};
+
+class Block : public torch::nn::Module {
+ public:
+  explicit Block(const ModelConfig& config);
+  at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
+  std::shared_ptr<RMSNorm> attention_norm, ffn_norm;
+  std::shared_ptr<Attention> attention;
+  std::shared_ptr<FeedForward> feed_forward;
+};
+
+// Holds the blocks under the names "0", "1", ... so parameters read layers.N.*.
+class BlockList : public torch::nn::Module {
+ public:
+  BlockList(const ModelConfig& config);
+  std::vector<std::shared_ptr<Block>> blocks;
+};
+
+class Llama : public torch::nn::Module {
+ public:
+  explicit Llama(const ModelConfig& config);
+
+  // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
+  at::Tensor forward(const at::Tensor& tokens);
+
+  // Deterministic initialisation from a seed: N(0, init_std) for matrices, with the residual
+  // output projections (wo, w2) scaled by 1/sqrt(2 * n_layers); norms start at one.
+  void init_weights(uint64_t seed);
+
+  // Runs block `index` on `x`. Parallel wrappers (FSDP units, activation checkpointing)
+  // replace it to act around each block; the default calls block.forward.
+  using BlockRunner = std::function<at::Tensor(int64_t index, Block& block, const at::Tensor& x,
+                                               const Rope& rope, const at::Tensor& mask)>;
+  void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
+
+  const ModelConfig& config() const { return config_; }
+  at::Tensor output_weight() const { return output ? output->weight : tok_embeddings->weight; }
+
+  std::shared_ptr<Embedding> tok_embeddings;
+  std::shared_ptr<BlockList> layers;
+  std::shared_ptr<RMSNorm> norm;
+  std::shared_ptr<Projection> output;  // null when tie_embeddings
+
+ private:
+  Rope rope_for(int64_t seq_len, at::ScalarType dtype);
+
+  ModelConfig config_;
+  at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, head_dim], float32
+  BlockRunner block_runner_;
+};
+
+// Mean next-token cross-entropy of logits [B, T, V] against targets [B, T], in float32.
+at::Tensor llama_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+// Parameter count and FLOPs per token for a forward+backward pass: 6 * (matmul parameters)
+// plus attention's 12 * n_layers * seq_len * dim (PaLM's accounting, causal mask not halved).
+int64_t llama_param_count(const ModelConfig& config);
+double llama_flops_per_token(const ModelConfig& config, int64_t seq_len);
+
+}  // namespace cadre

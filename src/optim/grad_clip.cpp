@@ -1,0 +1,28 @@
+// Global-norm clipping.
+#include "optim/grad_clip.h"
+
+#include <ATen/ATen.h>
+
+namespace cadre {
+
+double grad_sq_norm(const std::vector<at::Tensor>& grads) {
+  double total = 0;
+  for (const auto& g : grads)
+    if (g.defined() && g.numel() > 0) {
+      // Per-tensor norms in the gradient's dtype, combined in float64, as PyTorch does.
+      double n = g.norm().item<double>();
+      total += n * n;
+    }
+  return total;
+}
+
+void grad_clip_scale(const std::vector<at::Tensor>& grads, double norm, double max_norm) {
+  if (max_norm <= 0) return;
+  double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return;
+  at::NoGradGuard no_grad;
+  for (const auto& g : grads)
+    if (g.defined()) g.mul_(coef);
+}
+
+}  // namespace cadre

@@ -1,0 +1,22 @@
+// The training loop: `cadre train --config <yaml>`.
+#pragma once
+
+#include <string>
+
+#include "core/config.h"
+
+namespace cadre {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double final_loss = 0;      // mean training loss of the last step
+  double final_val_loss = -1; // -1 when validation is off
+  double tokens_per_s = 0;    // median over steps after the first
+  std::string run_dir;
+};
+
+// Checks the configuration against the data (ConfigError before any work), then trains,
+// writing <run.dir>/{config.yaml, metrics.jsonl, checkpoint.pt, summary.json}.
+TrainSummary train_run(const Config& config);
+
+}  // namespace cadre
