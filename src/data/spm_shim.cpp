@@ -1,9 +1,11 @@
-// C interface to SentencePiece, built as its own shared library and loaded with
+// C interface to SentencePiece encoding, built as its own shared library and loaded with
 // dlopen(RTLD_LOCAL | RTLD_DEEPBIND). Debian's libsentencepiece embeds and exports its own
 // protobuf-lite, which clashes with the libprotobuf that libtorch loads (a segfault during
 // static initialisation when both are linked into one process); isolating it fixes that.
+// Nothing here may write to std::cerr/std::cout: under DEEPBIND the library would bind to
+// libstdc++'s own stream objects, not the executable's initialised copies, and crash. That is
+// why tokenizer training (which logs) runs as the spm_train program instead.
 #include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
 
 #include <cstring>
 #include <string>
@@ -20,12 +22,7 @@ const char* fail(const sentencepiece::util::Status& status) {
 
 extern "C" {
 
-// Returns nullptr on success, else an error message valid until the next call.
-const char* cadre_spm_train(const char* args) {
-  auto status = sentencepiece::SentencePieceTrainer::Train(args);
-  return status.ok() ? nullptr : fail(status);
-}
-
+// Returns a processor handle, or nullptr with *error set (valid until the next call).
 void* cadre_spm_load(const char* path, const char** error) {
   auto* sp = new sentencepiece::SentencePieceProcessor();
   auto status = sp->Load(path);

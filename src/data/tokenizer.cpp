@@ -2,7 +2,13 @@
 #include "data/tokenizer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 
 #include <filesystem>
 #include <mutex>
@@ -13,7 +19,6 @@ namespace cadre {
 namespace {
 
 struct SpmApi {
-  const char* (*train)(const char*);
   void* (*load)(const char*, const char**);
   void (*free)(void*);
   long long (*encode)(void*, const char*, size_t, int*, size_t, const char**);
@@ -47,7 +52,6 @@ const SpmApi& spm() {
       CADRE_CHECK(s, "SentencePiece shim '", path, "' lacks ", name);
       return s;
     };
-    api.train = reinterpret_cast<decltype(api.train)>(sym("cadre_spm_train"));
     api.load = reinterpret_cast<decltype(api.load)>(sym("cadre_spm_load"));
     api.free = reinterpret_cast<decltype(api.free)>(sym("cadre_spm_free"));
     api.encode = reinterpret_cast<decltype(api.encode)>(sym("cadre_spm_encode"));
@@ -63,14 +67,43 @@ const SpmApi& spm() {
 
 void tokenizer_train(const std::string& lines_file, const std::string& prefix, int64_t vocab_size, int threads) {
   // Llama-style: BPE, byte fallback so no input is unknown, digits split, ids 0-2 special.
-  std::string args = str("--input=", lines_file, " --model_prefix=", prefix, " --vocab_size=", vocab_size,
-                         " --model_type=bpe --byte_fallback=true --split_digits=true",
-                         " --character_coverage=0.9995 --input_sentence_size=2000000",
-                         " --shuffle_input_sentence=true --num_threads=", threads,
-                         " --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 --minloglevel=2",
-                         " --max_sentence_length=8192");
-  if (const char* error = spm().train(args.c_str()))
-    throw ConfigError(str("tokenizer training on '", lines_file, "' failed: ", error));
+  std::vector<std::string> argv = {
+      "spm_train", "--input=" + lines_file, "--model_prefix=" + prefix, str("--vocab_size=", vocab_size),
+      "--model_type=bpe", "--byte_fallback=true", "--split_digits=true", "--character_coverage=0.9995",
+      "--input_sentence_size=2000000", "--shuffle_input_sentence=true", str("--num_threads=", threads),
+      "--unk_id=0", "--bos_id=1", "--eos_id=2", "--pad_id=-1", "--max_sentence_length=8192"};
+  std::string log_path = prefix + "_train.log";
+  pid_t pid = fork();
+  CADRE_CHECK(pid >= 0, "cannot fork to run spm_train: ", std::strerror(errno));
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execvp("spm_train", args.data());
+    std::fprintf(stderr, "cannot run spm_train: %s (install the sentencepiece package: scripts/setup.sh)\n",
+                 std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::filesystem::remove(log_path);
+    return;
+  }
+  // Show the end of spm_train's log: it says what was wrong with the corpus or options.
+  std::ifstream in(log_path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string tail;
+  for (size_t i = lines.size() > 5 ? lines.size() - 5 : 0; i < lines.size(); ++i) tail += "\n  " + lines[i];
+  throw ConfigError(str("tokenizer training on '", lines_file, "' failed (spm_train exit status ", status,
+                        ", log '", log_path, "'):", tail));
 }
 
 Tokenizer::Tokenizer(const std::string& model_path) : path_(model_path) {
