@@ -19,7 +19,7 @@ demo: build
 	@bash scripts/demo.sh $(BUILD)
 
 bench: build
-	@bash bench/train_throughput.sh $(BUILD)
+	@/usr/bin/python3 bench/train_throughput.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -63,6 +63,7 @@ void Progress::update(int64_t done, const std::string& extra) {
 void Progress::finish(const std::string& extra) {
   if (finished_) return;
   finished_ = true;
+  if (total_ > 0) done_ = total_;
   if (!extra.empty()) extra_ = extra;
   draw(true);
 }

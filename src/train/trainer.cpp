@@ -171,6 +171,7 @@ TrainSummary train_run(const Config& c) {
   TrainSummary summary;
   summary.run_dir = c.run.dir;
   Progress progress("train: step", c.train.steps, "step", 0.5);
+  std::string progress_text;
 
   // --- the loop ---------------------------------------------------------------------------
   for (int64_t step = 0; step < c.train.steps; ++step) {
@@ -211,11 +212,13 @@ TrainSummary train_run(const Config& c) {
       log::info(str("train: step ", step + 1, " val_loss ", val_loss));
     }
     metrics.write(record);
-    if ((step + 1) % c.train.log_interval == 0 && !last) {
+    // The progress line redraws at most twice a second; its numbers refresh every log_interval.
+    if ((step + 1) % c.train.log_interval == 0 || step == 0) {
       char line[160];
       std::snprintf(line, sizeof line, "loss %.4f lr %.2e gnorm %.3f %.0f tok/s", loss, lr, grad_norm, rate);
-      progress.update(step + 1, line);
+      progress_text = line;
     }
+    if (!last) progress.update(step + 1, progress_text);
   }
   std::sort(rates.begin(), rates.end());
   summary.tokens_per_s = rates.empty() ? 0 : rates[rates.size() / 2];
@@ -223,7 +226,6 @@ TrainSummary train_run(const Config& c) {
   {
     char line[160];
     std::snprintf(line, sizeof line, "loss %.4f, median %.0f tok/s", summary.final_loss, summary.tokens_per_s);
-    progress.update(c.train.steps);
     progress.finish(line);
   }
 
