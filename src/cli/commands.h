@@ -9,5 +9,7 @@ namespace cadre {
 
 using Args = std::vector<std::string>;
 
+int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ...`
+int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training
 
 }  // namespace cadre

@@ -18,6 +18,8 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
+    {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
 };
 
 void print_usage(std::FILE* out) {
