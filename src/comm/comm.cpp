@@ -210,6 +210,7 @@ struct Communicator::Impl {
   int64_t seq = 0;
   c10::intrusive_ptr<c10d::Store> store;  // prefixed by tag and generation
   std::shared_ptr<gloo::rendezvous::Context> context;
+  ring::Scratch scratch;
 
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
@@ -324,7 +325,7 @@ struct Communicator::Impl {
         mine[1] = static_cast<int64_t>(sig.dtype);
         mine[2] = sig.numel;
         mine[3] = sig.detail;
-        ring::all_gather(*context, header_slot, headers.data(), 4 * sizeof(int64_t), deadline);
+        ring::all_gather(*context, header_slot, mine, headers.data(), 4 * sizeof(int64_t), deadline);
         std::string disagree;
         for (int r = 0; r < size; ++r) {
           const int64_t* h = headers.data() + 4 * r;
@@ -441,9 +442,9 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
       }
       at::Tensor mine = work.narrow(0, r * block, block);
       ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(acc),
-                           ring_combine(op), deadline);
+                           ring_combine(op), deadline, impl->scratch);
       if (op == ReduceOp::Avg) divide_for_average(mine, n);
-      ring::all_gather(*impl->context, slot, work.data_ptr(), block * work.element_size(), deadline);
+      ring::all_gather(*impl->context, slot, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
       if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
     });
   });
@@ -462,10 +463,7 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
       const size_t block_bytes = input.numel() * input.element_size();
       if (block_bytes == 0) return;
-      char* base = static_cast<char*>(output.data_ptr());
-      char* mine = base + impl->rank * block_bytes;
-      if (mine != input.data_ptr()) std::memcpy(mine, input.data_ptr(), block_bytes);
-      ring::all_gather(*impl->context, slot, base, block_bytes, deadline);
+      ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
     });
   });
 }
@@ -488,7 +486,7 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
       at::Tensor in = direct ? input : input.to(acc);
       at::Tensor out = direct ? output : at::empty({block}, input.options().dtype(acc));
       ring::reduce_scatter(*impl->context, slot, in.data_ptr(), out.data_ptr(), block, ring_elem(acc),
-                           ring_combine(op), deadline);
+                           ring_combine(op), deadline, impl->scratch);
       if (op == ReduceOp::Avg) divide_for_average(out, impl->size);
       if (!direct) output.view(-1).copy_(out);
     });
@@ -512,7 +510,7 @@ Work Communicator::barrier_async() {
   return impl->submit([impl] {
     impl->run(OpSignature{}, [&](uint64_t slot, ring::Deadline deadline) {
       std::vector<int64_t> marks(impl->size, 1);
-      ring::all_gather(*impl->context, slot, marks.data(), sizeof(int64_t), deadline);
+      ring::all_gather(*impl->context, slot, marks.data() + impl->rank, marks.data(), sizeof(int64_t), deadline);
     });
   });
 }
