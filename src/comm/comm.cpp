@@ -312,7 +312,8 @@ struct Communicator::Impl {
                 poison_reason, "); call rebuild() on every rank");
     ++seq;
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    const uint64_t header_slot = uint64_t(seq) * 2, data_slot = header_slot + 1;
+    // Each op owns four slots: the header exchange and up to three data phases.
+    const uint64_t header_slot = uint64_t(seq) * 4, data_slot = header_slot + 1;
     try {
       if (validate) {
         store->set(str("arrive/", rank), [&] {
@@ -444,7 +445,7 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
       ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(acc),
                            ring_combine(op), deadline, impl->scratch);
       if (op == ReduceOp::Avg) divide_for_average(mine, n);
-      ring::all_gather(*impl->context, slot, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
+      ring::all_gather(*impl->context, slot + 1, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
       if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
     });
   });
