@@ -23,6 +23,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/nccl_group.h"
 #include "comm/ring.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -211,6 +212,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;  // prefixed by tag and generation
   std::shared_ptr<gloo::rendezvous::Context> context;
   ring::Scratch scratch;
+  std::unique_ptr<NcclGroup> nccl;  // CUDA tensors, when libtorch has NCCL (untested here)
 
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
@@ -281,6 +283,10 @@ struct Communicator::Impl {
     }
     context = std::move(ctx);
     seq = 0;
+    if (NcclGroup::usable()) {
+      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>(str("cadre/nccl/", tag, "/gen", generation), root_store);
+      nccl = std::make_unique<NcclGroup>(nccl_store, rank, size, options.timeout);
+    }
   }
 
   // Ranks of this group that have not reached op `seq`, from the arrival marks in the store.
@@ -361,7 +367,8 @@ bool supported_dtype(at::ScalarType t) {
 
 void check_tensor(const at::Tensor& t, const char* op, const char* role) {
   CADRE_CHECK(t.defined(), op, ": ", role, " tensor is undefined");
-  CADRE_CHECK(t.device().is_cpu(), op, ": ", role, " tensor is on ", t.device(), "; the Gloo backend moves CPU tensors");
+  CADRE_CHECK(t.device().is_cpu() || (t.device().is_cuda() && NcclGroup::usable()), op, ": ", role, " tensor is on ",
+              t.device(), "; Gloo moves CPU tensors and this libtorch has no NCCL for others");
   CADRE_CHECK(supported_dtype(t.scalar_type()), op, ": ", role, " dtype ", t.scalar_type(),
               " is not supported (float32, bfloat16, float16, int64)");
   CADRE_CHECK(t.is_contiguous(), op, ": ", role, " tensor must be contiguous");
@@ -420,7 +427,7 @@ Communicator::~Communicator() = default;
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 const std::string& Communicator::name() const { return impl_->tag; }
-const char* Communicator::backend() const { return "gloo"; }
+const char* Communicator::backend() const { return impl_->nccl ? "gloo+nccl" : "gloo"; }
 const CommOptions& Communicator::options() const { return impl_->options; }
 void Communicator::set_validate(bool validate) { impl_->validate = validate; }
 bool Communicator::poisoned() const { return impl_->poisoned; }
@@ -431,6 +438,7 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   Impl* impl = impl_.get();
   return impl->submit([impl, tensor, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (tensor.is_cuda()) return impl->nccl->all_reduce(tensor, op);
       const int n = impl->size, r = impl->rank;
       const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
       if (numel == 0) return;
@@ -462,6 +470,7 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
   Impl* impl = impl_.get();
   return impl->submit([impl, output, input, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (input.is_cuda()) return impl->nccl->all_gather(output, input);
       const size_t block_bytes = input.numel() * input.element_size();
       if (block_bytes == 0) return;
       ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
@@ -480,6 +489,7 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
   Impl* impl = impl_.get();
   return impl->submit([impl, output, input, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (input.is_cuda()) return impl->nccl->reduce_scatter(output, input, op);
       const int64_t block = output.numel();
       if (block == 0) return;
       const at::ScalarType acc = accumulate_dtype(input.scalar_type());
@@ -501,6 +511,7 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   Impl* impl = impl_.get();
   return impl->submit([impl, tensor, root, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (tensor.is_cuda()) return impl->nccl->broadcast(tensor, root);
       ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
     });
   });
