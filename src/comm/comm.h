@@ -51,7 +51,8 @@ class Work {
 
 class Communicator {
  public:
-  // Collective over all ranks of `env`: rank 0 hosts the TCP store at MASTER_ADDR:MASTER_PORT.
+  // Collective over all ranks of `env`: rank 0 hosts the TCP store at MASTER_ADDR:MASTER_PORT,
+  // so rank 0 must outlive the others' use of any group (end a job with barrier()).
   Communicator(const JobEnv& env, CommOptions options = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;

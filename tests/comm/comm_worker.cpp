@@ -107,6 +107,8 @@ void scenario_ops(Communicator& comm) {
   for (int i = 0; i < per_node; ++i) expected += node * per_node + i;
   EXPECT(at::equal(t, at::full({3}, expected)), "shard group all_reduce gave ", t[0].item<float>(), " expected ", expected);
   check_ops(*groups.replica);
+  // Rank 0 hosts the store the sub-groups use: nobody leaves before everyone is done.
+  comm.barrier();
 }
 
 // Ranks pass different sizes: every rank gets an error naming both calls, nothing hangs, and
