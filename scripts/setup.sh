@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config ninja-build
   libtorch-dev python3-torch libopenblas0-openmp   # libtorch + the Python reference; OpenBLAS, not reference BLAS
   libgloo-dev                                       # flat all-gather / reduce-scatter that c10d lacks
+  libblas3 util-linux                               # reference BLAS + taskset: the doctor tests' slow BLAS and busy core
   libsentencepiece-dev sentencepiece                # tokenizer training and encoding
   nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -11,5 +11,7 @@ using Args = std::vector<std::string>;
 
 int cmd_data(const Args& args);   // data prepare
 int cmd_train(const Args& args);  // train --config ...
+int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ...`
+int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training
 
 }  // namespace cadre

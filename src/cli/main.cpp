@@ -20,6 +20,8 @@ struct Command {
 const Command kCommands[] = {
     {"data", "prepare a corpus: train a tokenizer, write packed token shards", cadre::cmd_data},
     {"train", "train a model from a YAML config", cadre::cmd_train},
+    {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
+    {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
 };
 
 void print_usage(std::FILE* out) {

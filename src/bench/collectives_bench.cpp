@@ -1,0 +1,342 @@
+// Collective benchmark in the nccl-tests layout: for each collective, dtype and reduction, a
+// row per size with out-of-place and in-place time, algorithm and bus bandwidth and the count
+// of wrong elements, then the "# Avg bus bandwidth" footer.
+#include "bench/collectives_bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "comm/c10d_baseline.h"
+#include "comm/comm.h"
+#include "core/error.h"
+
+namespace cadre::bench {
+namespace {
+
+using comm::Communicator;
+using comm::ReduceOp;
+
+enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, C10dAllReduce };
+
+struct CollectiveInfo {
+  const char* name;
+  Collective kind;
+  bool reduces;
+};
+
+const CollectiveInfo kCollectives[] = {
+    {"all_reduce", Collective::AllReduce, true},
+    {"all_gather", Collective::AllGather, false},
+    {"reduce_scatter", Collective::ReduceScatter, true},
+    {"broadcast", Collective::Broadcast, false},
+    {"c10d_all_reduce", Collective::C10dAllReduce, true},
+};
+
+// nccl-tests' bus bandwidth factors: what each link must carry relative to the data size.
+double bus_factor(Collective c, int n) {
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::C10dAllReduce: return 2.0 * (n - 1) / n;
+    case Collective::AllGather:
+    case Collective::ReduceScatter: return double(n - 1) / n;
+    case Collective::Broadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+// Inputs are small integers so every dtype represents every sum exactly:
+// rank r's element i is (r + 1) + (i % 3).
+at::Tensor pattern(int64_t numel, int64_t first_index, int rank, at::ScalarType dtype) {
+  return at::arange(first_index, first_index + numel, at::kLong).remainder(3).add(rank + 1).to(dtype);
+}
+
+// What element i of a reduction over n ranks of pattern() must be.
+at::Tensor reduced_pattern(int64_t numel, int64_t first_index, int n, ReduceOp op, at::ScalarType dtype) {
+  at::Tensor k = at::arange(first_index, first_index + numel, at::kLong).remainder(3);
+  at::Tensor sum = k.mul(n).add(int64_t(n) * (n + 1) / 2);
+  switch (op) {
+    case ReduceOp::Sum: return sum.to(dtype);
+    case ReduceOp::Max: return k.add(n).to(dtype);
+    case ReduceOp::Avg:
+      if (dtype == at::kLong) return sum.div(n, "trunc");
+      return sum.to(at::kFloat).div(n).to(dtype);
+  }
+  return sum;
+}
+
+int64_t count_wrong(const at::Tensor& got, const at::Tensor& expected) {
+  return got.reshape(-1).ne(expected.reshape(-1)).sum().item<int64_t>();
+}
+
+struct Result {
+  double time_us = 0;
+  int64_t wrong = 0;
+};
+
+// Buffers of one size for one collective; `in_place` aliases output and input as nccl-tests does.
+struct Case {
+  Collective kind;
+  at::ScalarType dtype;
+  ReduceOp op;
+  int64_t count;  // total elements (the printed count)
+  bool in_place;
+  int rank, n;
+  at::Tensor input, output;
+
+  void init() {
+    const int64_t per = count / n;
+    switch (kind) {
+      case Collective::AllReduce:
+      case Collective::C10dAllReduce:
+        output = pattern(count, 0, rank, dtype);
+        input = output;
+        break;
+      case Collective::Broadcast:
+        output = rank == 0 ? pattern(count, 0, 0, dtype) : at::zeros({count}, at::TensorOptions(dtype));
+        input = output;
+        break;
+      case Collective::AllGather:
+        output = at::zeros({count}, at::TensorOptions(dtype));
+        if (in_place) {
+          input = output.narrow(0, rank * per, per);
+          input.copy_(pattern(per, 0, rank, dtype));
+        } else {
+          input = pattern(per, 0, rank, dtype);
+        }
+        break;
+      case Collective::ReduceScatter:
+        input = pattern(count, 0, rank, dtype);
+        output = in_place ? input.narrow(0, rank * per, per) : at::zeros({per}, at::TensorOptions(dtype));
+        break;
+    }
+  }
+
+  int64_t wrong() const {
+    const int64_t per = count / n;
+    switch (kind) {
+      case Collective::AllReduce:
+      case Collective::C10dAllReduce: return count_wrong(output, reduced_pattern(count, 0, n, op, dtype));
+      case Collective::Broadcast: return count_wrong(output, pattern(count, 0, 0, dtype));
+      case Collective::AllGather: {
+        int64_t bad = 0;
+        for (int b = 0; b < n; ++b) bad += count_wrong(output.narrow(0, b * per, per), pattern(per, 0, b, dtype));
+        return bad;
+      }
+      case Collective::ReduceScatter: return count_wrong(output, reduced_pattern(per, rank * per, n, op, dtype));
+    }
+    return 0;
+  }
+};
+
+class Runner {
+ public:
+  Runner(const CollectivesBenchOptions& options, const comm::JobEnv& env)
+      : options_(options), env_(env), comm_(env, comm_options(options)) {}
+
+  Communicator& comm() { return comm_; }
+  // Collective: every rank connects the c10d baseline group at the same point.
+  void start_c10d() {
+    if (!c10d_) c10d_ = std::make_unique<comm::C10dGlooAllReduce>(env_, comm_.options().timeout);
+  }
+
+  Result run(Case& c) {
+    c.init();
+    comm_.barrier();
+    for (int64_t i = 0; i < options_.warmup; ++i) issue(c).wait();
+    comm_.barrier();
+    // Timed ops skip the cross-rank argument check: the warm-up already matched every rank.
+    comm_.set_validate(false);
+    auto start = std::chrono::steady_clock::now();
+    std::vector<comm::Work> works;
+    for (int64_t i = 0; i < options_.iters; ++i) works.push_back(issue(c));
+    for (auto& w : works) w.wait();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    comm_.set_validate(true);
+    // The slowest rank defines the collective's time.
+    at::Tensor t = at::full({1}, seconds / std::max<int64_t>(options_.iters, 1), at::kFloat);
+    comm_.all_reduce(t, ReduceOp::Max);
+    Result r;
+    r.time_us = t.item<float>() * 1e6;
+    if (options_.check) {
+      c.init();
+      issue(c).wait();
+      at::Tensor bad = at::full({1}, c.wrong(), at::kLong);
+      comm_.all_reduce(bad, ReduceOp::Sum);
+      r.wrong = bad.item<int64_t>();
+    }
+    return r;
+  }
+
+ private:
+  static comm::CommOptions comm_options(const CollectivesBenchOptions& o) {
+    comm::CommOptions c;
+    c.timeout = std::chrono::seconds(o.timeout_s);
+    return c;
+  }
+
+  comm::Work issue(Case& c) {
+    switch (c.kind) {
+      case Collective::AllReduce: return comm_.all_reduce_async(c.output, c.op);
+      case Collective::AllGather: return comm_.all_gather_async(c.output, c.input);
+      case Collective::ReduceScatter: return comm_.reduce_scatter_async(c.output, c.input, c.op);
+      case Collective::Broadcast: return comm_.broadcast_async(c.output, 0);
+      case Collective::C10dAllReduce:
+        // Synchronous: the baseline runs on c10d's own threads; an empty handle is finished.
+        c10d_->all_reduce(c.output, c.op);
+        return comm::Work();
+    }
+    return comm::Work();
+  }
+
+  CollectivesBenchOptions options_;
+  comm::JobEnv env_;
+  Communicator comm_;
+  std::unique_ptr<comm::C10dGlooAllReduce> c10d_;
+};
+
+std::string format_time(double us) {
+  char buf[32];
+  if (us < 10000) std::snprintf(buf, sizeof buf, "%7.2f", us);
+  else if (us < 1e6) std::snprintf(buf, sizeof buf, "%7.1f", us);
+  else std::snprintf(buf, sizeof buf, "%7.0f", us);
+  return buf;
+}
+
+void print_header(FILE* out) {
+  std::fprintf(out, "#\n");
+  std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %26s  %26s\n", "", "", "", "", "", "out-of-place", "in-place");
+  std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "size", "count", "type",
+               "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "",
+               "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text, const std::string& flag) {
+  CADRE_CONFIG_CHECK(!text.empty(), "flag ", flag, " needs a size");
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  CADRE_CONFIG_CHECK(used > 0, "flag ", flag, ": '", text, "' is not a size (e.g. 8, 64K, 16M, 1G)");
+  std::string suffix = text.substr(used);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1024.0;
+  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
+  else CADRE_CONFIG_CHECK(suffix.empty(), "flag ", flag, ": unknown size suffix in '", text, "' (use K, M or G)");
+  CADRE_CONFIG_CHECK(value >= 0, "flag ", flag, " must not be negative");
+  return static_cast<int64_t>(value * scale);
+}
+
+int run_collectives_bench(const CollectivesBenchOptions& options) {
+  CADRE_CONFIG_CHECK(options.min_bytes <= options.max_bytes, "-b ", options.min_bytes, " exceeds -e ", options.max_bytes);
+  CADRE_CONFIG_CHECK(options.step_factor >= 2 || options.min_bytes == options.max_bytes,
+                     "-f must be at least 2 when -b and -e differ");
+  CADRE_CONFIG_CHECK(options.iters >= 1 && options.warmup >= 0, "-n must be >= 1 and -w >= 0");
+
+  std::vector<const CollectiveInfo*> collectives;
+  for (const auto& name : options.collectives) {
+    bool found = false;
+    for (const auto& c : kCollectives)
+      if (name == "all" || name == c.name) collectives.push_back(&c), found = true;
+    CADRE_CONFIG_CHECK(found, "unknown collective '", name,
+                       "' (all_reduce, all_gather, reduce_scatter, broadcast, c10d_all_reduce, all)");
+  }
+  std::vector<at::ScalarType> dtypes;
+  for (const auto& d : options.dtypes) {
+    if (d == "all") dtypes.insert(dtypes.end(), {at::kFloat, at::kBFloat16, at::kHalf, at::kLong});
+    else dtypes.push_back(comm::parse_dtype(d));
+  }
+  std::vector<ReduceOp> ops;
+  for (const auto& o : options.redops) {
+    if (o == "all") ops.insert(ops.end(), {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max});
+    else ops.push_back(comm::parse_reduce_op(o));
+  }
+
+  const comm::JobEnv env = comm::JobEnv::from_env();
+  at::set_num_threads(1);
+  Runner runner(options, env);
+  const int n = runner.comm().size(), rank = runner.comm().rank();
+  FILE* out = stdout;
+  const bool printer = rank == 0;
+  if (printer) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    std::fprintf(out, "# cadre bench collectives: nRanks %d minBytes %lld maxBytes %lld step: %lld(factor) warmup iters: %lld iters: %lld validation: %d\n",
+                 n, (long long)options.min_bytes, (long long)options.max_bytes, (long long)options.step_factor,
+                 (long long)options.warmup, (long long)options.iters, options.check ? 1 : 0);
+    std::fprintf(out, "# backend %s (tcp) on %s, pid %d; times are the slowest rank's mean per op\n",
+                 runner.comm().backend(), host, (int)getpid());
+  }
+  for (const CollectiveInfo* c : collectives)
+    if (c->kind == Collective::C10dAllReduce) runner.start_c10d();
+  int64_t total_wrong = 0;
+  for (const CollectiveInfo* c : collectives) {
+    for (at::ScalarType dtype : dtypes) {
+      std::vector<std::optional<ReduceOp>> redops;
+      if (c->reduces) redops.assign(ops.begin(), ops.end());
+      else redops.push_back(std::nullopt);
+      for (const auto& op : redops) {
+        if (c->kind == Collective::C10dAllReduce && (dtype != at::kFloat || op == ReduceOp::Avg)) {
+          if (printer)
+            std::fprintf(out, "#\n# c10d_all_reduce %s %s: skipped (c10d Gloo 1.13 supports float sum/max only)\n",
+                         comm::dtype_name(dtype).c_str(), comm::reduce_op_name(*op));
+          continue;
+        }
+        if (printer) {
+          std::fprintf(out, "#\n# Collective test: %s  dtype %s%s%s\n", c->name, comm::dtype_name(dtype).c_str(),
+                       op ? "  redop " : "", op ? comm::reduce_op_name(*op) : "");
+          print_header(out);
+        }
+        double busbw_sum = 0;
+        int busbw_count = 0;
+        const int64_t elem = int64_t(c10::elementSize(dtype));
+        for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes;
+             bytes = options.step_factor >= 2 ? bytes * options.step_factor : options.max_bytes + 1) {
+          int64_t count = bytes / elem;
+          if (c->kind == Collective::AllGather || c->kind == Collective::ReduceScatter) count = count / n * n;
+          const int64_t size = count * elem;
+          Result results[2];
+          for (int place = 0; place < 2; ++place) {
+            Case k{c->kind, dtype, op.value_or(ReduceOp::Sum), count, place == 1, rank, n, {}, {}};
+            results[place] = runner.run(k);
+            total_wrong += results[place].wrong;
+          }
+          if (!printer) continue;
+          std::fprintf(out, "  %10lld  %12lld  %8s  %6s  %6d", (long long)size, (long long)count,
+                       comm::dtype_name(dtype).c_str(), op ? comm::reduce_op_name(*op) : "none",
+                       c->kind == Collective::Broadcast ? 0 : -1);
+          for (const Result& r : results) {
+            double algbw = r.time_us > 0 ? size / (r.time_us * 1e-6) / 1e9 : 0;
+            double busbw = algbw * bus_factor(c->kind, n);
+            busbw_sum += busbw;
+            ++busbw_count;
+            std::string wrong = options.check ? std::to_string(r.wrong) : "N/A";
+            std::fprintf(out, "  %s  %6.2f  %6.2f  %5s", format_time(r.time_us).c_str(), algbw, busbw, wrong.c_str());
+          }
+          std::fprintf(out, "\n");
+          std::fflush(out);
+        }
+        if (printer) {
+          std::fprintf(out, "# Out of bounds values : %lld %s\n", (long long)total_wrong, total_wrong ? "FAILED" : "OK");
+          std::fprintf(out, "# Avg bus bandwidth    : %g \n", busbw_count ? busbw_sum / busbw_count : 0.0);
+        }
+      }
+    }
+  }
+  if (printer) std::fprintf(out, "#\n");
+  return total_wrong ? 1 : 0;
+}
+
+}  // namespace cadre::bench

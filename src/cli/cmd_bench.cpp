@@ -1,0 +1,57 @@
+// `cadre bench <what>`: benchmark command group. `collectives` takes the nccl-tests flags
+// (-b -e -f -n -w -c -d -o) and the collectives to time as positional arguments.
+#include <cstdio>
+
+#include "bench/collectives_bench.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+
+namespace cadre {
+namespace {
+
+int bench_collectives(const Args& args) {
+  bench::CollectivesBenchOptions o;
+  std::string min_bytes = "32M", max_bytes = "32M";
+  int64_t check = 1;
+  std::string dtype = "float", redop = "sum";
+  Flags flags(
+      "cadre bench collectives [all_reduce|all_gather|reduce_scatter|broadcast|c10d_all_reduce|all]... [flags]\n"
+      "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.");
+  flags.add("-b", &min_bytes, "minimum size in bytes (K, M, G suffixes; default 32M)");
+  flags.add("-e", &max_bytes, "maximum size in bytes (default 32M)");
+  flags.add("-f", &o.step_factor, "multiplication factor between sizes (default 2)");
+  flags.add("-n", &o.iters, "timed iterations per size (default 20)");
+  flags.add("-w", &o.warmup, "warm-up iterations per size (default 5)");
+  flags.add("-c", &check, "check results: 1 or 0 (default 1)");
+  flags.add("-d", &dtype, "float, bfloat16, half, int64 or all (default float)");
+  flags.add("-o", &redop, "reduction: sum, avg, max or all (default sum)");
+  flags.add("--timeout", &o.timeout_s, "seconds before an op fails (default 120)");
+  auto positional = flags.parse(args);
+  o.min_bytes = bench::parse_byte_size(min_bytes, "-b");
+  o.max_bytes = bench::parse_byte_size(max_bytes, "-e");
+  CADRE_CONFIG_CHECK(check == 0 || check == 1, "-c takes 0 or 1, got ", check);
+  o.check = check == 1;
+  o.dtypes = {dtype};
+  o.redops = {redop};
+  if (!positional.empty()) o.collectives = positional;
+  return bench::run_collectives_bench(o);
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  const char* usage =
+      "usage: cadre bench <what> [args...]\n\n"
+      "  collectives   all_reduce / all_gather / reduce_scatter / broadcast timings (nccl-tests layout)\n";
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::fputs(usage, args.empty() ? stderr : stdout);
+    if (args.empty()) throw ConfigError("cadre bench needs a benchmark name");
+    return 0;
+  }
+  Args rest(args.begin() + 1, args.end());
+  if (args[0] == "collectives") return bench_collectives(rest);
+  throw ConfigError(str("unknown benchmark '", args[0], "'\n", usage));
+}
+
+}  // namespace cadre

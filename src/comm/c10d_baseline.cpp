@@ -1,0 +1,42 @@
+// c10d ProcessGroupGloo all-reduce over its own prefix of the job's TCP store.
+#include "comm/c10d_baseline.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "core/error.h"
+
+namespace cadre::comm {
+
+struct C10dGlooAllReduce::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+C10dGlooAllReduce::C10dGlooAllReduce(const JobEnv& env, std::chrono::milliseconds timeout) : impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(env.master_port);
+  store_options.isServer = false;
+  store_options.waitWorkers = false;
+  store_options.timeout = timeout;
+  auto client = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  auto store = c10::make_intrusive<c10d::PrefixStore>("cadre/c10d_baseline", client);
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+  options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+}
+
+C10dGlooAllReduce::~C10dGlooAllReduce() = default;
+
+void C10dGlooAllReduce::all_reduce(at::Tensor tensor, ReduceOp op) {
+  CADRE_CHECK(tensor.scalar_type() == at::kFloat, "c10d Gloo baseline runs float32 only, got ", tensor.scalar_type());
+  CADRE_CHECK(op != ReduceOp::Avg, "c10d Gloo 1.13 has no AVG reduction");
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = op == ReduceOp::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+  impl_->group->allreduce(tensors, opts)->wait();
+}
+
+}  // namespace cadre::comm

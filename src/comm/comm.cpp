@@ -1,0 +1,578 @@
+// Communicator implementation: the c10d TCPStore for rendezvous, a Gloo TCP context per
+// generation, a communication thread that runs ops in issue order, argument checks, the
+// cross-rank (op, dtype, numel) check, failure diagnosis from arrival marks, and rebuild.
+#include "comm/comm.h"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <ATen/ATen.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "comm/nccl_group.h"
+#include "comm/ring.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace cadre::comm {
+
+// ---------------------------------------------------------------------------------------------
+// Names and environment
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::Sum;
+  if (name == "avg") return ReduceOp::Avg;
+  if (name == "max") return ReduceOp::Max;
+  throw ConfigError(str("unknown reduction '", name, "' (expected sum, avg or max)"));
+}
+
+std::string dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "half";
+    case at::kLong: return "int64";
+    default: return c10::toString(type);
+  }
+}
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float" || name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  if (name == "half" || name == "float16" || name == "fp16") return at::kHalf;
+  if (name == "int64" || name == "long" || name == "int64_t") return at::kLong;
+  throw ConfigError(str("unsupported dtype '", name, "' (expected float, bfloat16, half or int64)"));
+}
+
+static int env_int(const char* name, int fallback, bool required) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    CADRE_CONFIG_CHECK(!required, "environment variable ", name,
+                       " is not set (run under `cadre run` or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+    return fallback;
+  }
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  CADRE_CONFIG_CHECK(end && *end == 0, "environment variable ", name, "='", v, "' is not an integer");
+  return static_cast<int>(x);
+}
+
+JobEnv JobEnv::from_env() {
+  JobEnv env;
+  env.world_size = env_int("WORLD_SIZE", 1, false);
+  env.rank = env_int("RANK", 0, env.world_size > 1);
+  env.master_port = env_int("MASTER_PORT", 29500, env.world_size > 1);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) env.master_addr = a;
+  CADRE_CONFIG_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size, "RANK=", env.rank,
+                     " is outside WORLD_SIZE=", env.world_size);
+  CADRE_CONFIG_CHECK(env.master_port > 0 && env.master_port < 65536, "MASTER_PORT=", env.master_port, " is not a port");
+  return env;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Work handles
+
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  std::exception_ptr error;
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+    error = e;
+    cv.notify_all();
+  }
+};
+
+void Work::wait() {
+  if (!state_) return;  // an empty handle stands for work that finished synchronously
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->finished; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::done() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->finished;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Implementation
+
+namespace {
+
+// Gloo's rendezvous reads and writes through this view of the c10d store.
+class GlooStoreOverC10d : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStoreOverC10d(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::vector<uint8_t>(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto v = store_->get(key);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    store_->wait(keys, timeout);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+enum class OpKind : int64_t { AllReduce = 1, AllGather, ReduceScatter, Broadcast, Barrier };
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+// What one rank is about to do; compared across ranks before data moves.
+struct OpSignature {
+  OpKind kind = OpKind::Barrier;
+  at::ScalarType dtype = at::kByte;
+  int64_t numel = 0;  // elements of the input
+  int64_t detail = 0; // reduction or root
+  std::string describe() const {
+    std::string s = op_kind_name(kind);
+    if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter)
+      s += str("(", reduce_op_name(static_cast<ReduceOp>(detail)), ")");
+    if (kind == OpKind::Broadcast) s += str("(root ", detail, ")");
+    if (kind != OpKind::Barrier)
+      s += str(" of ", numel, " x ", dtype_name(dtype), " (", numel * int64_t(c10::elementSize(dtype)), " bytes)");
+    return s;
+  }
+};
+
+// Marks a failure detected before any data moved: the communicator stays usable.
+struct MismatchError : Error {
+  using Error::Error;
+};
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string local_hostname_for(const std::string& master_addr) {
+  if (const char* h = std::getenv("CADRE_COMM_HOST"); h && *h) return h;
+  if (is_loopback(master_addr)) return "127.0.0.1";
+  char name[256] = {0};
+  CADRE_CHECK(gethostname(name, sizeof name - 1) == 0, "gethostname failed");
+  return name;
+}
+
+}  // namespace
+
+struct Communicator::Impl {
+  // Shared by a world communicator and its sub-groups.
+  c10::intrusive_ptr<c10d::Store> root_store;
+  std::shared_ptr<gloo::transport::Device> device;
+
+  std::string tag;                // "world" or the sub-group tag
+  std::vector<int> global_ranks;  // group rank -> job rank
+  int rank = 0, size = 1;
+  CommOptions options;
+  std::atomic<bool> validate{true};
+
+  // Owned by the communication thread.
+  int generation = 0;
+  int64_t seq = 0;
+  c10::intrusive_ptr<c10d::Store> store;  // prefixed by tag and generation
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  ring::Scratch scratch;
+  std::unique_ptr<NcclGroup> nccl;  // CUDA tensors, when libtorch has NCCL (untested here)
+
+  std::atomic<bool> poisoned{false};
+  std::string poison_reason;
+
+  std::mutex queue_mu;
+  std::condition_variable queue_cv;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+  std::thread worker;
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu);
+      stopping = true;
+    }
+    queue_cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+
+  void start() {
+    validate = options.validate;
+    connect();
+    worker = std::thread([this] { loop(); });
+  }
+
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(queue_mu);
+        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      task();
+    }
+  }
+
+  Work submit(std::function<void()> body) {
+    auto state = std::make_shared<Work::State>();
+    {
+      std::lock_guard<std::mutex> lock(queue_mu);
+      queue.push_back([state, body = std::move(body)] {
+        try {
+          body();
+          state->finish(nullptr);
+        } catch (...) {
+          state->finish(std::current_exception());
+        }
+      });
+    }
+    queue_cv.notify_one();
+    return Work(state);
+  }
+
+  std::string where() const { return str("group '", tag, "' rank ", rank, "/", size, " (job rank ", global_ranks[rank], ")"); }
+
+  void connect() {
+    store = c10::make_intrusive<c10d::PrefixStore>(str("cadre/comm/", tag, "/gen", generation), root_store);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(options.timeout);
+    GlooStoreOverC10d gloo_store(store);
+    try {
+      ctx->connectFullMesh(gloo_store, device);
+    } catch (const std::exception& e) {
+      throw Error(str("connecting ", where(), " (generation ", generation, ") failed: ", e.what()));
+    }
+    context = std::move(ctx);
+    seq = 0;
+    if (NcclGroup::usable()) {
+      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>(str("cadre/nccl/", tag, "/gen", generation), root_store);
+      nccl = std::make_unique<NcclGroup>(nccl_store, rank, size, options.timeout);
+    }
+  }
+
+  // Ranks of this group that have not reached op `seq`, from the arrival marks in the store.
+  std::string missing_ranks() {
+    if (!validate) return "ranks not tracked (validation off)";
+    std::string missing;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      std::string key = str("arrive/", r), last = "none";
+      try {
+        if (store->check({key})) {
+          auto v = store->get(key);
+          last.assign(v.begin(), v.end());
+        }
+      } catch (const std::exception& e) {
+        last = str("unknown (store unreachable: ", e.what(), ")");
+      }
+      int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
+      if (their_seq < seq)
+        missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ",
+                       last == "none" ? std::string("none") : last, ")");
+    }
+    return missing.empty() ? "every rank arrived" : "did not arrive: " + missing;
+  }
+
+  // Runs one op on the communication thread: arrival mark, cross-rank check, data movement.
+  void run(const OpSignature& sig, const std::function<void(uint64_t slot, ring::Deadline)>& move) {
+    CADRE_CHECK(!poisoned, sig.describe(), " on ", where(), ": communicator is unusable after an earlier failure (",
+                poison_reason, "); call rebuild() on every rank");
+    ++seq;
+    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    // Each op owns four slots: the header exchange and up to three data phases.
+    const uint64_t header_slot = uint64_t(seq) * 4, data_slot = header_slot + 1;
+    try {
+      if (validate && size > 1) {
+        store->set(str("arrive/", rank), [&] {
+          std::string v = str(seq, " ", sig.describe());
+          return std::vector<uint8_t>(v.begin(), v.end());
+        }());
+        std::vector<int64_t> headers(4 * size);
+        int64_t* mine = headers.data() + 4 * rank;
+        mine[0] = static_cast<int64_t>(sig.kind);
+        mine[1] = static_cast<int64_t>(sig.dtype);
+        mine[2] = sig.numel;
+        mine[3] = sig.detail;
+        ring::all_gather(*context, header_slot, mine, headers.data(), 4 * sizeof(int64_t), deadline);
+        std::string disagree;
+        for (int r = 0; r < size; ++r) {
+          const int64_t* h = headers.data() + 4 * r;
+          OpSignature theirs{static_cast<OpKind>(h[0]), static_cast<at::ScalarType>(h[1]), h[2], h[3]};
+          if (std::equal(h, h + 4, mine)) continue;
+          disagree += str("; rank ", global_ranks[r], " called ", theirs.describe());
+        }
+        if (!disagree.empty())
+          throw MismatchError(str(sig.describe(), " on ", where(), ": ranks called different ops or sizes (this rank called ",
+                                  sig.describe(), disagree, "); nothing was sent"));
+      }
+      move(data_slot, deadline);
+    } catch (const MismatchError&) {
+      throw;
+    } catch (const std::exception& e) {
+      poisoned = true;
+      poison_reason = str(sig.describe(), " failed: ", e.what());
+      throw Error(str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
+                      " ms timeout or peer error: ", e.what(), "; ", missing_ranks()));
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks and dtype plumbing
+
+namespace {
+
+bool supported_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kLong;
+}
+
+void check_tensor(const at::Tensor& t, const char* op, const char* role) {
+  CADRE_CHECK(t.defined(), op, ": ", role, " tensor is undefined");
+  CADRE_CHECK(t.device().is_cpu() || (t.device().is_cuda() && NcclGroup::usable()), op, ": ", role, " tensor is on ",
+              t.device(), "; Gloo moves CPU tensors and this libtorch has no NCCL for others");
+  CADRE_CHECK(supported_dtype(t.scalar_type()), op, ": ", role, " dtype ", t.scalar_type(),
+              " is not supported (float32, bfloat16, float16, int64)");
+  CADRE_CHECK(t.is_contiguous(), op, ": ", role, " tensor must be contiguous");
+}
+
+// Reductions run on float32 (float types) or int64.
+at::ScalarType accumulate_dtype(at::ScalarType t) { return t == at::kLong ? at::kLong : at::kFloat; }
+ring::Elem ring_elem(at::ScalarType acc) { return acc == at::kLong ? ring::Elem::I64 : ring::Elem::F32; }
+ring::Combine ring_combine(ReduceOp op) { return op == ReduceOp::Max ? ring::Combine::Max : ring::Combine::Sum; }
+
+void divide_for_average(at::Tensor block, int size) {
+  if (block.scalar_type() == at::kLong)
+    block.div_(size, "trunc");
+  else
+    block.div_(size);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Communicator
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator::Communicator(const JobEnv& env, CommOptions options) : impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = false;
+  store_options.timeout = options.timeout;
+  try {
+    // One process alone needs no network store (and takes no port).
+    if (env.world_size == 1)
+      impl_->root_store = c10::make_intrusive<c10d::HashStore>();
+    else
+      impl_->root_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error(str("rank ", env.rank, ": cannot ", env.rank == 0 ? "host" : "reach", " the TCP store at ",
+                    env.master_addr, ":", env.master_port, ": ", e.what()));
+  }
+  gloo::transport::tcp::attr attr;
+  attr.hostname = local_hostname_for(env.master_addr);
+  impl_->device = gloo::transport::tcp::CreateDevice(attr);
+  impl_->tag = "world";
+  for (int r = 0; r < env.world_size; ++r) impl_->global_ranks.push_back(r);
+  impl_->rank = env.rank;
+  impl_->size = env.world_size;
+  impl_->options = options;
+  impl_->start();
+  log::set_rank(env.rank);
+}
+
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+const std::string& Communicator::name() const { return impl_->tag; }
+const char* Communicator::backend() const { return impl_->nccl ? "gloo+nccl" : "gloo"; }
+const CommOptions& Communicator::options() const { return impl_->options; }
+void Communicator::set_validate(bool validate) { impl_->validate = validate; }
+bool Communicator::poisoned() const { return impl_->poisoned; }
+
+Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
+  check_tensor(tensor, "all_reduce", "input");
+  OpSignature sig{OpKind::AllReduce, tensor.scalar_type(), tensor.numel(), static_cast<int64_t>(op)};
+  Impl* impl = impl_.get();
+  return impl->submit([impl, tensor, op, sig] {
+    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (tensor.is_cuda()) return impl->nccl->all_reduce(tensor, op);
+      const int n = impl->size, r = impl->rank;
+      const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
+      if (numel == 0) return;
+      const at::ScalarType acc = accumulate_dtype(tensor.scalar_type());
+      const bool in_place = tensor.scalar_type() == acc && padded == numel;
+      at::Tensor work = tensor.view(-1);
+      if (!in_place) {
+        work = at::zeros({padded}, tensor.options().dtype(acc));
+        work.narrow(0, 0, numel).copy_(tensor.view(-1));
+      }
+      at::Tensor mine = work.narrow(0, r * block, block);
+      ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(acc),
+                           ring_combine(op), deadline, impl->scratch);
+      if (op == ReduceOp::Avg) divide_for_average(mine, n);
+      ring::all_gather(*impl->context, slot + 1, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
+      if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
+    });
+  });
+}
+
+Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
+  check_tensor(input, "all_gather", "input");
+  check_tensor(output, "all_gather", "output");
+  CADRE_CHECK(output.scalar_type() == input.scalar_type(), "all_gather: output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  CADRE_CHECK(output.numel() == input.numel() * size(), "all_gather: output has ", output.numel(),
+              " elements; expected world size ", size(), " x input ", input.numel());
+  OpSignature sig{OpKind::AllGather, input.scalar_type(), input.numel(), 0};
+  Impl* impl = impl_.get();
+  return impl->submit([impl, output, input, sig] {
+    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (input.is_cuda()) return impl->nccl->all_gather(output, input);
+      const size_t block_bytes = input.numel() * input.element_size();
+      if (block_bytes == 0) return;
+      ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
+    });
+  });
+}
+
+Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op) {
+  check_tensor(input, "reduce_scatter", "input");
+  check_tensor(output, "reduce_scatter", "output");
+  CADRE_CHECK(output.scalar_type() == input.scalar_type(), "reduce_scatter: output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  CADRE_CHECK(input.numel() == output.numel() * size(), "reduce_scatter: input has ", input.numel(),
+              " elements; expected world size ", size(), " x output ", output.numel());
+  OpSignature sig{OpKind::ReduceScatter, input.scalar_type(), input.numel(), static_cast<int64_t>(op)};
+  Impl* impl = impl_.get();
+  return impl->submit([impl, output, input, op, sig] {
+    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (input.is_cuda()) return impl->nccl->reduce_scatter(output, input, op);
+      const int64_t block = output.numel();
+      if (block == 0) return;
+      const at::ScalarType acc = accumulate_dtype(input.scalar_type());
+      const bool direct = input.scalar_type() == acc;
+      at::Tensor in = direct ? input : input.to(acc);
+      at::Tensor out = direct ? output : at::empty({block}, input.options().dtype(acc));
+      ring::reduce_scatter(*impl->context, slot, in.data_ptr(), out.data_ptr(), block, ring_elem(acc),
+                           ring_combine(op), deadline, impl->scratch);
+      if (op == ReduceOp::Avg) divide_for_average(out, impl->size);
+      if (!direct) output.view(-1).copy_(out);
+    });
+  });
+}
+
+Work Communicator::broadcast_async(at::Tensor tensor, int root) {
+  check_tensor(tensor, "broadcast", "input");
+  CADRE_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is outside the group of ", size());
+  OpSignature sig{OpKind::Broadcast, tensor.scalar_type(), tensor.numel(), root};
+  Impl* impl = impl_.get();
+  return impl->submit([impl, tensor, root, sig] {
+    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
+      if (tensor.is_cuda()) return impl->nccl->broadcast(tensor, root);
+      ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
+    });
+  });
+}
+
+Work Communicator::barrier_async() {
+  Impl* impl = impl_.get();
+  return impl->submit([impl] {
+    impl->run(OpSignature{}, [&](uint64_t slot, ring::Deadline deadline) {
+      std::vector<int64_t> marks(impl->size, 1);
+      ring::all_gather(*impl->context, slot, marks.data() + impl->rank, marks.data(), sizeof(int64_t), deadline);
+    });
+  });
+}
+
+void Communicator::rebuild() {
+  Impl* impl = impl_.get();
+  impl->submit([impl] {
+    if (impl->context) impl->context->closeConnections();
+    impl->context.reset();
+    ++impl->generation;
+    impl->connect();
+    impl->poisoned = false;
+    impl->poison_reason.clear();
+    log::info(str("communicator ", impl->where(), " rebuilt (generation ", impl->generation, ")"));
+  }).wait();
+}
+
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ranks, const std::string& tag) {
+  CADRE_CHECK(!ranks.empty(), "subgroup '", tag, "': no ranks");
+  for (size_t i = 1; i < ranks.size(); ++i)
+    CADRE_CHECK(ranks[i - 1] < ranks[i], "subgroup '", tag, "': ranks must be sorted and distinct");
+  auto sub = std::make_unique<Impl>();
+  sub->root_store = impl_->root_store;
+  sub->device = impl_->device;
+  sub->tag = impl_->tag == "world" ? tag : impl_->tag + "." + tag;
+  sub->options = impl_->options;
+  sub->size = static_cast<int>(ranks.size());
+  sub->rank = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    CADRE_CHECK(ranks[i] >= 0 && ranks[i] < size(), "subgroup '", tag, "': rank ", ranks[i], " is outside the group of ", size());
+    sub->global_ranks.push_back(impl_->global_ranks[ranks[i]]);
+    if (ranks[i] == rank()) sub->rank = static_cast<int>(i);
+  }
+  CADRE_CHECK(sub->rank >= 0, "subgroup '", tag, "': this rank (", rank(), ") is not a member");
+  sub->start();
+  return std::unique_ptr<Communicator>(new Communicator(std::move(sub)));
+}
+
+HybridGroups make_hybrid_groups(Communicator& world, int ranks_per_node) {
+  const int n = world.size();
+  CADRE_CHECK(ranks_per_node > 0 && n % ranks_per_node == 0, "hybrid groups: world size ", n,
+              " is not a multiple of ranks per node ", ranks_per_node);
+  const int node = world.rank() / ranks_per_node, local = world.rank() % ranks_per_node;
+  std::vector<int> shard, replica;
+  for (int i = 0; i < ranks_per_node; ++i) shard.push_back(node * ranks_per_node + i);
+  for (int m = 0; m < n / ranks_per_node; ++m) replica.push_back(m * ranks_per_node + local);
+  HybridGroups groups;
+  groups.shard = world.subgroup(shard, str("shard", node));
+  groups.replica = world.subgroup(replica, str("replica", local));
+  return groups;
+}
+
+}  // namespace cadre::comm

@@ -1,0 +1,116 @@
+// Communicator: collectives between the ranks of a job (all_reduce, all_gather, reduce_scatter,
+// broadcast, barrier) for float32, bfloat16, float16 and int64, asynchronous with handles, with
+// a timeout on every op and errors that name the op, size, dtype and the ranks that did not
+// arrive. Gloo over TCP on CPU; the c10d/Gloo types stay in the .cpp files.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cadre::comm {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* reduce_op_name(ReduceOp op);
+ReduceOp parse_reduce_op(const std::string& name);  // "sum" | "avg" | "max"; ConfigError otherwise
+
+struct CommOptions {
+  // Deadline for each op (and for connecting). A rank missing for longer fails the op.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Exchange (op, dtype, numel) with every peer before moving data, so mismatched calls are
+  // reported instead of corrupting or hanging. Costs one small round trip per op.
+  bool validate = true;
+};
+
+// Where the job's rendezvous store is and who this process is. from_env() reads the launcher's
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names).
+struct JobEnv {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  static JobEnv from_env();
+};
+
+// Handle of an issued op. wait() blocks until it finished and rethrows its error.
+class Work {
+ public:
+  Work() = default;
+  void wait();
+  bool done() const;
+  struct State;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class Communicator {
+ public:
+  // Collective over all ranks of `env`: rank 0 hosts the TCP store at MASTER_ADDR:MASTER_PORT,
+  // so rank 0 must outlive the others' use of any group (end a job with barrier()).
+  Communicator(const JobEnv& env, CommOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  const std::string& name() const;     // "world" or the sub-group's name
+  const char* backend() const;         // "gloo"
+  const CommOptions& options() const;
+  void set_validate(bool validate);     // takes effect for ops issued afterwards
+
+  // Ops run one after another in issue order on a communication thread; they must be issued
+  // in the same order on every rank. Tensors must stay alive and untouched until wait().
+  // Reductions of bfloat16/float16 accumulate in float32 and round once.
+  Work all_reduce_async(at::Tensor tensor, ReduceOp op = ReduceOp::Sum);
+  // output.numel() == size() * input.numel(); rank r's input lands at offset r * input.numel().
+  Work all_gather_async(at::Tensor output, at::Tensor input);
+  // input.numel() == size() * output.numel(); rank r receives the reduction of chunk r.
+  Work reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op = ReduceOp::Sum);
+  Work broadcast_async(at::Tensor tensor, int root);
+  Work barrier_async();
+
+  void all_reduce(at::Tensor t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op).wait(); }
+  void all_gather(at::Tensor out, at::Tensor in) { all_gather_async(out, in).wait(); }
+  void reduce_scatter(at::Tensor out, at::Tensor in, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(out, in, op).wait();
+  }
+  void broadcast(at::Tensor t, int root) { broadcast_async(t, root).wait(); }
+  void barrier() { barrier_async().wait(); }
+
+  // True after an op failed: every later op throws until rebuild().
+  bool poisoned() const;
+  // Collective: drops the failed connections and connects afresh (new store generation).
+  // Every rank of this communicator calls it after a failure.
+  void rebuild();
+
+  // Collective over the ranks in `ranks` (sorted, distinct, must include this rank); only
+  // those ranks call it. `tag` must be unique per group in the job ("shard0", "replica1").
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& tag);
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// HYBRID_SHARD layout: ranks [n*k, n*k + k) form node n's shard group; ranks with the same
+// local index across nodes form a replica group. Collective over all ranks of `world`.
+struct HybridGroups {
+  std::unique_ptr<Communicator> shard;    // within a node
+  std::unique_ptr<Communicator> replica;  // across nodes
+};
+HybridGroups make_hybrid_groups(Communicator& world, int ranks_per_node);
+
+// Human name of a dtype as the bench prints it ("float", "bfloat16", "half", "int64").
+std::string dtype_name(at::ScalarType type);
+at::ScalarType parse_dtype(const std::string& name);  // accepts nccl-tests names; ConfigError otherwise
+
+}  // namespace cadre::comm

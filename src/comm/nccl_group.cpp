@@ -1,0 +1,81 @@
+// ProcessGroupNCCL wrapper for CUDA tensors (see nccl_group.h); a stub without USE_C10D_NCCL.
+#include "comm/nccl_group.h"
+
+#include "core/error.h"
+
+#ifdef USE_C10D_NCCL
+#include <ATen/Context.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace cadre::comm {
+
+#ifdef USE_C10D_NCCL
+
+struct NcclGroup::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> group;
+};
+
+namespace {
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::Avg: return c10d::ReduceOp::AVG;  // NCCL >= 2.10
+    case ReduceOp::Max: return c10d::ReduceOp::MAX;
+  }
+  return c10d::ReduceOp::SUM;
+}
+}  // namespace
+
+bool NcclGroup::usable() { return at::hasCUDA(); }
+
+NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+}
+
+void NcclGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  impl_->group->allreduce(tensors, options)->wait();
+}
+
+void NcclGroup::all_gather(at::Tensor output, at::Tensor input) {
+  impl_->group->_allgather_base(output, input)->wait();
+}
+
+void NcclGroup::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op) {
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op);
+  impl_->group->_reduce_scatter_base(output, input, options)->wait();
+}
+
+void NcclGroup::broadcast(at::Tensor tensor, int root) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  impl_->group->broadcast(tensors, options)->wait();
+}
+
+#else  // no NCCL in this libtorch
+
+struct NcclGroup::Impl {};
+
+bool NcclGroup::usable() { return false; }
+
+NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds) {
+  throw Error("this libtorch was built without NCCL (USE_C10D_NCCL): CUDA tensors cannot be communicated");
+}
+void NcclGroup::all_reduce(at::Tensor, ReduceOp) {}
+void NcclGroup::all_gather(at::Tensor, at::Tensor) {}
+void NcclGroup::reduce_scatter(at::Tensor, at::Tensor, ReduceOp) {}
+void NcclGroup::broadcast(at::Tensor, int) {}
+
+#endif
+
+NcclGroup::~NcclGroup() = default;
+
+}  // namespace cadre::comm

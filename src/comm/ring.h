@@ -1,0 +1,42 @@
+// Ring collectives over one Gloo context's point-to-point transport: the data-moving halves of
+// the Communicator's ops. Buffers are raw host memory; every wait honours one deadline.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace gloo {
+class Context;
+}
+
+namespace cadre::comm::ring {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+enum class Elem { F32, I64 };
+
+// Receive buffers kept between ops so large collectives do not page-fault fresh memory each time.
+struct Scratch {
+  char* get(int which, size_t bytes);
+  std::unique_ptr<char[]> buffers[2];
+  size_t capacity[2] = {0, 0};
+};
+enum class Combine { Sum, Max };
+
+// `data` holds size() blocks of `block_bytes`; `own` is this rank's contribution, either already
+// at data + rank*block_bytes or elsewhere (then it is sent from there and copied in while the
+// first exchange is on the wire). On return every block holds its owner's contribution.
+void all_gather(gloo::Context& ctx, uint64_t slot, const void* own, void* data, size_t block_bytes,
+                Deadline deadline);
+
+// `input` holds size() blocks of `block_elems` elements and is not modified; `output` (one
+// block, may alias input's block `rank`) receives the reduction of every rank's block `rank`.
+void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* output, size_t block_elems,
+                    Elem elem, Combine combine, Deadline deadline, Scratch& scratch);
+
+// `data` (nbytes) on `root` is copied to every other rank.
+void broadcast(gloo::Context& ctx, uint64_t slot, void* data, size_t nbytes, int root, Deadline deadline);
+
+}  // namespace cadre::comm::ring

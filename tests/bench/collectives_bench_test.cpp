@@ -1,0 +1,57 @@
+// `cadre bench collectives` with 2 ranks: a table for every collective, dtype and reduction,
+// no wrong elements, the nccl-tests columns and footer.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "comm/rank_processes.h"
+
+namespace {
+
+using cadre::testing::describe;
+using cadre::testing::run_ranks;
+
+TEST(BenchCollectives, PrintsEveryOpAndDtypeWithNoWrongResults) {
+  auto results = run_ranks(2, {CADRE_BIN, "bench", "collectives", "all", "-b", "64", "-e", "64K", "-f", "1024", "-n", "2",
+                               "-w", "1", "-d", "all", "-o", "all"});
+  ASSERT_EQ(results[0].exit_code, 0) << describe(results);
+  ASSERT_EQ(results[1].exit_code, 0) << describe(results);
+  const std::string& out = results[0].output;
+  EXPECT_NE(out.find("#wrong"), std::string::npos);
+  EXPECT_NE(out.find("algbw"), std::string::npos);
+  for (const char* dtype : {"float", "bfloat16", "half", "int64"}) {
+    for (const char* op : {"sum", "avg", "max"}) {
+      for (const char* coll : {"all_reduce", "reduce_scatter"})
+        EXPECT_NE(out.find(std::string("# Collective test: ") + coll + "  dtype " + dtype + "  redop " + op), std::string::npos)
+            << coll << " " << dtype << " " << op << "\n" << out;
+    }
+    for (const char* coll : {"all_gather", "broadcast"})
+      EXPECT_NE(out.find(std::string("# Collective test: ") + coll + "  dtype " + dtype + "\n"), std::string::npos) << out;
+  }
+  EXPECT_NE(out.find("# Collective test: c10d_all_reduce  dtype float  redop sum"), std::string::npos);
+  // Data rows: size count type redop root, then (time algbw busbw #wrong) twice.
+  std::istringstream lines(out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string x; fields >> x;) f.push_back(x);
+    ASSERT_EQ(f.size(), 13u) << line;
+    EXPECT_EQ(f[8], "0") << line;
+    EXPECT_EQ(f[12], "0") << line;
+    ++rows;
+  }
+  // 4 dtypes x (2 reducing collectives x 3 ops + 2 others) + c10d float sum/max, 2 sizes each.
+  EXPECT_EQ(rows, 2 * (4 * (2 * 3 + 2) + 2)) << out;
+  EXPECT_NE(out.find("# Avg bus bandwidth"), std::string::npos);
+}
+
+TEST(BenchCollectives, BadFlagIsAConfigError) {
+  auto results = run_ranks(1, {CADRE_BIN, "bench", "collectives", "-b", "12Q"});
+  EXPECT_EQ(results[0].exit_code, 2) << describe(results);
+  EXPECT_NE(results[0].output.find("-b"), std::string::npos) << describe(results);
+}
+
+}  // namespace

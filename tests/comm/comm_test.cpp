@@ -1,0 +1,30 @@
+// Communicator behaviour with 2, 3 and 4 real processes on loopback: every op and dtype on odd
+// and zero sizes, sub-groups, sizes that differ across ranks, and a rank that never arrives.
+#include <gtest/gtest.h>
+
+#include "comm/rank_processes.h"
+
+namespace {
+
+using cadre::testing::describe;
+using cadre::testing::run_ranks;
+
+void expect_all_pass(int ranks, const std::string& scenario) {
+  auto results = run_ranks(ranks, {COMM_WORKER, scenario});
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << describe(results);
+    EXPECT_NE(results[r].output.find("PASS " + scenario), std::string::npos) << describe(results);
+  }
+}
+
+TEST(Communicator, EveryOpAndDtypeWith2Ranks) { expect_all_pass(2, "ops"); }
+TEST(Communicator, EveryOpAndDtypeWith3Ranks) { expect_all_pass(3, "ops"); }
+TEST(Communicator, EveryOpAndDtypeWith4Ranks) { expect_all_pass(4, "ops"); }
+
+TEST(Communicator, SizesDifferingAcrossRanksFailClearlyWith2Ranks) { expect_all_pass(2, "mismatch"); }
+TEST(Communicator, SizesDifferingAcrossRanksFailClearlyWith3Ranks) { expect_all_pass(3, "mismatch"); }
+
+TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith2Ranks) { expect_all_pass(2, "missing"); }
+TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith3Ranks) { expect_all_pass(3, "missing"); }
+
+}  // namespace

@@ -1,0 +1,55 @@
+// In-process checks of the communicator's argument handling and names (one rank, no network).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "comm/comm.h"
+#include "core/error.h"
+
+namespace {
+
+using cadre::comm::Communicator;
+
+TEST(CommunicatorSingleRank, OpsAreIdentitiesAndAverageDividesByOne) {
+  Communicator comm(cadre::comm::JobEnv{});
+  at::Tensor t = at::arange(5, at::kFloat);
+  comm.all_reduce(t, cadre::comm::ReduceOp::Avg);
+  EXPECT_TRUE(at::equal(t, at::arange(5, at::kFloat)));
+  at::Tensor out = at::zeros({5}, at::kBFloat16);
+  comm.reduce_scatter(out, at::arange(5, at::kBFloat16));
+  EXPECT_TRUE(at::equal(out, at::arange(5, at::kBFloat16)));
+  at::Tensor gathered = at::zeros({3}, at::kLong);
+  comm.all_gather(gathered, at::arange(3, at::kLong));
+  EXPECT_TRUE(at::equal(gathered, at::arange(3, at::kLong)));
+  comm.barrier();
+}
+
+TEST(CommunicatorSingleRank, BadArgumentsNameOpAndProblem) {
+  Communicator comm(cadre::comm::JobEnv{});
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const cadre::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  at::Tensor in = at::ones({4});
+  EXPECT_NE(message([&] { comm.all_gather(at::zeros({5}), in); }).find("all_gather: output has 5 elements"), std::string::npos);
+  EXPECT_NE(message([&] { comm.reduce_scatter(at::zeros({2}), in); }).find("reduce_scatter: input has 4 elements"), std::string::npos);
+  EXPECT_NE(message([&] { comm.all_reduce(at::ones({4}, at::kInt)); }).find("not supported"), std::string::npos);
+  EXPECT_NE(message([&] { comm.all_reduce(at::ones({4, 4}).t()); }).find("contiguous"), std::string::npos);
+  EXPECT_NE(message([&] { comm.broadcast(in, 3); }).find("root 3"), std::string::npos);
+  EXPECT_NE(message([&] { comm.all_gather(at::zeros({4}, at::kHalf), in); }).find("dtype"), std::string::npos);
+}
+
+TEST(CommNames, ParseDtypesAndReductions) {
+  EXPECT_EQ(cadre::comm::parse_dtype("bf16"), at::kBFloat16);
+  EXPECT_EQ(cadre::comm::parse_dtype("half"), at::kHalf);
+  EXPECT_EQ(cadre::comm::parse_dtype("int64"), at::kLong);
+  EXPECT_THROW(cadre::comm::parse_dtype("int8"), cadre::ConfigError);
+  EXPECT_EQ(cadre::comm::parse_reduce_op("avg"), cadre::comm::ReduceOp::Avg);
+  EXPECT_THROW(cadre::comm::parse_reduce_op("prod"), cadre::ConfigError);
+}
+
+}  // namespace

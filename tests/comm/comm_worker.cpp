@@ -1,0 +1,188 @@
+// One rank of the communicator tests, started by comm_test with the job environment set.
+// `comm_worker <scenario>` checks one behaviour and exits 0 (printing "PASS <scenario>") or 1.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <string>
+
+#include "comm/comm.h"
+#include "core/error.h"
+
+using cadre::comm::Communicator;
+using cadre::comm::ReduceOp;
+
+namespace {
+
+#define EXPECT(cond, ...)                                                                      \
+  do {                                                                                         \
+    if (!(cond)) throw std::runtime_error(cadre::str("rank ", rank, ": ", __VA_ARGS__, " [line ", __LINE__, "]")); \
+  } while (0)
+
+int rank = -1;
+
+// Rank r's element i is (r + 1) + (i % 3): exact in every dtype for the sizes used here.
+at::Tensor pattern(int64_t numel, int64_t first, int r, at::ScalarType dtype) {
+  return at::arange(first, first + numel, at::kLong).remainder(3).add(r + 1).to(dtype);
+}
+
+at::Tensor reduced(int64_t numel, int64_t first, int n, ReduceOp op, at::ScalarType dtype) {
+  at::Tensor k = at::arange(first, first + numel, at::kLong).remainder(3);
+  at::Tensor sum = k.mul(n).add(int64_t(n) * (n + 1) / 2);
+  if (op == ReduceOp::Max) return k.add(n).to(dtype);
+  if (op == ReduceOp::Avg) return dtype == at::kLong ? sum.div(n, "trunc") : sum.to(at::kFloat).div(n).to(dtype);
+  return sum.to(dtype);
+}
+
+std::string name(at::ScalarType t) { return cadre::comm::dtype_name(t); }
+
+// Every op, dtype and reduction on sizes not divisible by the world size, zero-size tensors,
+// in-place variants, and several async ops in flight at once.
+void check_ops(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kLong}) {
+    for (int64_t numel : {int64_t(0), int64_t(1), int64_t(7), int64_t(1001), int64_t(3 * 65536 + 5)}) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+        at::Tensor t = pattern(numel, 0, r, dtype);
+        comm.all_reduce(t, op);
+        EXPECT(at::equal(t, reduced(numel, 0, n, op, dtype)), "all_reduce ", cadre::comm::reduce_op_name(op), " ",
+               name(dtype), " numel ", numel);
+        if (op == ReduceOp::Max) continue;
+        at::Tensor out = at::full({numel}, -1, at::TensorOptions(dtype));
+        comm.reduce_scatter(out, pattern(n * numel, 0, r, dtype), op);
+        EXPECT(at::equal(out, reduced(numel, r * numel, n, op, dtype)), "reduce_scatter ", name(dtype), " per-rank ", numel);
+        at::Tensor in_place = pattern(n * numel, 0, r, dtype);
+        comm.reduce_scatter(in_place.narrow(0, r * numel, numel), in_place, op);
+        EXPECT(at::equal(in_place.narrow(0, r * numel, numel), reduced(numel, r * numel, n, op, dtype)),
+               "in-place reduce_scatter ", name(dtype), " per-rank ", numel);
+      }
+      at::Tensor gathered = at::full({n * numel}, -1, at::TensorOptions(dtype));
+      comm.all_gather(gathered, pattern(numel, 0, r, dtype));
+      for (int b = 0; b < n; ++b)
+        EXPECT(at::equal(gathered.narrow(0, b * numel, numel), pattern(numel, 0, b, dtype)), "all_gather ", name(dtype),
+               " block ", b, " numel ", numel);
+      at::Tensor in_place = at::full({n * numel}, -1, at::TensorOptions(dtype));
+      in_place.narrow(0, r * numel, numel).copy_(pattern(numel, 0, r, dtype));
+      comm.all_gather(in_place, in_place.narrow(0, r * numel, numel));
+      for (int b = 0; b < n; ++b)
+        EXPECT(at::equal(in_place.narrow(0, b * numel, numel), pattern(numel, 0, b, dtype)), "in-place all_gather ",
+               name(dtype));
+      for (int root = 0; root < n; ++root) {
+        at::Tensor t = r == root ? pattern(numel, 0, root, dtype) : at::zeros({numel}, at::TensorOptions(dtype));
+        comm.broadcast(t, root);
+        EXPECT(at::equal(t, pattern(numel, 0, root, dtype)), "broadcast root ", root, " ", name(dtype));
+      }
+    }
+  }
+  // bf16 sums accumulate in fp32 and round once: 1 + 2^-9 * n-ranks summed in bf16 would lose
+  // every 2^-9 (bf16 has 8 mantissa bits), fp32 accumulation keeps them when they add to 2^-7.
+  if (n > 1) {
+    at::Tensor small = at::full({5}, r == 0 ? 1.0 : 1.0 / 128 / (n - 1), at::kBFloat16);
+    comm.all_reduce(small);
+    EXPECT(at::equal(small, at::full({5}, 1.0 + 1.0 / 128, at::kBFloat16)), "bf16 sum not accumulated in fp32: ",
+           small[0].item<float>());
+  }
+  // Several ops in flight; handles complete in issue order.
+  std::vector<at::Tensor> ts;
+  std::vector<cadre::comm::Work> works;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(at::full({1000 + i}, float(r + i)));
+    works.push_back(comm.all_reduce_async(ts.back()));
+  }
+  works.push_back(comm.barrier_async());
+  for (auto& w : works) w.wait();
+  for (int i = 0; i < 8; ++i)
+    EXPECT(at::equal(ts[i], at::full({1000 + i}, float(n * (n - 1) / 2 + n * i))), "async all_reduce ", i);
+}
+
+void scenario_ops(Communicator& comm) {
+  check_ops(comm);
+  // Sub-groups as HYBRID_SHARD uses them: pretend nodes of 2 ranks when the world allows it.
+  const int per_node = comm.size() % 2 == 0 ? 2 : 1;
+  auto groups = cadre::comm::make_hybrid_groups(comm, per_node);
+  EXPECT(groups.shard->size() == per_node && groups.replica->size() == comm.size() / per_node, "hybrid group sizes");
+  at::Tensor t = at::full({3}, float(comm.rank()));
+  groups.shard->all_reduce(t);
+  const int node = comm.rank() / per_node;
+  float expected = 0;
+  for (int i = 0; i < per_node; ++i) expected += node * per_node + i;
+  EXPECT(at::equal(t, at::full({3}, expected)), "shard group all_reduce gave ", t[0].item<float>(), " expected ", expected);
+  check_ops(*groups.replica);
+  // Rank 0 hosts the store the sub-groups use: nobody leaves before everyone is done.
+  comm.barrier();
+}
+
+// Ranks pass different sizes: every rank gets an error naming both calls, nothing hangs, and
+// the communicator stays usable (no data was sent).
+void scenario_mismatch(Communicator& comm) {
+  at::Tensor t = at::ones({10 + comm.rank()});
+  std::string error;
+  try {
+    comm.all_reduce(t);
+  } catch (const cadre::Error& e) {
+    error = e.what();
+  }
+  std::printf("error: %s\n", error.c_str());
+  EXPECT(error.find("ranks called different ops or sizes") != std::string::npos, "no mismatch error: '", error, "'");
+  EXPECT(error.find("all_reduce(sum) of 11 x float") != std::string::npos, "error does not name rank 1's call: ", error);
+  EXPECT(!comm.poisoned(), "a mismatch caught before sending must not poison the communicator");
+  at::Tensor ok = at::ones({4});
+  comm.all_reduce(ok);
+  EXPECT(at::equal(ok, at::full({4}, float(comm.size()))), "all_reduce after a mismatch");
+}
+
+// The last rank skips an op: the others fail after their timeout naming it, the communicator
+// refuses further ops until every rank rebuilds it, then it works again.
+void scenario_missing(Communicator& comm) {
+  const int last = comm.size() - 1;
+  if (comm.rank() != last) {
+    at::Tensor t = at::ones({1000}, at::kBFloat16);
+    std::string error;
+    try {
+      comm.all_reduce(t);
+    } catch (const cadre::Error& e) {
+      error = e.what();
+    }
+    std::printf("error: %s\n", error.c_str());
+    EXPECT(error.find("all_reduce(sum) of 1000 x bfloat16 (2000 bytes)") != std::string::npos, "error lacks op/size/dtype: ", error);
+    EXPECT(error.find(cadre::str("did not arrive: rank ", last)) != std::string::npos, "error does not name rank ", last, ": ", error);
+    EXPECT(comm.poisoned(), "communicator not marked failed");
+    std::string refused;
+    try {
+      comm.barrier();
+    } catch (const cadre::Error& e) {
+      refused = e.what();
+    }
+    EXPECT(refused.find("unusable after an earlier failure") != std::string::npos, "poisoned communicator was reused: ", refused);
+  }
+  comm.rebuild();
+  at::Tensor t = at::ones({33});
+  comm.all_reduce(t);
+  EXPECT(at::equal(t, at::full({33}, float(comm.size()))), "all_reduce after rebuild");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing\n");
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  try {
+    const auto env = cadre::comm::JobEnv::from_env();
+    rank = env.rank;
+    cadre::comm::CommOptions options;
+    // In `missing` the skipping rank waits long enough for the others to time out and rebuild.
+    options.timeout = std::chrono::seconds(scenario == "missing" ? (env.rank == env.world_size - 1 ? 60 : 3) : 60);
+    Communicator comm(env, options);
+    if (scenario == "ops") scenario_ops(comm);
+    else if (scenario == "mismatch") scenario_mismatch(comm);
+    else if (scenario == "missing") scenario_missing(comm);
+    else throw std::runtime_error("unknown scenario " + scenario);
+    std::printf("PASS %s rank %d\n", scenario.c_str(), rank);
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("FAIL %s rank %d: %s\n", scenario.c_str(), rank, e.what());
+    return 1;
+  }
+}
