@@ -9,5 +9,6 @@ namespace cadre {
 
 using Args = std::vector<std::string>;
 
+int cmd_run(const Args& args);  // cmd_run.cpp: elastic launcher (torchrun-compatible)
 
 }  // namespace cadre

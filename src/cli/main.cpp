@@ -18,6 +18,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},
 };
 
 void print_usage(std::FILE* out) {
