@@ -26,6 +26,11 @@ OpenedStore store_open(const StoreOptions& o) {
     // Whoever binds the port first on the endpoint's machine hosts; a lost race means connect.
     host = host_is_local(o.endpoint.host) && port_is_free(o.endpoint.host, o.endpoint.port);
   }
+  if (host && (o.backend == "static" || o.node_rank >= 0)) {
+    CADRE_CHECK(port_is_free(o.endpoint.host, o.endpoint.port), "cannot host the rendezvous store on ",
+                o.endpoint.str(), ": the port is already in use (another job or program listens there; pick a "
+                "free port with --rdzv-endpoint)");
+  }
   if (host) {
     try {
       out.store = tcp_store_host(o.endpoint.host, o.endpoint.port, timeout);

@@ -4,6 +4,10 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "core/error.h"
 
 namespace cadre::rdzv {
@@ -79,22 +83,40 @@ std::unique_ptr<KvStore> tcp_store_host(const std::string& host, uint16_t port, 
 }
 
 std::unique_ptr<KvStore> tcp_store_connect(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
-  std::unique_ptr<TcpStore> store;
-  try {
-    store = std::make_unique<TcpStore>(host, port, false, timeout);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
+  // c10d's client has no receive timeout: a program that accepts the connection but never answers
+  // would block us forever. Connect and make one round trip on a helper thread, with a deadline.
+  struct Attempt {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::unique_ptr<TcpStore> store;
+    std::string error;
+    bool finished = false;
+  };
+  auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, host, port, timeout] {
+    std::unique_ptr<TcpStore> store;
+    std::string error;
+    try {
+      store = std::make_unique<TcpStore>(host, port, false, timeout);
+      store->add("cadre/probe", 0);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(attempt->mutex);
+    attempt->store = std::move(store);
+    attempt->error = error;
+    attempt->finished = true;
+    attempt->done.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(attempt->mutex);
+  bool finished = attempt->done.wait_for(lock, timeout + std::chrono::seconds(1), [&] { return attempt->finished; });
+  if (!finished)
+    throw Error(str("the program listening on ", host, ":", port, " did not answer as a rendezvous store within ",
+                    timeout.count(), " ms (port in use by something else? is the hosting agent alive?)"));
+  if (!attempt->store)
     throw Error(str("cannot reach the rendezvous store at ", host, ":", port, " within ", timeout.count(),
-                    " ms: ", what.substr(0, what.find('\n'))));
-  }
-  // A TCP connection proves only that something listens there: make one round trip.
-  try {
-    store->add("cadre/probe", 0);
-  } catch (const Error& e) {
-    throw Error(str("the program listening on ", host, ":", port,
-                    " does not answer as a rendezvous store (port in use by something else?): ", e.what()));
-  }
-  return store;
+                    " ms: ", attempt->error.substr(0, attempt->error.find('\n'))));
+  return std::move(attempt->store);
 }
 
 uint16_t tcp_store_port(const KvStore& store) {
