@@ -198,6 +198,22 @@ TEST_F(RunTest, SigkilledAgentIsNoticedAndTheOthersReform) {
   EXPECT_NE((agents[0]->output() + agents[1]->output()).find("stopped heartbeating"), std::string::npos);
 }
 
+TEST_F(RunTest, NodeLossBelowMinimumFailsAfterJoinTimeoutWithClearMessage) {
+  auto short_join = [](std::vector<std::string> args) {
+    for (auto& a : args)
+      if (a.find("join_timeout=30") != std::string::npos) a.replace(a.find("join_timeout=30"), 15, "join_timeout=3");
+    return args;
+  };
+  auto a0 = start_agent(short_join(agent_args("2", 1, "wait", 0, {}, "0")), "a0");
+  auto a1 = start_agent(short_join(agent_args("2", 1, "wait", 1, {}, "1")), "a1");
+  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << a0->output();
+  a1->signal(SIGKILL);
+  ASSERT_TRUE(a0->wait_exit(60)) << a0->output();
+  EXPECT_EQ(a0->exit_code(), 1) << a0->output();
+  EXPECT_NE(a0->output().find("only 1 of the minimum 2 nodes joined within 3 s"), std::string::npos) << a0->output();
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+}
+
 TEST_F(RunTest, LateAgentTriggersScaleUp) {
   auto a0 = start_agent(agent_args("1:2", 1, "wait", 0, {}, "0"), "a0");
   ASSERT_TRUE(wait_until([&] { return ranks_started(1) == all_ranks(1); }, 60)) << a0->output();
