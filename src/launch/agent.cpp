@@ -39,6 +39,7 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
     std::filesystem::create_directories(rank_dir);
     s.stdout_path = rank_dir + "/stdout.log";
     s.stderr_path = rank_dir + "/stderr.log";
+    s.error_file_path = rank_dir + "/error.json";
     auto n = [](int64_t v) { return std::to_string(v); };
     s.env = {{"RANK", n(s.global_rank)},
              {"LOCAL_RANK", n(lr)},
@@ -54,7 +55,8 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
              {"TORCHELASTIC_RESTART_COUNT", n(round.restart_count)},
              {"TORCHELASTIC_MAX_RESTARTS", n(cfg.max_restarts)},
              {"TORCHELASTIC_RUN_ID", cfg.rendezvous.run_id},
-             {"TORCHELASTIC_USE_AGENT_STORE", "False"}};
+             {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+             {"TORCHELASTIC_ERROR_FILE", s.error_file_path}};
     // As torchrun: several workers per node each get one OpenMP thread unless told otherwise.
     if (cfg.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) s.env.emplace_back("OMP_NUM_THREADS", "1");
     specs.push_back(std::move(s));
@@ -177,7 +179,8 @@ int agent_run(const AgentConfig& cfg) {
         log::error(str("worker rank ", failed.global_rank, " (local rank ", failed.local_rank, ", pid ", failed.pid,
                        ") failed with ", failed.describe(), "; stopping the group"));
         group.stop(SIGTERM, cfg.stop_timeout_s);
-        FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count};
+        FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count,
+                               group.specs()[failed.local_rank].error_file_path};
         std::string failure = failure_to_json(failed, group.stderr_tail(failed.local_rank), context);
         rendezvous.end_round(round, str("rank ", failed.global_rank, " failed with ", failed.describe()), true, failure);
         break;

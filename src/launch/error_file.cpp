@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,12 @@ std::string failure_to_json(const WorkerExit& exit, const std::vector<std::strin
                    {"hostname", c.hostname}, {"group_rank", c.group_rank}, {"round", c.round},
                    {"restart_count", c.restart_count}, {"time", stamp}, {"stderr_tail", stderr_tail},
                    {"reason", exit.describe()}};
+  if (std::ifstream in{c.worker_error_file}) {
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.resize(std::min<size_t>(text.size(), 65536));
+    auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    j["worker_error"] = parsed.is_discarded() ? nlohmann::json(text) : parsed;
+  }
   if (exit.signal)
     j["signal"] = exit.signal;
   else
@@ -38,6 +45,7 @@ std::string failure_summary(const std::string& failure_json) {
   std::string out = str("root cause: rank ", j.value("rank", -1), " (local rank ", j.value("local_rank", -1), " on ",
                         j.value("hostname", std::string("?")), ", pid ", j.value("pid", 0), ") failed with ",
                         j.value("reason", std::string("?")), " at ", j.value("time", std::string("?")));
+  if (j.contains("worker_error")) out += "\nthe worker's error file says: " + j["worker_error"].dump().substr(0, 2000);
   auto tail = j.value("stderr_tail", std::vector<std::string>{});
   if (!tail.empty()) {
     out += "\nlast lines of its stderr:";

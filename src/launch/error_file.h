@@ -15,9 +15,11 @@ struct FailureContext {
   int64_t group_rank = 0;
   int64_t round = 0;
   int64_t restart_count = 0;
+  std::string worker_error_file;  // TORCHELASTIC_ERROR_FILE of the failed worker (may not exist)
 };
 
-// JSON: rank, local_rank, pid, exit_code or signal, stderr_tail, time (UTC ISO 8601), node...
+// JSON: rank, local_rank, pid, exit_code or signal, stderr_tail, time (UTC ISO 8601), node...,
+// and worker_error: what the worker itself wrote to its TORCHELASTIC_ERROR_FILE, if anything.
 std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
                             const FailureContext& context);
 

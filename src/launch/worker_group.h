@@ -19,6 +19,7 @@ struct WorkerSpec {
   int64_t local_rank = 0, global_rank = 0;
   std::vector<std::pair<std::string, std::string>> env;  // set on top of the agent's environment
   std::string stdout_path, stderr_path;
+  std::string error_file_path;  // given to the worker as TORCHELASTIC_ERROR_FILE
 };
 
 struct WorkerExit {

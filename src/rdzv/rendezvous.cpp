@@ -205,6 +205,9 @@ std::pair<std::string, uint16_t> Rendezvous::wait_master(const Round& round, con
 }
 
 void Rendezvous::heartbeat(const Round& round) {
+  double now = now_s();
+  if (beats_round_ == round.number && now - last_beat_at_ < config_.heartbeat_timeout_s / 10) return;
+  last_beat_at_ = now;
   store_->add(round_key(round.number, "hb/" + std::to_string(round.join_index)), 1);
 }
 
@@ -216,11 +219,15 @@ RoundStatus Rendezvous::poll(const Round& round) {
     return status;
   }
   status.waiting_nodes = store_->add(round_key(round.number, "waiting"), 0);
+  double now = now_s();
   if (beats_round_ != round.number) {
     beats_round_ = round.number;
     beats_.clear();
+    last_scan_at_ = -1;
+  } else if (now - last_scan_at_ < config_.heartbeat_timeout_s / 10) {
+    return status;
   }
-  double now = now_s();
+  last_scan_at_ = now;
   for (int64_t g = 0; g < round.group_world_size(); ++g) {
     int64_t index = round.join_indices[g];
     if (index == round.join_index) continue;

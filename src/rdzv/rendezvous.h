@@ -101,6 +101,9 @@ class Rendezvous {
   struct Beat { int64_t value = -1; double changed_at = 0; };
   int64_t beats_round_ = -1;
   std::map<int64_t, Beat> beats_;
+  // Heartbeats are written and checked at most every heartbeat_timeout/10, not every monitor tick,
+  // so the store load stays small with many nodes.
+  double last_beat_at_ = -1, last_scan_at_ = -1;
 };
 
 std::string node_info_to_json(const NodeInfo& info);

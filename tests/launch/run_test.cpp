@@ -29,7 +29,10 @@ case $mode in
   crash_once)
     if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo "rank 1 crashes on purpose" >&2; exit 3; fi ;;
   always)
-    if [ "$RANK" = 0 ]; then echo "fatal: rank 0 cannot continue" >&2; exit 7; fi
+    if [ "$RANK" = 0 ]; then
+      echo '{"message": "rank 0 raised ValueError"}' > "$TORCHELASTIC_ERROR_FILE"
+      echo "fatal: rank 0 cannot continue" >&2; exit 7
+    fi
     wait_finish ;;
   wait) wait_finish ;;
   wait_child)
@@ -132,6 +135,7 @@ TEST_F(RunTest, SingleNodeWorkersGetTorchrunEnvironmentAndPrefixedLogs) {
     EXPECT_EQ(w.env.at("TORCHELASTIC_RESTART_COUNT"), "0");
     EXPECT_EQ(w.env.at("TORCHELASTIC_MAX_RESTARTS"), "0");
     EXPECT_EQ(w.env.at("TORCHELASTIC_RUN_ID"), "env-job");
+    EXPECT_EQ(w.env.at("TORCHELASTIC_ERROR_FILE"), dir.path + "/logs/round_0/rank_" + std::to_string(w.rank) + "/error.json");
   }
   EXPECT_EQ(s[0].env.at("MASTER_PORT"), s[1].env.at("MASTER_PORT"));
   std::string out = agent.output();
@@ -174,6 +178,7 @@ TEST_F(RunTest, AlwaysCrashingWorkerGivesUpAfterMaxRestartsWithRootCause) {
     auto tail = j["root_cause"]["stderr_tail"].get<std::vector<std::string>>();
     ASSERT_FALSE(tail.empty());
     EXPECT_EQ(tail.back(), "fatal: rank 0 cannot continue");
+    EXPECT_EQ(j["root_cause"]["worker_error"]["message"], "rank 0 raised ValueError");  // TORCHELASTIC_ERROR_FILE
   }
   EXPECT_NE(a1->output().find("fatal: rank 0 cannot continue"), std::string::npos) << a1->output();
   EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
