@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"train", "train a model from a YAML config", cadre::cmd_train},
     {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
     {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
+    {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},
 };
 
 void print_usage(std::FILE* out) {

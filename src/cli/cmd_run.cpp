@@ -1,0 +1,142 @@
+// `cadre run`: torchrun-compatible flags -> AgentConfig, with Slurm's environment filling in the
+// node count, node rank, endpoint and run id under srun. The agent itself is launch/agent.cpp.
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "launch/agent.h"
+#include "launch/slurm.h"
+#include "launch/worker_group.h"
+
+namespace cadre {
+namespace {
+
+int64_t parse_positive(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  int64_t v = 0;
+  try { v = std::stoll(text, &used); } catch (const std::exception&) { used = 0; }
+  CADRE_CONFIG_CHECK(used == text.size() && !text.empty() && v >= 1, what, " must be a positive integer, got '", text, "'");
+  return v;
+}
+
+// "N" or "MIN:MAX".
+std::pair<int64_t, int64_t> parse_nnodes(const std::string& text) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    int64_t n = parse_positive(text, "--nnodes");
+    return {n, n};
+  }
+  int64_t lo = parse_positive(text.substr(0, colon), "--nnodes MIN"), hi = parse_positive(text.substr(colon + 1), "--nnodes MAX");
+  CADRE_CONFIG_CHECK(lo <= hi, "--nnodes ", text, ": MIN must not exceed MAX");
+  return {lo, hi};
+}
+
+// --rdzv-conf key=value,key=value (timeouts in seconds).
+void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
+  size_t start = 0;
+  while (!text.empty() && start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    auto eq = item.find('=');
+    CADRE_CONFIG_CHECK(eq != std::string::npos, "--rdzv-conf: expected key=value, got '", item, "'");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    size_t used = 0;
+    double v = -1;
+    try { v = std::stod(value, &used); } catch (const std::exception&) { used = 0; }
+    CADRE_CONFIG_CHECK(used == value.size() && !value.empty() && v > 0, "--rdzv-conf ", key,
+                       " must be a positive number of seconds, got '", value, "'");
+    if (key == "join_timeout") cfg.rendezvous.join_timeout_s = v;
+    else if (key == "last_call_timeout") cfg.rendezvous.last_call_timeout_s = v;
+    else if (key == "heartbeat_timeout") cfg.rendezvous.heartbeat_timeout_s = v;
+    else if (key == "store_timeout") cfg.store.timeout_s = v;
+    else if (key == "exit_linger") cfg.exit_linger_s = v;
+    else
+      throw ConfigError(str("--rdzv-conf: unknown key '", key,
+                            "' (known: join_timeout, last_call_timeout, heartbeat_timeout, store_timeout, exit_linger)"));
+  }
+}
+
+}  // namespace
+
+int cmd_run(const Args& args) {
+  std::string nnodes = "1", backend = "c10d", endpoint, run_id = "none", rdzv_conf, log_dir, error_file, local_addr;
+  int64_t nproc = 1, max_restarts = 0, node_rank = -1;
+  double monitor_interval = 0.1, stop_timeout = 10;
+  bool standalone = false;
+  Flags flags("cadre run [flags] -- PROGRAM ARGS...   (torchrun-compatible elastic launcher)");
+  flags.add("--nnodes", &nnodes, "number of nodes, N or MIN:MAX (default 1)");
+  flags.add("--nproc-per-node", &nproc, "workers per node (default 1)");
+  flags.add("--rdzv-backend", &backend, "c10d (embedded store, elastic) or static (default c10d)");
+  flags.add("--rdzv-endpoint", &endpoint, "host:port of the rendezvous store (default 127.0.0.1:29500)");
+  flags.add("--rdzv-id", &run_id, "job id shared by all nodes (default none)");
+  flags.add("--rdzv-conf", &rdzv_conf,
+            "join_timeout=600,last_call_timeout=30,heartbeat_timeout=30,store_timeout=60,exit_linger=10 (seconds)");
+  flags.add("--standalone", &standalone, "single node: host the store on a free local port");
+  flags.add("--max-restarts", &max_restarts, "group restarts allowed after worker failures (default 0)");
+  flags.add("--monitor-interval", &monitor_interval, "seconds between worker checks and heartbeats (default 0.1)");
+  flags.add("--stop-timeout", &stop_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 10)");
+  flags.add("--node-rank", &node_rank, "this node's rank (static backend; optional for c10d)");
+  flags.add("--log-dir", &log_dir, "directory for per-rank logs and the error file (default: a new temp dir)");
+  flags.add("--error-file", &error_file, "root-cause file written on give-up (default <log-dir>/error.json)");
+  flags.add("--local-addr", &local_addr, "address other nodes reach this node at (default: route to the store)");
+  std::vector<std::string> program = flags.parse(args);
+
+  CADRE_CONFIG_CHECK(!program.empty(), "no program given\n", flags.usage());
+  launch::AgentConfig cfg;
+  // Under srun, Slurm describes the job; flags given explicitly still win.
+  if (auto slurm = launch::slurm_launch_from_env([](const char* n) { return std::getenv(n); })) {
+    CADRE_CONFIG_CHECK(slurm->tasks_on_this_node == 1, "slurm: ", slurm->tasks_on_this_node,
+                       " tasks on this node; run one `cadre run` per node (srun --ntasks-per-node=1)");
+    if (!flags.given("--nnodes")) nnodes = std::to_string(slurm->nnodes);
+    if (!flags.given("--node-rank")) node_rank = slurm->node_rank;
+    if (!flags.given("--rdzv-endpoint")) endpoint = slurm->first_host + ":29500";
+    if (!flags.given("--rdzv-id")) run_id = "slurm-" + slurm->job_id;
+    log::info(str("slurm job ", slurm->job_id, ": node ", node_rank, " of ", nnodes, ", rendezvous at ", endpoint));
+  }
+  auto [min_nodes, max_nodes] = parse_nnodes(nnodes);
+  CADRE_CONFIG_CHECK(nproc >= 1, "--nproc-per-node must be at least 1, got ", nproc);
+  CADRE_CONFIG_CHECK(max_restarts >= 0, "--max-restarts must be >= 0, got ", max_restarts);
+  CADRE_CONFIG_CHECK(monitor_interval > 0, "--monitor-interval must be > 0, got ", monitor_interval);
+  CADRE_CONFIG_CHECK(stop_timeout >= 0, "--stop-timeout must be >= 0, got ", stop_timeout);
+  CADRE_CONFIG_CHECK(backend == "c10d" || backend == "static", "--rdzv-backend must be c10d or static, got '", backend, "'");
+  CADRE_CONFIG_CHECK(node_rank < max_nodes, "--node-rank ", node_rank, " must be below the node count ", max_nodes);
+  if (backend == "static") {
+    CADRE_CONFIG_CHECK(min_nodes == max_nodes, "--rdzv-backend static needs a fixed --nnodes, got ", nnodes);
+    if (node_rank < 0 && max_nodes == 1) node_rank = 0;
+    CADRE_CONFIG_CHECK(node_rank >= 0, "--rdzv-backend static needs --node-rank");
+  }
+  apply_rdzv_conf(rdzv_conf, cfg);
+
+  cfg.store.backend = backend;
+  cfg.store.node_rank = node_rank;
+  cfg.store.standalone = standalone || (endpoint.empty() && max_nodes == 1);
+  if (!endpoint.empty()) cfg.store.endpoint = rdzv::endpoint_parse(endpoint, 29500);
+  cfg.rendezvous.run_id = run_id;
+  cfg.rendezvous.min_nodes = min_nodes;
+  cfg.rendezvous.max_nodes = max_nodes;
+  cfg.rendezvous.rank_by_node_rank = backend == "static";
+  cfg.nproc_per_node = nproc;
+  cfg.max_restarts = max_restarts;
+  cfg.monitor_interval_s = monitor_interval;
+  cfg.stop_timeout_s = stop_timeout;
+  cfg.local_addr = local_addr;
+  program[0] = launch::program_resolve(program[0]);
+  cfg.program = program;
+  if (log_dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "cadre-run-XXXXXX").string();
+    CADRE_CHECK(::mkdtemp(tmpl.data()), "cannot create a temporary log directory ", tmpl);
+    log_dir = tmpl;
+  }
+  std::filesystem::create_directories(log_dir);
+  cfg.log_dir = log_dir;
+  cfg.error_file = error_file.empty() ? log_dir + "/error.json" : error_file;
+  log::info(str("cadre run: ", min_nodes == max_nodes ? std::to_string(max_nodes) : nnodes, " node(s) x ", nproc,
+                " worker(s), run id ", run_id, ", logs in ", log_dir));
+  return launch::agent_run(cfg);
+}
+
+}  // namespace cadre

@@ -1,0 +1,209 @@
+// The elastic agent loop (see agent.h): rendezvous -> start workers -> monitor -> restart or exit.
+#include "launch/agent.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "launch/error_file.h"
+#include "launch/signals.h"
+#include "launch/worker_group.h"
+#include "rdzv/endpoint.h"
+
+namespace cadre::launch {
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// The environment torchrun gives its workers, for each local rank of this node.
+std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& round,
+                                     const std::pair<std::string, uint16_t>& master) {
+  std::vector<WorkerSpec> specs;
+  int64_t world = round.world_size(), offset = round.rank_offset();
+  std::string dir = str(cfg.log_dir, "/round_", round.number);
+  for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
+    WorkerSpec s;
+    s.local_rank = lr;
+    s.global_rank = offset + lr;
+    std::string rank_dir = str(dir, "/rank_", s.global_rank);
+    std::filesystem::create_directories(rank_dir);
+    s.stdout_path = rank_dir + "/stdout.log";
+    s.stderr_path = rank_dir + "/stderr.log";
+    s.error_file_path = rank_dir + "/error.json";
+    auto n = [](int64_t v) { return std::to_string(v); };
+    s.env = {{"RANK", n(s.global_rank)},
+             {"LOCAL_RANK", n(lr)},
+             {"WORLD_SIZE", n(world)},
+             {"LOCAL_WORLD_SIZE", n(cfg.nproc_per_node)},
+             {"GROUP_RANK", n(round.group_rank)},
+             {"GROUP_WORLD_SIZE", n(round.group_world_size())},
+             {"ROLE_NAME", "default"},
+             {"ROLE_RANK", n(s.global_rank)},
+             {"ROLE_WORLD_SIZE", n(world)},
+             {"MASTER_ADDR", master.first},
+             {"MASTER_PORT", n(master.second)},
+             {"TORCHELASTIC_RESTART_COUNT", n(round.restart_count)},
+             {"TORCHELASTIC_MAX_RESTARTS", n(cfg.max_restarts)},
+             {"TORCHELASTIC_RUN_ID", cfg.rendezvous.run_id},
+             {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+             {"TORCHELASTIC_ERROR_FILE", s.error_file_path}};
+    // As torchrun: several workers per node each get one OpenMP thread unless told otherwise.
+    if (cfg.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) s.env.emplace_back("OMP_NUM_THREADS", "1");
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+// Sleeps up to `seconds`, returning early when a signal arrives.
+void sleep_interruptibly(double seconds) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!signals_received() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+}  // namespace
+
+int agent_run(const AgentConfig& cfg) {
+  signals_install();
+  // Orphaned grandchildren of workers are re-parented to us, so stop() can reap them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  auto opened = rdzv::store_open(cfg.store);
+  rdzv::Rendezvous rendezvous(std::move(opened.store), cfg.rendezvous);
+  rdzv::NodeInfo me;
+  me.addr = cfg.local_addr.empty() ? rdzv::local_address_towards(opened.endpoint.host) : cfg.local_addr;
+  me.hostname = host_name();
+  me.local_world_size = cfg.nproc_per_node;
+  me.node_rank = cfg.store.node_rank;
+  me.pid = ::getpid();
+  auto interrupted = [] { return signals_received() != 0; };
+  int64_t last_round_size = 1;
+
+  // Every exit path announces itself; the store host waits for its peers (the store dies with it).
+  auto leave = [&](int code, bool linger) {
+    try {
+      rendezvous.announce_exit();
+      if (opened.is_host && linger) rendezvous.wait_for_others_to_exit(last_round_size, cfg.exit_linger_s);
+    } catch (const Error& e) {
+      log::warn(str("leaving the rendezvous: ", e.what()));
+    }
+    return code;
+  };
+  auto give_up = [&] {
+    std::string failure = rendezvous.last_failure();
+    std::string message = str("workers failed ", rendezvous.restart_count(), " times with --max-restarts ",
+                              cfg.max_restarts, "; giving up");
+    log::error(message + "\n" + failure_summary(failure));
+    error_file_write(cfg.error_file, message, cfg.max_restarts, failure);
+    log::error("error file: " + cfg.error_file);
+    return leave(1, true);
+  };
+  auto on_signal = [&] {
+    int sig = signals_received();
+    log::warn(str("received signal ", sig, "; workers stopped, exiting"));
+    return leave(128 + sig, false);
+  };
+
+  for (;;) {
+    if (rendezvous.restart_count() > cfg.max_restarts) return give_up();
+    rdzv::Round round;
+    try {
+      round = rendezvous.join_next_round(me, interrupted);
+    } catch (const rdzv::Rendezvous::Interrupted&) {
+      return on_signal();
+    }
+    last_round_size = round.group_world_size();
+    if (round.restart_count > cfg.max_restarts) return give_up();
+    std::pair<std::string, uint16_t> master;
+    try {
+      if (round.group_rank == 0) {
+        master = {me.addr, rdzv::free_port(me.addr)};
+        rendezvous.publish_master(round, master.first, master.second);
+      } else {
+        master = rendezvous.wait_master(round, interrupted);
+      }
+    } catch (const rdzv::Rendezvous::Interrupted&) {
+      return on_signal();
+    }
+    log::info(str("round ", round.number, ": group rank ", round.group_rank, " of ", round.group_world_size(),
+                  " nodes, ranks ", round.rank_offset(), "..", round.rank_offset() + cfg.nproc_per_node - 1, " of ",
+                  round.world_size(), ", restart count ", round.restart_count, ", master ", master.first, ":",
+                  master.second));
+
+    WorkerGroup group(cfg.program, worker_specs(cfg, round, master));
+    bool done_marked = false;
+    for (;;) {
+      if (int sig = signals_received()) {
+        group.stop(sig, cfg.stop_timeout_s);
+        try {
+          rendezvous.end_round(round, str("node ", me.hostname, " (group rank ", round.group_rank, ") left on signal ", sig),
+                               false, "");
+        } catch (const Error& e) {
+          log::warn(str("telling peers we leave: ", e.what()));
+        }
+        return on_signal();
+      }
+      auto state = group.poll();
+      rendezvous.heartbeat(round);
+      if (state == WorkerGroup::State::Succeeded) {
+        if (!done_marked) {
+          rendezvous.mark_done(round);
+          done_marked = true;
+          log::info("workers of this node succeeded; waiting for the other nodes");
+        }
+        if (rendezvous.all_done(round)) {
+          group.stop(SIGKILL, 0);  // leftovers of the workers' process groups
+          log::info(str("all ", round.world_size(), " workers succeeded"));
+          return leave(0, true);
+        }
+      }
+      auto status = rendezvous.poll(round);
+      if (status.ended) {
+        log::info(str("round ", round.number, " ended: ", status.end_reason, "; stopping workers"));
+        group.stop(SIGTERM, cfg.stop_timeout_s);
+        break;
+      }
+      if (state == WorkerGroup::State::Failed) {
+        // Stop first so the failed worker's stderr is fully read for the root cause.
+        WorkerExit failed = *group.first_failure();
+        log::error(str("worker rank ", failed.global_rank, " (local rank ", failed.local_rank, ", pid ", failed.pid,
+                       ") failed with ", failed.describe(), "; stopping the group"));
+        group.stop(SIGTERM, cfg.stop_timeout_s);
+        FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count,
+                               group.specs()[failed.local_rank].error_file_path};
+        std::string failure = failure_to_json(failed, group.stderr_tail(failed.local_rank), context);
+        rendezvous.end_round(round, str("rank ", failed.global_rank, " failed with ", failed.describe()), true, failure);
+        break;
+      }
+      if (!status.dead.empty()) {
+        const auto& node = round.nodes[status.dead.front()];
+        std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
+                                 ") stopped heartbeating");
+        log::warn(reason + "; re-forming the group");
+        group.stop(SIGTERM, cfg.stop_timeout_s);
+        rendezvous.end_round(round, reason, false, "");
+        break;
+      }
+      if (status.waiting_nodes > 0 && !done_marked && round.group_world_size() < cfg.rendezvous.max_nodes) {
+        std::string reason = str("scale-up: ", status.waiting_nodes, " node(s) waiting to join");
+        log::info(reason + "; restarting the group");
+        group.stop(SIGTERM, cfg.stop_timeout_s);
+        rendezvous.end_round(round, reason, false, "");
+        break;
+      }
+      sleep_interruptibly(cfg.monitor_interval_s);
+    }
+  }
+}
+
+}  // namespace cadre::launch

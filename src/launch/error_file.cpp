@@ -1,0 +1,74 @@
+// Root-cause records and the error file (see error_file.h).
+#include "launch/error_file.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace cadre::launch {
+
+std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
+                            const FailureContext& c) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  nlohmann::json j{{"rank", exit.global_rank}, {"local_rank", exit.local_rank}, {"pid", exit.pid},
+                   {"hostname", c.hostname}, {"group_rank", c.group_rank}, {"round", c.round},
+                   {"restart_count", c.restart_count}, {"time", stamp}, {"stderr_tail", stderr_tail},
+                   {"reason", exit.describe()}};
+  if (std::ifstream in{c.worker_error_file}) {
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.resize(std::min<size_t>(text.size(), 65536));
+    auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    j["worker_error"] = parsed.is_discarded() ? nlohmann::json(text) : parsed;
+  }
+  if (exit.signal)
+    j["signal"] = exit.signal;
+  else
+    j["exit_code"] = exit.exit_code;
+  return j.dump();
+}
+
+std::string failure_summary(const std::string& failure_json) {
+  if (failure_json.empty()) return "no worker failure was recorded";
+  auto j = nlohmann::json::parse(failure_json);
+  std::string out = str("root cause: rank ", j.value("rank", -1), " (local rank ", j.value("local_rank", -1), " on ",
+                        j.value("hostname", std::string("?")), ", pid ", j.value("pid", 0), ") failed with ",
+                        j.value("reason", std::string("?")), " at ", j.value("time", std::string("?")));
+  if (j.contains("worker_error")) out += "\nthe worker's error file says: " + j["worker_error"].dump().substr(0, 2000);
+  auto tail = j.value("stderr_tail", std::vector<std::string>{});
+  if (!tail.empty()) {
+    out += "\nlast lines of its stderr:";
+    for (const auto& line : tail) out += "\n  " + line;
+  }
+  return out;
+}
+
+void error_file_write(const std::string& path, const std::string& message, int64_t max_restarts,
+                      const std::string& failure_json) {
+  nlohmann::json j{{"message", message}, {"max_restarts", max_restarts}};
+  j["root_cause"] = failure_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(failure_json);
+  std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  // Several agents on one machine may share a log directory: unique temp name, then rename.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    CADRE_CHECK(out, "cannot write error file ", tmp);
+    out << j.dump(2) << "\n";
+    CADRE_CHECK(out.good(), "cannot write error file ", tmp);
+  }
+  CADRE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
+}
+
+}  // namespace cadre::launch

@@ -1,0 +1,33 @@
+// The root-cause record of a worker failure: built by the agent that saw it, shared through the
+// rendezvous store, and written as a JSON error file when the job gives up.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch/worker_group.h"
+
+namespace cadre::launch {
+
+struct FailureContext {
+  std::string hostname;
+  int64_t group_rank = 0;
+  int64_t round = 0;
+  int64_t restart_count = 0;
+  std::string worker_error_file;  // TORCHELASTIC_ERROR_FILE of the failed worker (may not exist)
+};
+
+// JSON: rank, local_rank, pid, exit_code or signal, stderr_tail, time (UTC ISO 8601), node...,
+// and worker_error: what the worker itself wrote to its TORCHELASTIC_ERROR_FILE, if anything.
+std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
+                            const FailureContext& context);
+
+// Human-readable lines for the console ("root cause: rank 1 ... exit code 3 ...").
+std::string failure_summary(const std::string& failure_json);
+
+// Writes {"message", "max_restarts", "root_cause": failure} atomically (temp file + rename).
+void error_file_write(const std::string& path, const std::string& message, int64_t max_restarts,
+                      const std::string& failure_json);
+
+}  // namespace cadre::launch

@@ -1,0 +1,197 @@
+// Worker process supervision (see worker_group.h).
+#include "launch/worker_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+
+extern char** environ;
+
+namespace cadre::launch {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_executable(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// NAME=value strings: the agent's environment with `overrides` replacing or adding entries.
+std::vector<std::string> build_env(const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : overrides) replaced |= k == name;
+    if (!replaced) out.push_back(entry);
+  }
+  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::string WorkerExit::describe() const {
+  if (signal) {
+    const char* name = sigabbrev_np(signal);
+    return str("signal ", signal, name ? str(" (SIG", name, ")") : "");
+  }
+  return str("exit code ", exit_code);
+}
+
+std::string program_resolve(const std::string& program) {
+  CADRE_CONFIG_CHECK(!program.empty(), "empty program name");
+  if (program.find('/') != std::string::npos) {
+    CADRE_CONFIG_CHECK(is_executable(program), "program '", program, "' is not an executable file");
+    return program;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t colon = dirs.find(':', start);
+    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    start = colon == std::string::npos ? dirs.size() + 1 : colon + 1;
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable(candidate)) return candidate;
+  }
+  if (program == "cadre") {
+    char self[4096];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) return std::string(self, static_cast<size_t>(n));
+  }
+  throw ConfigError(str("program '", program, "' not found in PATH"));
+}
+
+WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers)
+    : specs_(std::move(workers)) {
+  std::vector<LogStream> streams;
+  pid_t agent = ::getpid();
+  for (const auto& spec : specs_) {
+    int out[2], err[2];
+    CADRE_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "pipe: ", std::strerror(errno));
+    // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
+    std::vector<std::string> args = argv, env = build_env(spec.env);
+    std::vector<char*> c_args = c_strings(args), c_env = c_strings(env);
+    pid_t pid = ::fork();
+    CADRE_CHECK(pid >= 0, "fork for local rank ", spec.local_rank, ": ", std::strerror(errno));
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);     // the agent died (even by SIGKILL): so do we
+      if (::getppid() != agent) ::_exit(1);   // it died before prctl took effect
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::close_range(3, ~0U, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);  // the agent ignores it; an ignored disposition survives exec
+      ::execve(c_args[0], c_args.data(), c_env.data());
+      const char msg[] = "cadre run: exec failed\n";
+      ssize_t ignored = ::write(2, msg, sizeof msg - 1);
+      (void)ignored;
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also from the parent, so it holds before we might signal the group
+    ::close(out[1]);
+    ::close(err[1]);
+    pids_.push_back(pid);
+    running_.push_back(true);
+    std::string prefix = str("[rank ", spec.global_rank, "]: ");
+    streams.push_back({out[0], spec.stdout_path, prefix, 1});
+    streams.push_back({err[0], spec.stderr_path, prefix, 2});
+  }
+  logs_ = std::make_unique<LogForwarder>(std::move(streams));
+}
+
+WorkerGroup::~WorkerGroup() {
+  bool any = false;
+  for (bool r : running_) any |= r;
+  if (any) stop(SIGKILL, 0);
+  // Whatever else happened, the process groups must be gone: SIGKILL them (no-op when empty).
+  for (pid_t pid : pids_) ::killpg(pid, SIGKILL);
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+bool WorkerGroup::reap_one(size_t i, bool block) {
+  if (!running_[i]) return true;
+  int status = 0;
+  pid_t r = ::waitpid(pids_[i], &status, block ? 0 : WNOHANG);
+  if (r == 0) return false;
+  WorkerExit e;
+  e.local_rank = specs_[i].local_rank;
+  e.global_rank = specs_[i].global_rank;
+  e.pid = pids_[i];
+  if (r < 0) {
+    e.exit_code = -1;  // not our child any more (should not happen): treat as failed
+  } else if (WIFEXITED(status)) {
+    e.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    e.signal = WTERMSIG(status);
+  }
+  running_[i] = false;
+  exits_.push_back(e);
+  if (e.failed() && !first_failure_) first_failure_ = std::make_unique<WorkerExit>(e);
+  return true;
+}
+
+WorkerGroup::State WorkerGroup::poll() {
+  bool all_done = true;
+  for (size_t i = 0; i < pids_.size(); ++i) all_done &= reap_one(i, false);
+  if (first_failure_) return State::Failed;
+  return all_done ? State::Succeeded : State::Running;
+}
+
+const WorkerExit* WorkerGroup::first_failure() const { return first_failure_.get(); }
+
+void WorkerGroup::stop(int signal, double grace_s) {
+  for (size_t i = 0; i < pids_.size(); ++i)
+    if (running_[i]) ::killpg(pids_[i], signal);
+  double deadline = now_s() + grace_s;
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < pids_.size(); ++i) all &= reap_one(i, false);
+    if (all || now_s() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // SIGKILL what is left of every group (leaders that exited may have left children behind),
+  // then reap: the agent is a child subreaper, so orphaned grandchildren come back to it.
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    ::killpg(pids_[i], SIGKILL);
+    reap_one(i, true);
+    while (::waitpid(-pids_[i], nullptr, WNOHANG) > 0) {
+    }
+  }
+  logs_->stop();
+}
+
+std::vector<std::string> WorkerGroup::stderr_tail(int64_t local_rank) const {
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (specs_[i].local_rank == local_rank) return logs_->tail(2 * i + 1);
+  return {};
+}
+
+}  // namespace cadre::launch

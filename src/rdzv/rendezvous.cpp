@@ -1,0 +1,273 @@
+// Rendezvous rounds over a KvStore (see rendezvous.h; protocol in docs/DESIGN.md).
+//
+// Keys, under cadre/<run_id>/:
+//   round                 number of the open or running round (compare_set to move on)
+//   r<k>/joined           join counter; an agent's join index is the value it got minus one
+//   r<k>/node/<i>         NodeInfo JSON of join index i
+//   r<k>/closed           "<n> <restarts>": the first n joiners are the round; set once
+//   r<k>/waiting          agents that arrived after the round closed
+//   r<k>/hb/<i>           heartbeat counter of join index i
+//   r<k>/master           "addr:port" of the workers' master (group rank 0's node)
+//   r<k>/end              why the round ended (first writer wins)
+//   r<k>/failed           counts failure reports so a round adds at most one restart
+//   r<k>/done             nodes whose workers all succeeded
+//   restarts              failure restarts so far;  last_failure  JSON of the latest failure
+//   left/<k>              agents that exited while the round counter was k
+#include "rdzv/rendezvous.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace cadre::rdzv {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+int64_t to_int(const std::string& s, const std::string& what) {
+  try {
+    return std::stoll(s);
+  } catch (const std::exception&) {
+    throw Error(str("rendezvous: corrupt value '", s, "' for ", what));
+  }
+}
+
+}  // namespace
+
+int64_t Round::world_size() const {
+  int64_t n = 0;
+  for (const auto& node : nodes) n += node.local_world_size;
+  return n;
+}
+
+int64_t Round::rank_offset() const {
+  int64_t n = 0;
+  for (int64_t g = 0; g < group_rank; ++g) n += nodes[g].local_world_size;
+  return n;
+}
+
+std::string node_info_to_json(const NodeInfo& info) {
+  return nlohmann::json{{"addr", info.addr}, {"hostname", info.hostname}, {"local_world_size", info.local_world_size},
+                        {"node_rank", info.node_rank}, {"pid", info.pid}}.dump();
+}
+
+NodeInfo node_info_from_json(const std::string& text) {
+  NodeInfo info;
+  try {
+    auto j = nlohmann::json::parse(text);
+    info.addr = j.at("addr");
+    info.hostname = j.at("hostname");
+    info.local_world_size = j.at("local_world_size");
+    info.node_rank = j.at("node_rank");
+    info.pid = j.at("pid");
+  } catch (const std::exception& e) {
+    throw Error(str("rendezvous: bad node record '", text, "': ", e.what()));
+  }
+  return info;
+}
+
+Rendezvous::Rendezvous(std::unique_ptr<KvStore> store, RendezvousConfig config)
+    : store_(std::move(store)), config_(std::move(config)) {
+  store_->compare_set(key("round"), "", "0");
+}
+
+std::string Rendezvous::key(const std::string& suffix) const { return "cadre/" + config_.run_id + "/" + suffix; }
+
+std::string Rendezvous::round_key(int64_t round, const std::string& suffix) const {
+  return key("r" + std::to_string(round) + "/" + suffix);
+}
+
+int64_t Rendezvous::current_round() {
+  auto v = store_->try_get(key("round"));
+  CADRE_CHECK(v, "rendezvous store ", store_->describe(), ": key 'round' vanished");
+  return to_int(*v, "round");
+}
+
+Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()>& interrupted) {
+  double deadline = now_s() + config_.join_timeout_s;
+  int64_t waited_in = -1;  // round we registered as waiting in
+  for (;;) {
+    if (interrupted()) throw Interrupted{};
+    int64_t k = current_round();
+    auto closed = store_->try_get(round_key(k, "closed"));
+    int64_t index = -1;
+    if (!closed) {
+      index = store_->add(round_key(k, "joined"), 1) - 1;
+      if (index < config_.max_nodes) store_->set(round_key(k, "node/" + std::to_string(index)), node_info_to_json(me));
+    }
+    // Wait for the round to close (or find we are late for it).
+    double min_reached_at = -1;
+    bool late = index < 0 || index >= config_.max_nodes;
+    while (!late) {
+      if (interrupted()) throw Interrupted{};
+      closed = store_->try_get(round_key(k, "closed"));
+      if (closed) break;
+      if (current_round() != k) break;  // round abandoned while forming: join the next one
+      int64_t joined = store_->add(round_key(k, "joined"), 0);
+      int64_t restarts = store_->add(key("restarts"), 0);
+      if (joined >= config_.max_nodes) {
+        store_->compare_set(round_key(k, "closed"), "", str(config_.max_nodes, " ", restarts));
+        continue;
+      }
+      if (joined >= config_.min_nodes) {
+        if (min_reached_at < 0) min_reached_at = now_s();
+        if (now_s() - min_reached_at >= config_.last_call_timeout_s)
+          store_->compare_set(round_key(k, "closed"), "", str(joined, " ", restarts));
+        sleep_s(config_.poll_interval_s);
+        continue;
+      }
+      if (now_s() > deadline)
+        throw Error(str("rendezvous '", config_.run_id, "' round ", k, ": only ", joined, " of the minimum ",
+                        config_.min_nodes, " nodes joined within ", config_.join_timeout_s,
+                        " s (join_timeout); store ", store_->describe()));
+      sleep_s(config_.poll_interval_s);
+    }
+    if (!late && !closed) continue;  // round abandoned
+    int64_t members = 0, restarts = 0;
+    if (closed) {
+      auto space = closed->find(' ');
+      members = to_int(closed->substr(0, space), "closed");
+      restarts = to_int(closed->substr(space + 1), "closed");
+    }
+    if (late || index >= members) {
+      // Late: announce ourselves (running agents scale up if below MAX) and wait for round k+1.
+      if (waited_in != k) {
+        store_->add(round_key(k, "waiting"), 1);
+        waited_in = k;
+        log::info(str("rendezvous round ", k, " is running with ", members,
+                      " nodes; waiting for the next round"));
+      }
+      while (current_round() == k) {
+        if (interrupted()) throw Interrupted{};
+        sleep_s(config_.poll_interval_s);
+      }
+      deadline = now_s() + config_.join_timeout_s;
+      continue;
+    }
+    // A member: read everyone's record and order by group rank.
+    std::vector<std::pair<int64_t, NodeInfo>> members_by_index;
+    for (int64_t i = 0; i < members; ++i) {
+      std::optional<std::string> record;
+      while (!(record = store_->try_get(round_key(k, "node/" + std::to_string(i))))) {
+        if (interrupted()) throw Interrupted{};
+        CADRE_CHECK(now_s() < deadline, "rendezvous round ", k, ": node record ", i, " never appeared");
+        sleep_s(config_.poll_interval_s);
+      }
+      members_by_index.emplace_back(i, node_info_from_json(*record));
+    }
+    if (config_.rank_by_node_rank) {
+      std::sort(members_by_index.begin(), members_by_index.end(),
+                [](const auto& a, const auto& b) { return a.second.node_rank < b.second.node_rank; });
+      for (int64_t g = 0; g < members; ++g)
+        CADRE_CHECK(members_by_index[g].second.node_rank == g, "rendezvous round ", k, ": node ranks must be 0..",
+                    members - 1, " and distinct; node ", members_by_index[g].second.hostname, " (pid ",
+                    members_by_index[g].second.pid, ") has --node-rank ", members_by_index[g].second.node_rank);
+    }
+    Round round;
+    round.number = k;
+    round.restart_count = restarts;
+    round.join_index = index;
+    for (int64_t g = 0; g < members; ++g) {
+      round.nodes.push_back(members_by_index[g].second);
+      round.join_indices.push_back(members_by_index[g].first);
+      if (members_by_index[g].first == index) round.group_rank = g;
+    }
+    return round;
+  }
+}
+
+void Rendezvous::publish_master(const Round& round, const std::string& addr, uint16_t port) {
+  store_->set(round_key(round.number, "master"), addr + ":" + std::to_string(port));
+}
+
+std::pair<std::string, uint16_t> Rendezvous::wait_master(const Round& round, const std::function<bool()>& interrupted) {
+  double deadline = now_s() + config_.join_timeout_s;
+  for (;;) {
+    if (auto v = store_->try_get(round_key(round.number, "master"))) {
+      auto colon = v->rfind(':');
+      return {v->substr(0, colon), static_cast<uint16_t>(to_int(v->substr(colon + 1), "master"))};
+    }
+    if (interrupted()) throw Interrupted{};
+    CADRE_CHECK(current_round() == round.number, "rendezvous round ", round.number,
+                " ended before its master address was published");
+    CADRE_CHECK(now_s() < deadline, "rendezvous round ", round.number, ": group rank 0 (",
+                round.nodes[0].hostname, ") never published the master address");
+    sleep_s(config_.poll_interval_s);
+  }
+}
+
+void Rendezvous::heartbeat(const Round& round) {
+  double now = now_s();
+  if (beats_round_ == round.number && now - last_beat_at_ < config_.heartbeat_timeout_s / 10) return;
+  last_beat_at_ = now;
+  store_->add(round_key(round.number, "hb/" + std::to_string(round.join_index)), 1);
+}
+
+RoundStatus Rendezvous::poll(const Round& round) {
+  RoundStatus status;
+  if (current_round() != round.number) {
+    status.ended = true;
+    status.end_reason = store_->try_get(round_key(round.number, "end")).value_or("unknown");
+    return status;
+  }
+  status.waiting_nodes = store_->add(round_key(round.number, "waiting"), 0);
+  double now = now_s();
+  if (beats_round_ != round.number) {
+    beats_round_ = round.number;
+    beats_.clear();
+    last_scan_at_ = -1;
+  } else if (now - last_scan_at_ < config_.heartbeat_timeout_s / 10) {
+    return status;
+  }
+  last_scan_at_ = now;
+  for (int64_t g = 0; g < round.group_world_size(); ++g) {
+    int64_t index = round.join_indices[g];
+    if (index == round.join_index) continue;
+    int64_t value = store_->add(round_key(round.number, "hb/" + std::to_string(index)), 0);
+    Beat& beat = beats_[index];
+    if (value != beat.value) {
+      beat.value = value;
+      beat.changed_at = now;
+    } else if (now - beat.changed_at > config_.heartbeat_timeout_s) {
+      status.dead.push_back(g);
+    }
+  }
+  return status;
+}
+
+void Rendezvous::end_round(const Round& round, const std::string& reason, bool is_failure, const std::string& failure_json) {
+  if (is_failure && store_->add(round_key(round.number, "failed"), 1) == 1) {
+    store_->set(key("last_failure"), failure_json);
+    store_->add(key("restarts"), 1);
+  }
+  store_->compare_set(round_key(round.number, "end"), "", reason);
+  store_->compare_set(key("round"), std::to_string(round.number), std::to_string(round.number + 1));
+}
+
+int64_t Rendezvous::restart_count() { return store_->add(key("restarts"), 0); }
+
+std::string Rendezvous::last_failure() { return store_->try_get(key("last_failure")).value_or(""); }
+
+void Rendezvous::mark_done(const Round& round) { store_->add(round_key(round.number, "done"), 1); }
+
+bool Rendezvous::all_done(const Round& round) {
+  return store_->add(round_key(round.number, "done"), 0) >= round.group_world_size();
+}
+
+void Rendezvous::announce_exit() { store_->add(key("left/" + std::to_string(current_round())), 1); }
+
+void Rendezvous::wait_for_others_to_exit(int64_t expected, double linger_s) {
+  double deadline = now_s() + linger_s;
+  int64_t k = current_round();
+  while (store_->add(key("left/" + std::to_string(k)), 0) < expected && now_s() < deadline) sleep_s(config_.poll_interval_s);
+}
+
+}  // namespace cadre::rdzv

@@ -1,0 +1,308 @@
+// `cadre run` end to end: several agents on this machine, each playing a node, running small
+// shell workers. Covers the torchrun environment, restarts after a crash, giving up with a root
+// cause, a SIGKILLed agent, a late agent (scale-up), SIGTERM without orphans, a rendezvous port in
+// use, and bad flags.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "launch/launch_harness.h"
+
+using namespace launch_test;
+
+namespace {
+
+// The worker: records its environment in DIR/start.<restart>.<world>.<rank>.<pid>, prints a line
+// on stdout and stderr, then behaves according to MODE. MARKER only tags its command line.
+const char* kWorkerScript = R"(#!/bin/sh
+marker=$1; dir=$2; mode=$3
+f="$dir/start.$TORCHELASTIC_RESTART_COUNT.$WORLD_SIZE.$RANK.$$"
+env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_[A-Z_]*)=' > "$f.tmp"
+mv "$f.tmp" "$f"
+echo "out from rank $RANK"
+echo "err from rank $RANK" >&2
+wait_finish() { while [ ! -f "$dir/finish" ]; do sleep 0.05; done; }
+case $mode in
+  ok) ;;
+  crash_once)
+    if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo "rank 1 crashes on purpose" >&2; exit 3; fi ;;
+  always)
+    if [ "$RANK" = 0 ]; then
+      echo '{"message": "rank 0 raised ValueError"}' > "$TORCHELASTIC_ERROR_FILE"
+      echo "fatal: rank 0 cannot continue" >&2; exit 7
+    fi
+    wait_finish ;;
+  wait) wait_finish ;;
+  wait_child)
+    /bin/sh -c 'while :; do sleep 0.2; done' "$marker-grandchild" &
+    wait_finish ;;
+esac
+)";
+
+struct Start {
+  int restart = 0, world = 0, rank = 0;
+  std::map<std::string, std::string> env;
+};
+
+class RunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    marker = "cadre-launch-marker-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    reaper.marker = marker;
+    script = dir.path + "/worker.sh";
+    write_file(script, kWorkerScript);
+    port = free_port();
+  }
+
+  // Arguments of one agent ("node"), with short timeouts so the tests run in seconds.
+  std::vector<std::string> agent_args(const std::string& nnodes, int nproc, const std::string& mode, int node_rank,
+                                      const std::vector<std::string>& extra = {}, const std::string& tag = "") {
+    std::vector<std::string> a = {CADRE_BIN, "run", "--nnodes", nnodes, "--nproc-per-node", std::to_string(nproc),
+                                  "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port), "--rdzv-id", "test",
+                                  "--monitor-interval", "0.05", "--stop-timeout", "3",
+                                  "--rdzv-conf",
+                                  "last_call_timeout=1,heartbeat_timeout=2,join_timeout=30,store_timeout=15,exit_linger=5",
+                                  "--log-dir", dir.path + "/logs" + tag};
+    if (node_rank >= 0) {
+      a.push_back("--node-rank");
+      a.push_back(std::to_string(node_rank));
+    }
+    a.insert(a.end(), extra.begin(), extra.end());
+    for (std::string s : {std::string("--"), std::string("/bin/sh"), script, marker + tag, dir.path, mode}) a.push_back(s);
+    return a;
+  }
+  std::unique_ptr<Proc> start_agent(const std::vector<std::string>& args, const std::string& name) {
+    return std::make_unique<Proc>(args, dir.path + "/" + name + ".out");
+  }
+
+  std::vector<Start> starts() {
+    std::vector<Start> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind("start.", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+      Start s;
+      std::sscanf(name.c_str(), "start.%d.%d.%d.", &s.restart, &s.world, &s.rank);
+      std::istringstream lines(read_file(e.path().string()));
+      for (std::string line; std::getline(lines, line);) {
+        auto eq = line.find('=');
+        if (eq != std::string::npos) s.env[line.substr(0, eq)] = line.substr(eq + 1);
+      }
+      out.push_back(s);
+    }
+    return out;
+  }
+  // Ranks that started with this world size (and restart count, if >= 0).
+  std::set<int> ranks_started(int world, int restart = -1) {
+    std::set<int> ranks;
+    for (const auto& s : starts())
+      if (s.world == world && (restart < 0 || s.restart == restart)) ranks.insert(s.rank);
+    return ranks;
+  }
+  std::set<int> all_ranks(int n) {
+    std::set<int> r;
+    for (int i = 0; i < n; ++i) r.insert(i);
+    return r;
+  }
+  void finish() { write_file(dir.path + "/finish", ""); }
+
+  TempDir dir;
+  std::string marker, script;
+  MarkerReaper reaper;
+  int port = 0;
+};
+
+TEST_F(RunTest, SingleNodeWorkersGetTorchrunEnvironmentAndPrefixedLogs) {
+  Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--rdzv-id", "env-job", "--log-dir", dir.path + "/logs", "--",
+              "/bin/sh", script, marker, dir.path, "ok"},
+             dir.path + "/agent.out");
+  ASSERT_TRUE(agent.wait_exit(60)) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 0) << agent.output();
+  auto s = starts();
+  ASSERT_EQ(s.size(), 2u);
+  for (const auto& w : s) {
+    EXPECT_EQ(w.env.at("RANK"), std::to_string(w.rank));
+    EXPECT_EQ(w.env.at("LOCAL_RANK"), std::to_string(w.rank));
+    EXPECT_EQ(w.env.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(w.env.at("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(w.env.at("GROUP_RANK"), "0");
+    EXPECT_EQ(w.env.at("ROLE_RANK"), std::to_string(w.rank));
+    EXPECT_EQ(w.env.at("ROLE_WORLD_SIZE"), "2");
+    EXPECT_EQ(w.env.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_GT(std::stoi(w.env.at("MASTER_PORT")), 0);
+    EXPECT_EQ(w.env.at("TORCHELASTIC_RESTART_COUNT"), "0");
+    EXPECT_EQ(w.env.at("TORCHELASTIC_MAX_RESTARTS"), "0");
+    EXPECT_EQ(w.env.at("TORCHELASTIC_RUN_ID"), "env-job");
+    EXPECT_EQ(w.env.at("TORCHELASTIC_ERROR_FILE"), dir.path + "/logs/round_0/rank_" + std::to_string(w.rank) + "/error.json");
+  }
+  EXPECT_EQ(s[0].env.at("MASTER_PORT"), s[1].env.at("MASTER_PORT"));
+  std::string out = agent.output();
+  EXPECT_NE(out.find("[rank 0]: out from rank 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1]: err from rank 1"), std::string::npos) << out;
+  EXPECT_EQ(read_file(dir.path + "/logs/round_0/rank_1/stdout.log"), "out from rank 1\n");
+  EXPECT_EQ(read_file(dir.path + "/logs/round_0/rank_0/stderr.log"), "err from rank 0\n");
+}
+
+TEST_F(RunTest, WorkerCrashingOnceRestartsTheGroupWhichFinishes) {
+  auto a0 = start_agent(agent_args("2", 1, "crash_once", 0, {"--max-restarts", "2"}), "a0");
+  auto a1 = start_agent(agent_args("2", 1, "crash_once", 1, {"--max-restarts", "2"}), "a1");
+  ASSERT_TRUE(a0->wait_exit(60) && a1->wait_exit(60)) << a0->output() << a1->output();
+  EXPECT_EQ(a0->exit_code(), 0) << a0->output();
+  EXPECT_EQ(a1->exit_code(), 0) << a1->output();
+  // Both ranks ran a second time and saw restart count 1.
+  EXPECT_EQ(ranks_started(2, 0), all_ranks(2));
+  EXPECT_EQ(ranks_started(2, 1), all_ranks(2));
+  EXPECT_EQ(ranks_started(2, 2), std::set<int>{});
+  EXPECT_NE((a0->output() + a1->output()).find("rank 1 failed with exit code 3"), std::string::npos);
+}
+
+TEST_F(RunTest, AlwaysCrashingWorkerGivesUpAfterMaxRestartsWithRootCause) {
+  auto a0 = start_agent(agent_args("2", 1, "always", 0, {"--max-restarts", "2"}, "0"), "a0");
+  auto a1 = start_agent(agent_args("2", 1, "always", 1, {"--max-restarts", "2"}, "1"), "a1");
+  ASSERT_TRUE(a0->wait_exit(60) && a1->wait_exit(60)) << a0->output() << a1->output();
+  EXPECT_EQ(a0->exit_code(), 1) << a0->output();
+  EXPECT_EQ(a1->exit_code(), 1) << a1->output();
+  // Three attempts (restart counts 0, 1, 2), then no more.
+  for (int r = 0; r <= 2; ++r) EXPECT_EQ(ranks_started(2, r), all_ranks(2)) << "restart " << r;
+  EXPECT_EQ(ranks_started(2, 3), std::set<int>{});
+  for (std::string tag : {"0", "1"}) {
+    std::string text = read_file(dir.path + "/logs" + tag + "/error.json");
+    ASSERT_FALSE(text.empty()) << "no error file for agent " << tag;
+    auto j = nlohmann::json::parse(text);
+    EXPECT_EQ(j["root_cause"]["rank"], 0);
+    EXPECT_EQ(j["root_cause"]["exit_code"], 7);
+    EXPECT_EQ(j["root_cause"]["restart_count"], 2);
+    EXPECT_FALSE(j["root_cause"]["time"].get<std::string>().empty());
+    auto tail = j["root_cause"]["stderr_tail"].get<std::vector<std::string>>();
+    ASSERT_FALSE(tail.empty());
+    EXPECT_EQ(tail.back(), "fatal: rank 0 cannot continue");
+    EXPECT_EQ(j["root_cause"]["worker_error"]["message"], "rank 0 raised ValueError");  // TORCHELASTIC_ERROR_FILE
+  }
+  EXPECT_NE(a1->output().find("fatal: rank 0 cannot continue"), std::string::npos) << a1->output();
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+}
+
+TEST_F(RunTest, SigkilledAgentIsNoticedAndTheOthersReform) {
+  std::vector<std::unique_ptr<Proc>> agents;
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(start_agent(agent_args("2:3", 1, "wait", i, {}, std::to_string(i)), "a" + std::to_string(i)));
+  ASSERT_TRUE(wait_until([&] { return ranks_started(3) == all_ranks(3); }, 60)) << agents[0]->output();
+  agents[2]->signal(SIGKILL);  // node 2 (not the store host) dies
+  ASSERT_TRUE(agents[2]->wait_exit(10));
+  // Its worker dies with it (PR_SET_PDEATHSIG) ...
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker + "2").empty(); }, 10));
+  // ... and the two survivors re-form a group of 2, without counting a failure restart.
+  ASSERT_TRUE(wait_until([&] { return ranks_started(2, 0) == all_ranks(2); }, 60))
+      << agents[0]->output() << agents[1]->output();
+  finish();
+  ASSERT_TRUE(agents[0]->wait_exit(60) && agents[1]->wait_exit(60));
+  EXPECT_EQ(agents[0]->exit_code(), 0) << agents[0]->output();
+  EXPECT_EQ(agents[1]->exit_code(), 0) << agents[1]->output();
+  EXPECT_NE((agents[0]->output() + agents[1]->output()).find("stopped heartbeating"), std::string::npos);
+}
+
+TEST_F(RunTest, NodeLossBelowMinimumFailsAfterJoinTimeoutWithClearMessage) {
+  auto short_join = [](std::vector<std::string> args) {
+    for (auto& a : args)
+      if (a.find("join_timeout=30") != std::string::npos) a.replace(a.find("join_timeout=30"), 15, "join_timeout=3");
+    return args;
+  };
+  auto a0 = start_agent(short_join(agent_args("2", 1, "wait", 0, {}, "0")), "a0");
+  auto a1 = start_agent(short_join(agent_args("2", 1, "wait", 1, {}, "1")), "a1");
+  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << a0->output();
+  a1->signal(SIGKILL);
+  ASSERT_TRUE(a0->wait_exit(60)) << a0->output();
+  EXPECT_EQ(a0->exit_code(), 1) << a0->output();
+  EXPECT_NE(a0->output().find("only 1 of the minimum 2 nodes joined within 3 s"), std::string::npos) << a0->output();
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+}
+
+TEST_F(RunTest, LateAgentTriggersScaleUp) {
+  auto a0 = start_agent(agent_args("1:2", 1, "wait", 0, {}, "0"), "a0");
+  ASSERT_TRUE(wait_until([&] { return ranks_started(1) == all_ranks(1); }, 60)) << a0->output();
+  auto a1 = start_agent(agent_args("1:2", 1, "wait", 1, {}, "1"), "a1");
+  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << a0->output() << a1->output();
+  finish();
+  ASSERT_TRUE(a0->wait_exit(60) && a1->wait_exit(60));
+  EXPECT_EQ(a0->exit_code(), 0) << a0->output();
+  EXPECT_EQ(a1->exit_code(), 0) << a1->output();
+  EXPECT_EQ(ranks_started(2, 0), all_ranks(2));  // a membership change is not a failure restart
+  EXPECT_NE(a0->output().find("scale-up"), std::string::npos) << a0->output();
+}
+
+TEST_F(RunTest, SigtermStopsWorkersAndTheirChildrenLeavingNoOrphans) {
+  Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--log-dir", dir.path + "/logs", "--", "/bin/sh", script,
+              marker, dir.path, "wait_child"},
+             dir.path + "/agent.out");
+  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << agent.output();
+  ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker + "-grandchild").size() == 2; }, 30));
+  agent.signal(SIGTERM);
+  ASSERT_TRUE(agent.wait_exit(30)) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 128 + SIGTERM) << agent.output();
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+  EXPECT_EQ(pids_with_marker(marker).size(), 0u);
+}
+
+TEST_F(RunTest, RendezvousPortHeldByAnotherProgram) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);  // accepts connections (backlog) but never answers
+  {  // static backend, node 0 must host the store there
+    Proc agent(agent_args("2", 1, "ok", 0, {"--rdzv-backend", "static"}), dir.path + "/static.out");
+    ASSERT_TRUE(agent.wait_exit(60));
+    EXPECT_EQ(agent.exit_code(), 1);
+    EXPECT_NE(agent.output().find("cannot host the rendezvous store on 127.0.0.1:" + std::to_string(port)),
+              std::string::npos) << agent.output();
+  }
+  {  // c10d backend: it finds the port taken, tries it as a client, and gets no answer
+    auto args = agent_args("2", 1, "ok", -1);
+    for (auto& a : args)
+      if (a.find("store_timeout=") != std::string::npos) a = "join_timeout=30,store_timeout=2";
+    Proc agent(args, dir.path + "/c10d.out");
+    ASSERT_TRUE(agent.wait_exit(60));
+    EXPECT_EQ(agent.exit_code(), 1);
+    EXPECT_NE(agent.output().find("127.0.0.1:" + std::to_string(port) + " did not answer as a rendezvous store"),
+              std::string::npos) << agent.output();
+  }
+  ::close(fd);
+  EXPECT_TRUE(starts().empty());
+}
+
+TEST_F(RunTest, BadFlagsExitWithCode2AndSayWhy) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"--nproc-per-node", "2"}, "no program given"},
+      {{"--nnodes", "3:2", "--", "/bin/true"}, "MIN must not exceed MAX"},
+      {{"--nnodes", "two", "--", "/bin/true"}, "--nnodes must be a positive integer"},
+      {{"--nproc-per-node", "0", "--", "/bin/true"}, "--nproc-per-node must be at least 1"},
+      {{"--rdzv-backend", "zookeeper", "--", "/bin/true"}, "--rdzv-backend must be c10d or static"},
+      {{"--rdzv-backend", "static", "--nnodes", "2", "--", "/bin/true"}, "needs --node-rank"},
+      {{"--rdzv-backend", "static", "--nnodes", "1:2", "--node-rank", "0", "--", "/bin/true"}, "needs a fixed --nnodes"},
+      {{"--node-rank", "2", "--nnodes", "2", "--", "/bin/true"}, "--node-rank 2 must be below"},
+      {{"--rdzv-conf", "join_timeout=abc", "--", "/bin/true"}, "join_timeout must be a positive number"},
+      {{"--rdzv-conf", "speed=3", "--", "/bin/true"}, "unknown key 'speed'"},
+      {{"--rdzv-endpoint", "127.0.0.1:99999", "--nnodes", "2", "--", "/bin/true"}, "port must be a number"},
+      {{"--max-restarts", "-1", "--", "/bin/true"}, "--max-restarts must be >= 0"},
+      {{"--no-such-flag", "--", "/bin/true"}, "unknown flag '--no-such-flag'"},
+      {{"--", "no-such-program-" + marker}, "not found in PATH"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<std::string> argv = {CADRE_BIN, "run"};
+    argv.insert(argv.end(), cases[i].args.begin(), cases[i].args.end());
+    Proc p(argv, dir.path + "/bad" + std::to_string(i) + ".out");
+    ASSERT_TRUE(p.wait_exit(30));
+    EXPECT_EQ(p.exit_code(), 2) << "case " << i << ": " << p.output();
+    EXPECT_NE(p.output().find(cases[i].message), std::string::npos) << "case " << i << ": " << p.output();
+  }
+}
+
+}  // namespace

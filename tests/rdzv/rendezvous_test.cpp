@@ -1,0 +1,218 @@
+// Rendezvous rounds against an in-memory KvStore, with threads playing agents: closing at MAX or
+// after the last call at MIN, rank assignment, late joiners, failure accounting, join timeout,
+// and dead-peer detection.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "rdzv/rendezvous.h"
+
+using namespace cadre::rdzv;
+
+namespace {
+
+class MemoryStore : public KvStore {
+ public:
+  struct Shared {
+    std::mutex mutex;
+    std::map<std::string, std::string> data;
+  };
+  explicit MemoryStore(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  void set(const std::string& k, const std::string& v) override {
+    std::lock_guard<std::mutex> l(shared_->mutex);
+    shared_->data[k] = v;
+  }
+  std::optional<std::string> try_get(const std::string& k) override {
+    std::lock_guard<std::mutex> l(shared_->mutex);
+    auto it = shared_->data.find(k);
+    if (it == shared_->data.end()) return std::nullopt;
+    return it->second;
+  }
+  int64_t add(const std::string& k, int64_t d) override {
+    std::lock_guard<std::mutex> l(shared_->mutex);
+    auto& v = shared_->data[k];
+    int64_t n = (v.empty() ? 0 : std::stoll(v)) + d;
+    v = std::to_string(n);
+    return n;
+  }
+  std::string compare_set(const std::string& k, const std::string& expected, const std::string& desired) override {
+    std::lock_guard<std::mutex> l(shared_->mutex);
+    auto it = shared_->data.find(k);
+    std::string current = it == shared_->data.end() ? "" : it->second;
+    if (current == expected) shared_->data[k] = desired;
+    return shared_->data.count(k) ? shared_->data[k] : "";
+  }
+  std::string describe() const override { return "memory"; }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+struct Cluster {
+  std::shared_ptr<MemoryStore::Shared> shared = std::make_shared<MemoryStore::Shared>();
+  RendezvousConfig config;
+  Cluster(int64_t min_nodes, int64_t max_nodes) {
+    config.run_id = "t";
+    config.min_nodes = min_nodes;
+    config.max_nodes = max_nodes;
+    config.last_call_timeout_s = 0.2;
+    config.join_timeout_s = 20;
+    config.heartbeat_timeout_s = 0.3;
+    config.poll_interval_s = 0.005;
+  }
+  std::unique_ptr<Rendezvous> agent() { return std::make_unique<Rendezvous>(std::make_unique<MemoryStore>(shared), config); }
+};
+
+NodeInfo node(const std::string& name, int64_t nproc = 1, int64_t node_rank = -1) {
+  NodeInfo n;
+  n.addr = "127.0.0.1";
+  n.hostname = name;
+  n.local_world_size = nproc;
+  n.node_rank = node_rank;
+  return n;
+}
+
+const auto kNever = [] { return false; };
+
+}  // namespace
+
+TEST(Rendezvous, ClosesAtMaxWithDistinctRanksAndConsistentOffsets) {
+  Cluster c(3, 3);
+  std::vector<std::future<Round>> joins;
+  for (int i = 0; i < 3; ++i)
+    joins.push_back(std::async(std::launch::async, [&c, i] {
+      return c.agent()->join_next_round(node("n" + std::to_string(i), i + 1), kNever);
+    }));
+  std::vector<Round> rounds;
+  for (auto& j : joins) rounds.push_back(j.get());
+  std::set<int64_t> group_ranks;
+  for (const auto& r : rounds) {
+    EXPECT_EQ(r.number, 0);
+    EXPECT_EQ(r.group_world_size(), 3);
+    EXPECT_EQ(r.world_size(), 1 + 2 + 3);
+    EXPECT_EQ(r.restart_count, 0);
+    group_ranks.insert(r.group_rank);
+    // Every agent sees the same membership order.
+    for (int64_t g = 0; g < 3; ++g) EXPECT_EQ(r.nodes[g].hostname, rounds[0].nodes[g].hostname);
+  }
+  EXPECT_EQ(group_ranks, (std::set<int64_t>{0, 1, 2}));
+  // Global rank ranges tile 0..5 without overlap.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& r : rounds) ranges.push_back({r.rank_offset(), r.nodes[r.group_rank].local_world_size});
+  std::sort(ranges.begin(), ranges.end());
+  int64_t next = 0;
+  for (auto [offset, n] : ranges) {
+    EXPECT_EQ(offset, next);
+    next += n;
+  }
+  EXPECT_EQ(next, 6);
+}
+
+TEST(Rendezvous, ClosesWithMinNodesAfterTheLastCall) {
+  Cluster c(2, 4);
+  auto a = std::async(std::launch::async, [&] { return c.agent()->join_next_round(node("a"), kNever); });
+  auto b = std::async(std::launch::async, [&] { return c.agent()->join_next_round(node("b"), kNever); });
+  EXPECT_EQ(a.get().group_world_size(), 2);
+  EXPECT_EQ(b.get().group_world_size(), 2);
+}
+
+TEST(Rendezvous, StaticRanksFollowNodeRank) {
+  Cluster c(2, 2);
+  c.config.rank_by_node_rank = true;
+  auto one = std::async(std::launch::async, [&] { return c.agent()->join_next_round(node("one", 1, 1), kNever); });
+  auto first = one.wait_for(std::chrono::milliseconds(50));  // rank 1 joins first
+  EXPECT_EQ(first, std::future_status::timeout);
+  auto zero = std::async(std::launch::async, [&] { return c.agent()->join_next_round(node("zero", 1, 0), kNever); });
+  EXPECT_EQ(one.get().group_rank, 1);
+  EXPECT_EQ(zero.get().group_rank, 0);
+}
+
+TEST(Rendezvous, LateJoinerIsCountedAndJoinsAfterScaleUp) {
+  Cluster c(1, 2);
+  auto a = c.agent();
+  Round r0 = a->join_next_round(node("a"), kNever);
+  EXPECT_EQ(r0.group_world_size(), 1);
+  auto b = std::async(std::launch::async, [&] { return c.agent()->join_next_round(node("b"), kNever); });
+  // The running agent sees one node waiting, then ends the round for a scale-up.
+  RoundStatus status;
+  for (int i = 0; i < 2000 && status.waiting_nodes == 0; ++i) {
+    status = a->poll(r0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(status.waiting_nodes, 1);
+  a->end_round(r0, "scale-up", false, "");
+  Round r1 = a->join_next_round(node("a"), kNever);
+  Round rb = b.get();
+  EXPECT_EQ(r1.number, 1);
+  EXPECT_EQ(rb.number, 1);
+  EXPECT_EQ(r1.group_world_size(), 2);
+  EXPECT_EQ(r1.restart_count, 0);  // membership changes are not failures
+  EXPECT_TRUE(a->poll(r1).ended == false);
+}
+
+TEST(Rendezvous, FailureReportedByTwoAgentsCountsOnceAndIsRecorded) {
+  Cluster c(2, 2);
+  auto a = c.agent(), b = c.agent();
+  auto ra = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  Round rb = b->join_next_round(node("b"), kNever);
+  Round r = ra.get();
+  a->end_round(r, "rank 0 failed", true, R"({"rank":0})");
+  b->end_round(rb, "rank 1 failed", true, R"({"rank":1})");
+  EXPECT_EQ(a->restart_count(), 1);
+  EXPECT_EQ(a->last_failure(), R"({"rank":0})");
+  RoundStatus s = b->poll(rb);
+  EXPECT_TRUE(s.ended);
+  EXPECT_EQ(s.end_reason, "rank 0 failed");
+  auto next = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  Round nb = b->join_next_round(node("b"), kNever);
+  EXPECT_EQ(nb.number, 1);
+  EXPECT_EQ(nb.restart_count, 1);
+  EXPECT_EQ(next.get().restart_count, 1);
+}
+
+TEST(Rendezvous, JoinTimeoutNamesTheShortfall) {
+  Cluster c(2, 2);
+  c.config.join_timeout_s = 0.2;
+  try {
+    c.agent()->join_next_round(node("alone"), kNever);
+    FAIL() << "expected a join timeout";
+  } catch (const cadre::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only 1 of the minimum 2 nodes joined within 0.2 s"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Rendezvous, InterruptedJoinThrowsInterrupted) {
+  Cluster c(2, 2);
+  EXPECT_THROW(c.agent()->join_next_round(node("a"), [] { return true; }), Rendezvous::Interrupted);
+}
+
+TEST(Rendezvous, PeerWithStalledHeartbeatIsReportedDead) {
+  Cluster c(2, 2);
+  auto a = c.agent(), b = c.agent();
+  auto ra = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  Round rb = b->join_next_round(node("b"), kNever);
+  Round r = ra.get();
+  // Both beat for a while: nobody is dead.
+  for (int i = 0; i < 20; ++i) {
+    a->heartbeat(r);
+    b->heartbeat(rb);
+    EXPECT_TRUE(a->poll(r).dead.empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // b stops beating: a reports b's group rank.
+  RoundStatus s;
+  for (int i = 0; i < 400 && s.dead.empty(); ++i) {
+    a->heartbeat(r);
+    s = a->poll(r);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(s.dead.size(), 1u);
+  EXPECT_EQ(s.dead[0], rb.group_rank);
+}
