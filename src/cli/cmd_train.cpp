@@ -20,6 +20,7 @@ int cmd_train(const Args& args) {
   CADRE_CONFIG_CHECK(!config_path.empty(), "--config is required\n", flags.usage());
   Config config = config_load(config_path, overrides);
   TrainSummary s = train_run(config);
+  if (!s.lead) return 0;  // rank 0 reports for the job
   std::printf("trained %lld steps: loss %.4f", static_cast<long long>(s.steps), s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val_loss %.4f", s.final_val_loss);
   std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, checkpoint.pt, summary.json)\n", s.tokens_per_s,

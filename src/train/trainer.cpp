@@ -274,6 +274,7 @@ TrainSummary train_run(const Config& c) {
     if (progress) progress->finish(line);
   }
   if (!lead) {
+    summary.lead = false;
     group->barrier();  // rank 0 hosts the store: leave only after everyone is done with it
     return summary;
   }

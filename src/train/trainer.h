@@ -13,6 +13,7 @@ struct TrainSummary {
   double final_val_loss = -1; // -1 when validation is off
   double tokens_per_s = 0;    // median over steps after the first
   std::string run_dir;
+  bool lead = true;           // this process wrote the run directory (rank 0)
 };
 
 // Checks the configuration against the data (ConfigError before any work), then trains,
