@@ -7,6 +7,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   build-essential cmake pkg-config ninja-build
   libtorch-dev python3-torch libopenblas0-openmp   # libtorch + the Python reference; OpenBLAS, not reference BLAS
+  libdnnl-dev                                       # oneDNN sgemm for float32 linears
   libgloo-dev                                       # flat all-gather / reduce-scatter that c10d lacks
   libblas3 util-linux                               # reference BLAS + taskset: the doctor tests' slow BLAS and busy core
   libsentencepiece-dev sentencepiece                # tokenizer training and encoding

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/dnnl_linear.h"
 
 namespace cadre {
 
@@ -13,7 +14,7 @@ Projection::Projection(int64_t in, int64_t out) {
   weight = register_parameter("weight", at::empty({out, in}));
 }
 
-at::Tensor Projection::forward(const at::Tensor& x) const { return at::linear(x, weight); }
+at::Tensor Projection::forward(const at::Tensor& x) const { return linear_no_bias(x, weight); }
 
 Embedding::Embedding(int64_t vocab, int64_t dim) {
   weight = register_parameter("weight", at::empty({vocab, dim}));
@@ -148,7 +149,7 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
     h = block_runner_ ? block_runner_(i, block, h, rope, mask) : block.forward(h, rope, mask);
   }
   h = norm->forward(h);
-  return at::linear(h, output_weight());
+  return linear_no_bias(h, output_weight());
 }
 
 void Llama::init_weights(uint64_t seed) {

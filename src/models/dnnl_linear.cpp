@@ -1,0 +1,79 @@
+// oneDNN sgemm as an autograd function: forward x W^T, backward g W and g^T x.
+#include "models/dnnl_linear.h"
+
+#include <ATen/ATen.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace cadre {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Row-major C[M,N] = op(A) op(B); A, B, C contiguous float32.
+void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const at::Tensor& A, int64_t lda, const at::Tensor& B,
+           int64_t ldb, at::Tensor& C, int64_t ldc) {
+  dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A.data_ptr<float>(), lda, B.data_ptr<float>(), ldb, 0.0f,
+                                    C.data_ptr<float>(), ldc);
+  CADRE_CHECK(status == dnnl_success, "oneDNN sgemm ", ta, tb, " M=", M, " N=", N, " K=", K, " failed: status ",
+              static_cast<int>(status));
+}
+
+struct DnnlLinear : public torch::autograd::Function<DnnlLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
+    at::Tensor x2 = x.reshape({M, K}).contiguous();
+    at::Tensor wc = w.contiguous();
+    at::Tensor y = at::empty({M, N}, x.options());
+    sgemm('N', 'T', M, N, K, x2, K, wc, K, y, N);
+    ctx->save_for_backward({x2, wc});
+    ctx->saved_data["x_sizes"] = x.sizes();
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = N;
+    return y.view(out_sizes);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x2 = saved[0];
+    const at::Tensor& w = saved[1];
+    const int64_t K = w.size(1), N = w.size(0), M = x2.size(0);
+    at::Tensor g = grads[0].reshape({M, N}).contiguous();
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::empty({M, K}, g.options());
+      sgemm('N', 'N', M, K, N, g, N, w, K, dx, K);
+      dx = dx.view(ctx->saved_data["x_sizes"].toIntVector());
+    }
+    if (ctx->needs_input_grad(1)) {
+      dw = at::empty({N, K}, g.options());
+      sgemm('T', 'N', N, K, M, g, N, x2, K, dw, K);
+    }
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+bool dnnl_linear_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("CADRE_DNNL_LINEAR");
+    return env && std::strcmp(env, "1") == 0;
+  }();
+  return enabled;
+}
+
+at::Tensor linear_no_bias(const at::Tensor& x, const at::Tensor& weight) {
+  if (dnnl_linear_enabled() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+      x.device().is_cpu() && weight.device().is_cpu() && x.numel() > 0)
+    return DnnlLinear::apply(x, weight);
+  return at::linear(x, weight);
+}
+
+}  // namespace cadre
