@@ -3,19 +3,23 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 CTEST_FLAGS ?=
 
-.PHONY: setup build test demo bench clean
+.PHONY: setup configure build test demo bench clean
 
 setup:
 	@bash scripts/setup.sh
 
-build: setup
+configure: setup
 	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $$(nproc)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
 
-demo: build
+# The demo needs only the binary (and the tokenizer shim it loads), not the tests.
+demo: configure
+	@cmake --build $(BUILD) -j $$(nproc) --target cadre
 	@bash scripts/demo.sh $(BUILD)
 
 bench: build
