@@ -131,18 +131,27 @@ at::Tensor to_batch(const std::vector<int64_t>& tokens, int64_t batch, int64_t s
   return at::from_blob(const_cast<int64_t*>(tokens.data()), {batch, seq_len + 1}, at::kLong).clone();
 }
 
-double evaluate(Llama& model, TokenLoader& val, const Config& c) {
+// Mean validation loss over train.eval_batches global batches of the validation split (the
+// first eval_batches * batch_size * world samples); each rank evaluates its slice of each, so
+// the figure does not depend on how the global batch is split across ranks.
+double evaluate(Llama& model, TokenLoader& val, const Config& c, int rank, int world, comm::Communicator* group) {
   at::NoGradGuard no_grad;
-  const int64_t B = c.data.batch_size, T = val.seq_len();
+  const int64_t B = c.data.batch_size, T = val.seq_len(), G = B * world;
   std::vector<int64_t> tokens(B * (T + 1));
   double total = 0;
   for (int64_t b = 0; b < c.train.eval_batches; ++b) {
-    for (int64_t i = 0; i < B; ++i) val.sample((b * B + i) % val.num_samples(), tokens.data() + i * (T + 1));
+    for (int64_t i = 0; i < B; ++i)
+      val.sample((b * G + rank * B + i) % val.num_samples(), tokens.data() + i * (T + 1));
     at::Tensor batch = to_batch(tokens, B, T);
     at::Tensor logits = model.forward(batch.narrow(1, 0, T));
     total += llama_loss(logits, batch.narrow(1, 1, T)).item<double>();
   }
-  return total / double(c.train.eval_batches);
+  if (group) {
+    at::Tensor sum = at::scalar_tensor(total, at::kFloat).reshape({1});
+    group->all_reduce(sum, comm::ReduceOp::Sum);
+    total = sum.item<double>();
+  }
+  return total / double(c.train.eval_batches * world);
 }
 
 }  // namespace
@@ -250,11 +259,11 @@ TrainSummary train_run(const Config& c) {
     summary.final_loss = loss;
 
     bool last = step + 1 == c.train.steps;
-    if (val_data && lead && ((step + 1) % c.train.eval_interval == 0 || last)) {
-      double val_loss = evaluate(model, *val_data, c);
+    if (val_data && ((step + 1) % c.train.eval_interval == 0 || last)) {
+      double val_loss = evaluate(model, *val_data, c, rank, world, group.get());
       record["val_loss"] = val_loss;
       summary.final_val_loss = val_loss;
-      log::info(str("train: step ", step + 1, " val_loss ", val_loss));
+      if (lead) log::info(str("train: step ", step + 1, " val_loss ", val_loss));
     }
     if (metrics) metrics->write(record);
     // The progress line redraws at most twice a second; its numbers refresh every log_interval.

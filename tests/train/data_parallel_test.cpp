@@ -30,7 +30,8 @@ class DataParallel : public ::testing::Test {
     std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
                                      "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + (*dir_ / run),
                                      "--set", "data.batch_size=" + std::to_string(batch), "--set", "train.steps=12",
-                                     "--set", "train.threads=1", "--set", "train.eval_interval=0"};
+                                     "--set", "train.threads=1", "--set", "train.eval_interval=6",
+                                     "--set", "train.eval_batches=3"};
     for (auto& s : sets) {
       argv.push_back("--set");
       argv.push_back(s);
@@ -38,10 +39,13 @@ class DataParallel : public ::testing::Test {
     return argv;
   }
 
-  static std::vector<double> losses(const std::string& run) {
+  static std::vector<double> losses(const std::string& run, const char* key = "loss") {
     std::vector<double> out;
     std::ifstream in(*dir_ / (run + "/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    for (std::string line; std::getline(in, line);) {
+      auto record = nlohmann::json::parse(line);
+      if (record.contains(key)) out.push_back(record[key].get<double>());
+    }
     return out;
   }
 
@@ -56,6 +60,11 @@ class DataParallel : public ::testing::Test {
     ASSERT_EQ(a.size(), 12u);
     ASSERT_EQ(m.size(), 12u);
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(m[i], a[i], tolerance * a[i]) << "step " << i + 1;
+    // Validation is split across ranks too and must agree.
+    auto va = losses(one, "val_loss"), vm = losses(many, "val_loss");
+    ASSERT_EQ(va.size(), 2u);
+    ASSERT_EQ(vm.size(), 2u);
+    for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vm[i], va[i], tolerance * va[i]) << "validation " << i + 1;
   }
 
   static cadre::test::TempDir* dir_;
