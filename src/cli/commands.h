@@ -11,6 +11,7 @@ using Args = std::vector<std::string>;
 
 int cmd_data(const Args& args);   // data prepare
 int cmd_train(const Args& args);  // train --config ...
+int cmd_ckpt(const Args& args);   // ckpt inspect|export
 int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ...`
 int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training
 int cmd_run(const Args& args);  // cmd_run.cpp: elastic launcher (torchrun-compatible)

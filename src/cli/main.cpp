@@ -20,6 +20,7 @@ struct Command {
 const Command kCommands[] = {
     {"data", "prepare a corpus: train a tokenizer, write packed token shards", cadre::cmd_data},
     {"train", "train a model from a YAML config", cadre::cmd_train},
+    {"ckpt", "inspect a checkpoint, export it to Hugging Face safetensors or .pt", cadre::cmd_ckpt},
     {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
     {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
     {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace cadre {
 
@@ -37,31 +38,9 @@ uint64_t shard_write(const std::string& path, const std::vector<uint32_t>& token
   header.count = tokens.size();
   header.checksum = fnv1a64(payload.data(), payload.size());
 
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  CADRE_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
-  auto write_all = [&](const void* data, size_t n) {
-    auto* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(str("cannot write '", tmp, "': ", std::strerror(err)));
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  write_all(&header, sizeof header);
-  write_all(payload.data(), payload.size());
-  bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  CADRE_CHECK(synced, "cannot fsync '", tmp, "': ", std::strerror(errno));
-  CADRE_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path,
-              "': ", std::strerror(errno));
+  std::string bytes(reinterpret_cast<const char*>(&header), sizeof header);
+  bytes.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  file_write_atomic(path, bytes);
   return header.checksum;
 }
 

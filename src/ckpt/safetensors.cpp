@@ -1,0 +1,97 @@
+// safetensors serialisation.
+#include "ckpt/safetensors.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_util.h"
+
+namespace cadre {
+namespace {
+
+const char* dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "F32";
+    case at::kBFloat16: return "BF16";
+    case at::kHalf: return "F16";
+    case at::kLong: return "I64";
+    case at::kInt: return "I32";
+    default: return nullptr;
+  }
+}
+
+at::ScalarType dtype_from_code(const std::string& code, const std::string& path) {
+  if (code == "F32") return at::kFloat;
+  if (code == "BF16") return at::kBFloat16;
+  if (code == "F16") return at::kHalf;
+  if (code == "I64") return at::kLong;
+  if (code == "I32") return at::kInt;
+  throw Error(str("safetensors '", path, "': unsupported dtype ", code));
+}
+
+}  // namespace
+
+void safetensors_write(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> contiguous;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const char* code = dtype_code(t.scalar_type());
+    CADRE_CHECK(code, "safetensors '", path, "': tensor '", name, "' has unsupported dtype ", t.scalar_type());
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    uint64_t bytes = c.numel() * c.element_size();
+    header[name] = {{"dtype", code}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    contiguous.push_back(c);
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
+  std::string blob(8, '\0');
+  uint64_t n = text.size();
+  std::memcpy(blob.data(), &n, 8);  // little-endian host
+  blob += text;
+  blob.reserve(blob.size() + offset);
+  for (const auto& c : contiguous) blob.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  file_write_atomic(path, blob);
+}
+
+std::map<std::string, at::Tensor> safetensors_read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CADRE_CHECK(in, "cannot open safetensors file '", path, "'");
+  std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CADRE_CHECK(blob.size() >= 8, "safetensors '", path, "' is truncated");
+  uint64_t n = 0;
+  std::memcpy(&n, blob.data(), 8);
+  CADRE_CHECK(8 + n <= blob.size(), "safetensors '", path, "': header of ", n, " bytes runs past the file");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(blob.substr(8, n));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("safetensors '", path, "': bad header: ", e.what()));
+  }
+  const uint64_t data = 8 + n;
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
+    auto shape = info.at("shape").get<std::vector<int64_t>>();
+    at::ScalarType dtype = dtype_from_code(info.at("dtype").get<std::string>(), path);
+    CADRE_CHECK(range.size() == 2 && range[0] <= range[1] && data + range[1] <= blob.size(), "safetensors '", path,
+                "': tensor '", name, "' lies outside the file");
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
+    CADRE_CHECK(uint64_t(t.numel() * t.element_size()) == range[1] - range[0], "safetensors '", path, "': tensor '",
+                name, "' size does not match its shape");
+    std::memcpy(t.data_ptr(), blob.data() + data + range[0], range[1] - range[0]);
+    out[name] = t;
+  }
+  return out;
+}
+
+}  // namespace cadre

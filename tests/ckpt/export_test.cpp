@@ -1,0 +1,102 @@
+// Export: a trained run exported to a Hugging Face folder and to a .pt file loads in Python
+// (Debian's python3-torch) without Cadre's code, and a Llama forward written from HF's names
+// reproduces Cadre's logits. Bad input is refused with the file named.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+
+#include "ckpt/hf_export.h"
+#include "ckpt/safetensors.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "data/prepare.h"
+#include "models/llama/llama.h"
+#include "support/corpus.h"
+#include "support/process.h"
+#include "train/tensor_file.h"
+
+namespace {
+
+class Export : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new cadre::test::TempDir("export");
+    cadre::test::write_corpus(*dir_ / "text", 4, 20000);
+    cadre::PrepareOptions opt;
+    opt.inputs = {*dir_ / "text"};
+    opt.out = *dir_ / "data";
+    opt.vocab_size = 512;
+    opt.seq_len = 64;
+    cadre::dataset_prepare(opt);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // Trains a few steps and writes Cadre's own logits for a fixed batch beside the run.
+  static std::string train_run(const std::string& name, bool tied) {
+    std::string run = *dir_ / name;
+    auto r = cadre::test::run_process({CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set",
+                                       "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + run, "--set",
+                                       "train.steps=3", "--set", std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    cadre::Config config = cadre::config_load(run + "/config.yaml", {});
+    cadre::Llama model(config.model);
+    cadre::TensorDict state = cadre::tensor_file_load(run + "/checkpoint.pt");
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : model.named_parameters()) p.value().copy_(state.at("model." + p.key()));
+    }
+    at::Tensor tokens = at::randint(config.model.vocab_size, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
+    at::NoGradGuard no_grad;
+    cadre::tensor_file_save(run + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", model.forward(tokens)}});
+    return run;
+  }
+
+  static cadre::test::TempDir* dir_;
+};
+cadre::test::TempDir* Export::dir_ = nullptr;
+
+}  // namespace
+
+TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
+  for (bool tied : {false, true}) {
+    std::string run = train_run(tied ? "tied" : "untied", tied);
+    std::string hf = run + "/hf", pt = run + "/model.pt";
+    cadre::checkpoint_export({run, "hf", hf, ""});
+    cadre::checkpoint_export({run, "pt", pt, ""});
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"})
+      EXPECT_TRUE(std::filesystem::exists(hf + "/" + f)) << f;
+    auto check = cadre::test::run_process(
+        {"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf, pt, run + "/cadre_logits.pt"});
+    EXPECT_EQ(check.exit_code, 0) << (tied ? "tied: " : "untied: ") << check.output;
+    EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
+  }
+}
+
+TEST(Safetensors, RoundTripsEveryDtype) {
+  cadre::test::TempDir dir("safetensors");
+  std::map<std::string, at::Tensor> in = {{"a", at::randn({3, 5})},
+                                          {"b", at::randn({7}).to(at::kBFloat16)},
+                                          {"c", at::arange(10, at::kLong).view({2, 5})},
+                                          {"empty", at::empty({0, 4})}};
+  cadre::safetensors_write(dir / "t.safetensors", in);
+  auto out = cadre::safetensors_read(dir / "t.safetensors");
+  ASSERT_EQ(out.size(), in.size());
+  for (const auto& [name, t] : in) EXPECT_TRUE(at::equal(out.at(name), t)) << name;
+}
+
+TEST(ExportErrors, MissingCheckpointAndBadFormatAreConfigErrors) {
+  cadre::test::TempDir dir("export-bad");
+  auto message = [](const cadre::ExportOptions& o) {
+    try {
+      cadre::checkpoint_export(o);
+    } catch (const cadre::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({dir.path(), "hf", dir / "out", ""}).find("checkpoint.pt"), std::string::npos);
+  EXPECT_NE(message({dir.path(), "onnx", dir / "out", ""}).find("--format"), std::string::npos);
+}
