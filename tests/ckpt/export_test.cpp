@@ -12,9 +12,8 @@
 #include "ckpt/safetensors.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "data/prepare.h"
 #include "models/llama/llama.h"
-#include "support/corpus.h"
+#include "support/tiny_dataset.h"
 #include "support/process.h"
 #include "train/tensor_file.h"
 
@@ -24,13 +23,7 @@ class Export : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new cadre::test::TempDir("export");
-    cadre::test::write_corpus(*dir_ / "text", 4, 20000);
-    cadre::PrepareOptions opt;
-    opt.inputs = {*dir_ / "text"};
-    opt.out = *dir_ / "data";
-    opt.vocab_size = 512;
-    opt.seq_len = 64;
-    cadre::dataset_prepare(opt);
+    cadre::test::prepare_tiny_dataset(dir_->path(), 4, 20000);
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -6,8 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/rank_processes.h"
-#include "data/prepare.h"
-#include "support/corpus.h"
+#include "support/tiny_dataset.h"
 #include "support/process.h"
 
 namespace {
@@ -16,13 +15,7 @@ class DataParallel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new cadre::test::TempDir("dp");
-    cadre::test::write_corpus(*dir_ / "text", 8, 30000);
-    cadre::PrepareOptions opt;
-    opt.inputs = {*dir_ / "text"};
-    opt.out = *dir_ / "data";
-    opt.vocab_size = 512;
-    opt.seq_len = 64;
-    cadre::dataset_prepare(opt);
+    cadre::test::prepare_tiny_dataset(dir_->path(), 8, 30000);
   }
   static void TearDownTestSuite() { delete dir_; }
 

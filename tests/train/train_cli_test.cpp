@@ -7,8 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/prepare.h"
-#include "support/corpus.h"
+#include "support/tiny_dataset.h"
 #include "support/process.h"
 
 using cadre::test::run_process;
@@ -20,13 +19,7 @@ class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new cadre::test::TempDir("train-cli");
-    cadre::test::write_corpus(*dir_ / "text", 8, 30000);
-    cadre::PrepareOptions opt;
-    opt.inputs = {*dir_ / "text"};
-    opt.out = *dir_ / "data";
-    opt.vocab_size = 512;
-    opt.seq_len = 64;
-    cadre::dataset_prepare(opt);
+    cadre::test::prepare_tiny_dataset(dir_->path(), 8, 30000);
   }
   static void TearDownTestSuite() { delete dir_; }
 
