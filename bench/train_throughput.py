@@ -37,15 +37,15 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, **kw).stdout
 
 
-def cadre_rate(cadre, data, steps, dtype, workdir):
-    run_dir = os.path.join(workdir, f"cadre-{dtype}")
+def cadre_rate(cadre, data, steps, dtype, workdir, env=None):
+    run_dir = os.path.join(workdir, f"cadre-{dtype}-{len(env or {})}")
     sets = [f"model.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in MODEL.items()]
     sets += [f"data.dir={data}", f"run.dir={run_dir}", f"train.steps={steps}", "train.eval_interval=0",
              "train.threads=2", "data.batch_size=8", f"parallel.mixed_precision.param_dtype={dtype}"]
     cmd = [cadre, "train", "--config", os.path.join(ROOT, "configs/small.yaml")]
     for s in sets:
         cmd += ["--set", s]
-    run(cmd)
+    run(cmd, env=dict(os.environ, **(env or {})))
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
     rates = sorted(r["tokens_per_s"] for r in rows[2:])
     return rates[len(rates) // 2]
@@ -75,6 +75,12 @@ def main():
             pk = peak[peak_key] * 1e9
             results.append(dict(precision=dtype, cadre_tokens_per_s=c, python_tokens_per_s=p, ratio=c / p,
                                 cadre_mfu=c * fpt / pk, python_mfu=p * fpt / pk, peak_gflops=peak[peak_key]))
+            if dtype == "float32":
+                # The optional oneDNN sgemm path for float32 linears (CADRE_DNNL_LINEAR=1).
+                d = cadre_rate(cadre, data, args.steps, dtype, work, {"CADRE_DNNL_LINEAR": "1"})
+                results.append(dict(precision="float32, oneDNN linears", cadre_tokens_per_s=d, python_tokens_per_s=p,
+                                    ratio=d / p, cadre_mfu=d * fpt / pk, python_mfu=p * fpt / pk,
+                                    peak_gflops=peak[peak_key]))
     lines = [f"Llama {params / 1e6:.1f}M params, batch 8 x 256 tokens, 2 threads, {args.steps} steps "
              f"(median after 2), {env_note}; FLOPs/token {fpt / 1e6:.0f}M",
              "",
