@@ -121,6 +121,9 @@ int agent_run(const AgentConfig& cfg) {
       round = rendezvous.join_next_round(me, interrupted);
     } catch (const rdzv::Rendezvous::Interrupted&) {
       return on_signal();
+    } catch (const rdzv::Rendezvous::JobFinished&) {
+      log::info(str("job '", cfg.rendezvous.run_id, "' already finished; nothing to do"));
+      return 0;  // never a member of the last round: the host does not wait for us
     }
     last_round_size = round.group_world_size();
     if (round.restart_count > cfg.max_restarts) return give_up();
@@ -159,10 +162,11 @@ int agent_run(const AgentConfig& cfg) {
         if (!done_marked) {
           rendezvous.mark_done(round);
           done_marked = true;
-          log::info("workers of this node succeeded; waiting for the other nodes");
+          if (round.group_world_size() > 1) log::info("workers of this node succeeded; waiting for the other nodes");
         }
         if (rendezvous.all_done(round)) {
           group.stop(SIGKILL, 0);  // leftovers of the workers' process groups
+          rendezvous.mark_job_finished(round);
           log::info(str("all ", round.world_size(), " workers succeeded"));
           return leave(0, true);
         }

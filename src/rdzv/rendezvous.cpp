@@ -13,6 +13,7 @@
 //   r<k>/done             nodes whose workers all succeeded
 //   restarts              failure restarts so far;  last_failure  JSON of the latest failure
 //   left/<k>              agents that exited while the round counter was k
+//   finished              set when a round's workers all succeeded (late agents then leave)
 #include "rdzv/rendezvous.h"
 
 #include <algorithm>
@@ -96,6 +97,7 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
   int64_t waited_in = -1;  // round we registered as waiting in
   for (;;) {
     if (interrupted()) throw Interrupted{};
+    if (store_->try_get(key("finished"))) throw JobFinished{};
     int64_t k = current_round();
     auto closed = store_->try_get(round_key(k, "closed"));
     int64_t index = -1;
@@ -147,6 +149,7 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       }
       while (current_round() == k) {
         if (interrupted()) throw Interrupted{};
+        if (store_->try_get(key("finished"))) throw JobFinished{};
         sleep_s(config_.poll_interval_s);
       }
       deadline = now_s() + config_.join_timeout_s;
@@ -261,6 +264,8 @@ void Rendezvous::mark_done(const Round& round) { store_->add(round_key(round.num
 bool Rendezvous::all_done(const Round& round) {
   return store_->add(round_key(round.number, "done"), 0) >= round.group_world_size();
 }
+
+void Rendezvous::mark_job_finished(const Round& round) { store_->set(key("finished"), std::to_string(round.number)); }
 
 void Rendezvous::announce_exit() { store_->add(key("left/" + std::to_string(current_round())), 1); }
 

@@ -61,8 +61,10 @@ class Rendezvous {
 
   // Blocks until this agent belongs to a closed round. `interrupted` is polled; when it returns
   // true this throws Interrupted. Throws Error when MIN nodes do not join within the join timeout.
+  // Throws JobFinished when the job completed while this agent waited (e.g. it arrived late).
   Round join_next_round(const NodeInfo& me, const std::function<bool()>& interrupted);
   struct Interrupted {};
+  struct JobFinished {};
 
   // Worker master address: the group-rank-0 agent publishes, the others wait for it.
   void publish_master(const Round& round, const std::string& addr, uint16_t port);
@@ -81,6 +83,7 @@ class Rendezvous {
   // Exit barrier: this node's workers all succeeded; true once every node of the round has.
   void mark_done(const Round& round);
   bool all_done(const Round& round);
+  void mark_job_finished(const Round& round);  // the job is over: late agents may leave
 
   // Leaving: every agent announces its exit; the hosting agent waits (up to linger_s) until the
   // other agents of the last round have left, since the store dies with it.

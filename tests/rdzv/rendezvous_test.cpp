@@ -216,3 +216,21 @@ TEST(Rendezvous, PeerWithStalledHeartbeatIsReportedDead) {
   ASSERT_EQ(s.dead.size(), 1u);
   EXPECT_EQ(s.dead[0], rb.group_rank);
 }
+
+TEST(Rendezvous, LateJoinerLeavesWhenTheJobFinishes) {
+  Cluster c(1, 1);
+  auto a = c.agent();
+  Round r = a->join_next_round(node("a"), kNever);
+  auto late = std::async(std::launch::async, [&] { c.agent()->join_next_round(node("b"), kNever); });
+  // The group is full (MAX 1): the late agent waits, counted as waiting, until the job finishes.
+  RoundStatus status;
+  for (int i = 0; i < 2000 && status.waiting_nodes == 0; ++i) {
+    status = a->poll(r);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(status.waiting_nodes, 1);
+  a->mark_done(r);
+  EXPECT_TRUE(a->all_done(r));
+  a->mark_job_finished(r);
+  EXPECT_THROW(late.get(), Rendezvous::JobFinished);
+}
