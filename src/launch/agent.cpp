@@ -126,6 +126,7 @@ int agent_run(const AgentConfig& cfg) {
       return 0;  // never a member of the last round: the host does not wait for us
     }
     last_round_size = round.group_world_size();
+    me.previous_group_rank = round.group_rank;
     if (round.restart_count > cfg.max_restarts) return give_up();
     std::pair<std::string, uint16_t> master;
     try {

@@ -57,7 +57,8 @@ int64_t Round::rank_offset() const {
 
 std::string node_info_to_json(const NodeInfo& info) {
   return nlohmann::json{{"addr", info.addr}, {"hostname", info.hostname}, {"local_world_size", info.local_world_size},
-                        {"node_rank", info.node_rank}, {"pid", info.pid}}.dump();
+                        {"node_rank", info.node_rank}, {"pid", info.pid},
+                        {"previous_group_rank", info.previous_group_rank}}.dump();
 }
 
 NodeInfo node_info_from_json(const std::string& text) {
@@ -69,6 +70,7 @@ NodeInfo node_info_from_json(const std::string& text) {
     info.local_world_size = j.at("local_world_size");
     info.node_rank = j.at("node_rank");
     info.pid = j.at("pid");
+    info.previous_group_rank = j.value("previous_group_rank", int64_t{-1});
   } catch (const std::exception& e) {
     throw Error(str("rendezvous: bad node record '", text, "': ", e.what()));
   }
@@ -166,7 +168,16 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       }
       members_by_index.emplace_back(i, node_info_from_json(*record));
     }
-    if (config_.rank_by_node_rank) {
+    if (!config_.rank_by_node_rank) {
+      // Nodes keep their group ranks across restarts where they can (workers keep their ranks,
+      // and with them any node-local state); newcomers follow in join order.
+      auto key_of = [](const std::pair<int64_t, NodeInfo>& m) {
+        int64_t prev = m.second.previous_group_rank;
+        return std::make_pair(prev < 0 ? INT64_MAX : prev, m.first);
+      };
+      std::stable_sort(members_by_index.begin(), members_by_index.end(),
+                       [&](const auto& a, const auto& b) { return key_of(a) < key_of(b); });
+    } else {
       std::sort(members_by_index.begin(), members_by_index.end(),
                 [](const auto& a, const auto& b) { return a.second.node_rank < b.second.node_rank; });
       for (int64_t g = 0; g < members; ++g)

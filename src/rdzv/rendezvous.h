@@ -31,6 +31,7 @@ struct NodeInfo {
   int64_t local_world_size = 1;
   int64_t node_rank = -1;  // requested rank (static backend, Slurm); -1 = any
   int64_t pid = 0;
+  int64_t previous_group_rank = -1;  // in the agent's last round: keeps ranks where they were
 };
 
 // One closed round, as seen by one agent.

@@ -156,6 +156,16 @@ TEST_F(RunTest, WorkerCrashingOnceRestartsTheGroupWhichFinishes) {
   EXPECT_EQ(ranks_started(2, 1), all_ranks(2));
   EXPECT_EQ(ranks_started(2, 2), std::set<int>{});
   EXPECT_NE((a0->output() + a1->output()).find("rank 1 failed with exit code 3"), std::string::npos);
+  // Each node keeps its group rank in the restarted round.
+  for (Proc* a : {a0.get(), a1.get()}) {
+    std::string out = a->output();
+    auto rank_in = [&](const std::string& round) {
+      auto at = out.find(round + ": group rank ");
+      return at == std::string::npos ? std::string("?") : out.substr(at + round.size() + 13, 1);
+    };
+    EXPECT_NE(rank_in("round 0"), "?") << out;
+    EXPECT_EQ(rank_in("round 0"), rank_in("round 1")) << out;
+  }
 }
 
 TEST_F(RunTest, AlwaysCrashingWorkerGivesUpAfterMaxRestartsWithRootCause) {

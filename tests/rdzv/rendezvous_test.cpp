@@ -234,3 +234,31 @@ TEST(Rendezvous, LateJoinerLeavesWhenTheJobFinishes) {
   a->mark_job_finished(r);
   EXPECT_THROW(late.get(), Rendezvous::JobFinished);
 }
+
+TEST(Rendezvous, GroupRanksStayWithTheirNodesAcrossRounds) {
+  Cluster c(2, 2);
+  auto a = c.agent(), b = c.agent();
+  NodeInfo na = node("a"), nb = node("b");
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(na, kNever); });
+  Round rb = b->join_next_round(nb, kNever);
+  Round ra = fa.get();
+  a->end_round(ra, "membership", false, "");
+  na.previous_group_rank = ra.group_rank;
+  nb.previous_group_rank = rb.group_rank;
+  // The node that had group rank 1 joins round 1 first; it still gets group rank 1.
+  auto& first = ra.group_rank == 1 ? a : b;
+  auto& second = ra.group_rank == 1 ? b : a;
+  NodeInfo& first_info = ra.group_rank == 1 ? na : nb;
+  NodeInfo& second_info = ra.group_rank == 1 ? nb : na;
+  auto f1 = std::async(std::launch::async, [&] { return first->join_next_round(first_info, kNever); });
+  auto joined = [&] {
+    std::lock_guard<std::mutex> l(c.shared->mutex);
+    return c.shared->data["cadre/t/r1/joined"] == "1";
+  };
+  for (int i = 0; i < 2000 && !joined(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(joined());
+  Round r2 = second->join_next_round(second_info, kNever);
+  Round r1 = f1.get();
+  EXPECT_EQ(r1.group_rank, 1);
+  EXPECT_EQ(r2.group_rank, 0);
+}
