@@ -36,6 +36,7 @@ case $mode in
     wait_finish ;;
   wait) wait_finish ;;
   wait_child)
+    trap 'echo "$mode" > "$dir/got_signal.$RANK"; exit 0' TERM INT
     /bin/sh -c 'while :; do sleep 0.2; done' "$marker-grandchild" &
     wait_finish ;;
 esac
@@ -107,6 +108,23 @@ class RunTest : public ::testing::Test {
     return r;
   }
   void finish() { write_file(dir.path + "/finish", ""); }
+
+  // Two workers, each with a child; the agent gets `sig`: the workers must see it, the agent
+  // must exit with 128+sig, and no process carrying the marker may remain.
+  void check_signal_stop(int sig) {
+    Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--log-dir", dir.path + "/logs", "--", "/bin/sh", script,
+                marker, dir.path, "wait_child"},
+               dir.path + "/agent.out");
+    ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << agent.output();
+    ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker + "-grandchild").size() == 2; }, 30));
+    agent.signal(sig);
+    ASSERT_TRUE(agent.wait_exit(30)) << agent.output();
+    EXPECT_EQ(agent.exit_code(), 128 + sig) << agent.output();
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(read_file(dir.path + "/got_signal." + std::to_string(r)), "wait_child\n") << "rank " << r;
+    EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+    EXPECT_EQ(pids_with_marker(marker).size(), 0u);
+  }
 
   TempDir dir;
   std::string marker, script;
@@ -242,17 +260,15 @@ TEST_F(RunTest, LateAgentTriggersScaleUp) {
   EXPECT_NE(a0->output().find("scale-up"), std::string::npos) << a0->output();
 }
 
-TEST_F(RunTest, SigtermStopsWorkersAndTheirChildrenLeavingNoOrphans) {
-  Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--log-dir", dir.path + "/logs", "--", "/bin/sh", script,
-              marker, dir.path, "wait_child"},
-             dir.path + "/agent.out");
-  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << agent.output();
-  ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker + "-grandchild").size() == 2; }, 30));
-  agent.signal(SIGTERM);
-  ASSERT_TRUE(agent.wait_exit(30)) << agent.output();
-  EXPECT_EQ(agent.exit_code(), 128 + SIGTERM) << agent.output();
-  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
-  EXPECT_EQ(pids_with_marker(marker).size(), 0u);
+// SIGTERM / SIGINT to an agent: forwarded to the workers (they see it), then everything is gone.
+TEST_F(RunTest, SigtermIsForwardedAndLeavesNoOrphans) { check_signal_stop(SIGTERM); }
+TEST_F(RunTest, SigintIsForwardedAndLeavesNoOrphans) { check_signal_stop(SIGINT); }
+
+TEST_F(RunTest, CadreAsTheProgramResolvesToThisBinary) {
+  Proc agent({CADRE_BIN, "run", "--log-dir", dir.path + "/logs", "--", "cadre", "run", "--help"}, dir.path + "/agent.out");
+  ASSERT_TRUE(agent.wait_exit(60)) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 0) << agent.output();
+  EXPECT_NE(agent.output().find("[rank 0]: usage: cadre run"), std::string::npos) << agent.output();
 }
 
 TEST_F(RunTest, RendezvousPortHeldByAnotherProgram) {
