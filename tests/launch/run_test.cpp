@@ -186,6 +186,18 @@ TEST_F(RunTest, WorkerCrashingOnceRestartsTheGroupWhichFinishes) {
   }
 }
 
+TEST_F(RunTest, StaticBackendRanksFollowNodeRankAndRestarts) {
+  // Node rank 1 starts first and waits for node rank 0, which hosts the store.
+  auto a1 = start_agent(agent_args("2", 2, "crash_once", 1, {"--rdzv-backend", "static", "--max-restarts", "1"}), "a1");
+  auto a0 = start_agent(agent_args("2", 2, "crash_once", 0, {"--rdzv-backend", "static", "--max-restarts", "1"}), "a0");
+  ASSERT_TRUE(a0->wait_exit(60) && a1->wait_exit(60)) << a0->output() << a1->output();
+  EXPECT_EQ(a0->exit_code(), 0) << a0->output();
+  EXPECT_EQ(a1->exit_code(), 0) << a1->output();
+  EXPECT_EQ(ranks_started(4, 1), all_ranks(4));
+  for (const auto& s : starts()) EXPECT_EQ(s.env.at("GROUP_RANK"), std::to_string(s.rank / 2)) << "rank " << s.rank;
+  EXPECT_NE(a1->output().find("round 1: group rank 1 of 2 nodes, ranks 2..3 of 4"), std::string::npos) << a1->output();
+}
+
 TEST_F(RunTest, AlwaysCrashingWorkerGivesUpAfterMaxRestartsWithRootCause) {
   auto a0 = start_agent(agent_args("2", 1, "always", 0, {"--max-restarts", "2"}, "0"), "a0");
   auto a1 = start_agent(agent_args("2", 1, "always", 1, {"--max-restarts", "2"}, "1"), "a1");
