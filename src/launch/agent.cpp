@@ -138,6 +138,9 @@ int agent_run(const AgentConfig& cfg) {
       }
     } catch (const rdzv::Rendezvous::Interrupted&) {
       return on_signal();
+    } catch (const rdzv::Rendezvous::RoundEnded&) {
+      log::info(str("round ", round.number, " ended before it started here; joining the next one"));
+      continue;
     }
     log::info(str("round ", round.number, ": group rank ", round.group_rank, " of ", round.group_world_size(),
                   " nodes, ranks ", round.rank_offset(), "..", round.rank_offset() + cfg.nproc_per_node - 1, " of ",

@@ -210,8 +210,7 @@ std::pair<std::string, uint16_t> Rendezvous::wait_master(const Round& round, con
       return {v->substr(0, colon), static_cast<uint16_t>(to_int(v->substr(colon + 1), "master"))};
     }
     if (interrupted()) throw Interrupted{};
-    CADRE_CHECK(current_round() == round.number, "rendezvous round ", round.number,
-                " ended before its master address was published");
+    if (current_round() != round.number) throw RoundEnded{};
     CADRE_CHECK(now_s() < deadline, "rendezvous round ", round.number, ": group rank 0 (",
                 round.nodes[0].hostname, ") never published the master address");
     sleep_s(config_.poll_interval_s);

@@ -66,8 +66,10 @@ class Rendezvous {
   Round join_next_round(const NodeInfo& me, const std::function<bool()>& interrupted);
   struct Interrupted {};
   struct JobFinished {};
+  struct RoundEnded {};
 
-  // Worker master address: the group-rank-0 agent publishes, the others wait for it.
+  // Worker master address: the group-rank-0 agent publishes, the others wait for it. Throws
+  // RoundEnded if the round ends first (then join the next one).
   void publish_master(const Round& round, const std::string& addr, uint16_t port);
   std::pair<std::string, uint16_t> wait_master(const Round& round, const std::function<bool()>& interrupted);
 

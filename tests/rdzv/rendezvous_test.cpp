@@ -262,3 +262,17 @@ TEST(Rendezvous, GroupRanksStayWithTheirNodesAcrossRounds) {
   EXPECT_EQ(r1.group_rank, 1);
   EXPECT_EQ(r2.group_rank, 0);
 }
+
+TEST(Rendezvous, WaitingForTheMasterOfAnEndedRoundSaysRoundEnded) {
+  Cluster c(2, 2);
+  auto a = c.agent(), b = c.agent();
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  Round rb = b->join_next_round(node("b"), kNever);
+  Round ra = fa.get();
+  Round& rank0 = ra.group_rank == 0 ? ra : rb;
+  Round& rank1 = ra.group_rank == 0 ? rb : ra;
+  auto& agent1 = ra.group_rank == 0 ? b : a;
+  // Group rank 0 ends the round without publishing (as if it failed at once).
+  (ra.group_rank == 0 ? a : b)->end_round(rank0, "gone", false, "");
+  EXPECT_THROW(agent1->wait_master(rank1, kNever), Rendezvous::RoundEnded);
+}
