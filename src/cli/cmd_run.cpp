@@ -93,7 +93,8 @@ int cmd_run(const Args& args) {
                        " tasks on this node; run one `cadre run` per node (srun --ntasks-per-node=1)");
     if (!flags.given("--nnodes")) nnodes = std::to_string(slurm->nnodes);
     if (!flags.given("--node-rank")) node_rank = slurm->node_rank;
-    if (!flags.given("--rdzv-endpoint")) endpoint = slurm->first_host + ":29500";
+    if (!flags.given("--rdzv-endpoint"))
+      endpoint = launch::slurm_node_address(slurm->first_host) + ":" + std::to_string(slurm->port);
     if (!flags.given("--rdzv-id")) run_id = "slurm-" + slurm->job_id;
     log::info(str("slurm job ", slurm->job_id, ": node ", node_rank, " of ", nnodes, ", rendezvous at ", endpoint));
   }

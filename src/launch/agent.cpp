@@ -121,8 +121,12 @@ int agent_run(const AgentConfig& cfg) {
       round = rendezvous.join_next_round(me, interrupted);
     } catch (const rdzv::Rendezvous::Interrupted&) {
       return on_signal();
+    } catch (const rdzv::Rendezvous::JobFinished&) {
+      log::info(str("job '", cfg.rendezvous.run_id, "' already finished; nothing to do"));
+      return 0;  // never a member of the last round: the host does not wait for us
     }
     last_round_size = round.group_world_size();
+    me.previous_group_rank = round.group_rank;
     if (round.restart_count > cfg.max_restarts) return give_up();
     std::pair<std::string, uint16_t> master;
     try {
@@ -134,6 +138,9 @@ int agent_run(const AgentConfig& cfg) {
       }
     } catch (const rdzv::Rendezvous::Interrupted&) {
       return on_signal();
+    } catch (const rdzv::Rendezvous::RoundEnded&) {
+      log::info(str("round ", round.number, " ended before it started here; joining the next one"));
+      continue;
     }
     log::info(str("round ", round.number, ": group rank ", round.group_rank, " of ", round.group_world_size(),
                   " nodes, ranks ", round.rank_offset(), "..", round.rank_offset() + cfg.nproc_per_node - 1, " of ",
@@ -159,10 +166,11 @@ int agent_run(const AgentConfig& cfg) {
         if (!done_marked) {
           rendezvous.mark_done(round);
           done_marked = true;
-          log::info("workers of this node succeeded; waiting for the other nodes");
+          if (round.group_world_size() > 1) log::info("workers of this node succeeded; waiting for the other nodes");
         }
         if (rendezvous.all_done(round)) {
           group.stop(SIGKILL, 0);  // leftovers of the workers' process groups
+          rendezvous.mark_job_finished(round);
           log::info(str("all ", round.world_size(), " workers succeeded"));
           return leave(0, true);
         }

@@ -1,6 +1,12 @@
 // Slurm host list / count parsing and the srun environment (see slurm.h).
 #include "launch/slurm.h"
 
+#include <netdb.h>
+
+#include <cctype>
+#include <cstdio>
+#include <memory>
+
 #include "core/error.h"
 
 namespace cadre::launch {
@@ -116,6 +122,11 @@ std::optional<SlurmLaunch> slurm_launch_from_env(const GetEnv& getenv) {
   s.node_rank = parse_count(node_id, "SLURM_NODEID");
   CADRE_CONFIG_CHECK(s.node_rank < s.nnodes, "slurm: SLURM_NODEID ", s.node_rank, " is outside the ", s.nnodes,
                      " nodes of '", nodelist, "'");
+  try {
+    s.port = static_cast<uint16_t>(29500 + std::stoll(s.job_id) % 1000);
+  } catch (const std::exception&) {
+    s.port = 29500;  // non-numeric job id (array/het job syntax): the torchrun default
+  }
   std::string tasks = get("SLURM_STEP_TASKS_PER_NODE");
   if (tasks.empty()) tasks = get("SLURM_TASKS_PER_NODE");
   if (!tasks.empty()) {
@@ -123,6 +134,29 @@ std::optional<SlurmLaunch> slurm_launch_from_env(const GetEnv& getenv) {
     if (s.node_rank < static_cast<int64_t>(per_node.size())) s.tasks_on_this_node = per_node[s.node_rank];
   }
   return s;
+}
+
+std::string slurm_node_address(const std::string& node) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(node.c_str(), nullptr, &hints, &found) == 0) {
+    ::freeaddrinfo(found);
+    return node;
+  }
+  // Node names must be plain host names here: they go into a shell command.
+  for (char c : node)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return node;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(("scontrol show node " + node + " -o 2>/dev/null").c_str(), "r"),
+                                             ::pclose);
+  if (!pipe) return node;
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
+  auto at = out.find("NodeAddr=");
+  if (at == std::string::npos) return node;
+  at += 9;
+  return out.substr(at, out.find_first_of(" \n", at) - at);
 }
 
 }  // namespace cadre::launch

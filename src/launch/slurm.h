@@ -23,10 +23,15 @@ struct SlurmLaunch {
   int64_t node_rank = 0;
   std::string first_host;      // hosts the rendezvous store
   int64_t tasks_on_this_node = 1;
+  uint16_t port = 29500;       // 29500 + job id % 1000: jobs sharing a machine do not collide
 };
 
 // The launch described by the environment when running inside an srun step, else nullopt.
 using GetEnv = std::function<const char*(const char*)>;
 std::optional<SlurmLaunch> slurm_launch_from_env(const GetEnv& getenv);
+
+// An address for a Slurm node name: the name itself when DNS resolves it, else the NodeAddr that
+// `scontrol show node` reports (fake or unlisted nodes), else the name unchanged.
+std::string slurm_node_address(const std::string& node);
 
 }  // namespace cadre::launch

@@ -13,6 +13,7 @@
 //   r<k>/done             nodes whose workers all succeeded
 //   restarts              failure restarts so far;  last_failure  JSON of the latest failure
 //   left/<k>              agents that exited while the round counter was k
+//   finished              set when a round's workers all succeeded (late agents then leave)
 #include "rdzv/rendezvous.h"
 
 #include <algorithm>
@@ -56,7 +57,8 @@ int64_t Round::rank_offset() const {
 
 std::string node_info_to_json(const NodeInfo& info) {
   return nlohmann::json{{"addr", info.addr}, {"hostname", info.hostname}, {"local_world_size", info.local_world_size},
-                        {"node_rank", info.node_rank}, {"pid", info.pid}}.dump();
+                        {"node_rank", info.node_rank}, {"pid", info.pid},
+                        {"previous_group_rank", info.previous_group_rank}}.dump();
 }
 
 NodeInfo node_info_from_json(const std::string& text) {
@@ -68,6 +70,7 @@ NodeInfo node_info_from_json(const std::string& text) {
     info.local_world_size = j.at("local_world_size");
     info.node_rank = j.at("node_rank");
     info.pid = j.at("pid");
+    info.previous_group_rank = j.value("previous_group_rank", int64_t{-1});
   } catch (const std::exception& e) {
     throw Error(str("rendezvous: bad node record '", text, "': ", e.what()));
   }
@@ -96,6 +99,7 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
   int64_t waited_in = -1;  // round we registered as waiting in
   for (;;) {
     if (interrupted()) throw Interrupted{};
+    if (store_->try_get(key("finished"))) throw JobFinished{};
     int64_t k = current_round();
     auto closed = store_->try_get(round_key(k, "closed"));
     int64_t index = -1;
@@ -147,6 +151,7 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       }
       while (current_round() == k) {
         if (interrupted()) throw Interrupted{};
+        if (store_->try_get(key("finished"))) throw JobFinished{};
         sleep_s(config_.poll_interval_s);
       }
       deadline = now_s() + config_.join_timeout_s;
@@ -163,7 +168,16 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       }
       members_by_index.emplace_back(i, node_info_from_json(*record));
     }
-    if (config_.rank_by_node_rank) {
+    if (!config_.rank_by_node_rank) {
+      // Nodes keep their group ranks across restarts where they can (workers keep their ranks,
+      // and with them any node-local state); newcomers follow in join order.
+      auto key_of = [](const std::pair<int64_t, NodeInfo>& m) {
+        int64_t prev = m.second.previous_group_rank;
+        return std::make_pair(prev < 0 ? INT64_MAX : prev, m.first);
+      };
+      std::stable_sort(members_by_index.begin(), members_by_index.end(),
+                       [&](const auto& a, const auto& b) { return key_of(a) < key_of(b); });
+    } else {
       std::sort(members_by_index.begin(), members_by_index.end(),
                 [](const auto& a, const auto& b) { return a.second.node_rank < b.second.node_rank; });
       for (int64_t g = 0; g < members; ++g)
@@ -196,8 +210,7 @@ std::pair<std::string, uint16_t> Rendezvous::wait_master(const Round& round, con
       return {v->substr(0, colon), static_cast<uint16_t>(to_int(v->substr(colon + 1), "master"))};
     }
     if (interrupted()) throw Interrupted{};
-    CADRE_CHECK(current_round() == round.number, "rendezvous round ", round.number,
-                " ended before its master address was published");
+    if (current_round() != round.number) throw RoundEnded{};
     CADRE_CHECK(now_s() < deadline, "rendezvous round ", round.number, ": group rank 0 (",
                 round.nodes[0].hostname, ") never published the master address");
     sleep_s(config_.poll_interval_s);
@@ -261,6 +274,8 @@ void Rendezvous::mark_done(const Round& round) { store_->add(round_key(round.num
 bool Rendezvous::all_done(const Round& round) {
   return store_->add(round_key(round.number, "done"), 0) >= round.group_world_size();
 }
+
+void Rendezvous::mark_job_finished(const Round& round) { store_->set(key("finished"), std::to_string(round.number)); }
 
 void Rendezvous::announce_exit() { store_->add(key("left/" + std::to_string(current_round())), 1); }
 

@@ -31,6 +31,7 @@ struct NodeInfo {
   int64_t local_world_size = 1;
   int64_t node_rank = -1;  // requested rank (static backend, Slurm); -1 = any
   int64_t pid = 0;
+  int64_t previous_group_rank = -1;  // in the agent's last round: keeps ranks where they were
 };
 
 // One closed round, as seen by one agent.
@@ -61,10 +62,14 @@ class Rendezvous {
 
   // Blocks until this agent belongs to a closed round. `interrupted` is polled; when it returns
   // true this throws Interrupted. Throws Error when MIN nodes do not join within the join timeout.
+  // Throws JobFinished when the job completed while this agent waited (e.g. it arrived late).
   Round join_next_round(const NodeInfo& me, const std::function<bool()>& interrupted);
   struct Interrupted {};
+  struct JobFinished {};
+  struct RoundEnded {};
 
-  // Worker master address: the group-rank-0 agent publishes, the others wait for it.
+  // Worker master address: the group-rank-0 agent publishes, the others wait for it. Throws
+  // RoundEnded if the round ends first (then join the next one).
   void publish_master(const Round& round, const std::string& addr, uint16_t port);
   std::pair<std::string, uint16_t> wait_master(const Round& round, const std::function<bool()>& interrupted);
 
@@ -81,6 +86,7 @@ class Rendezvous {
   // Exit barrier: this node's workers all succeeded; true once every node of the round has.
   void mark_done(const Round& round);
   bool all_done(const Round& round);
+  void mark_job_finished(const Round& round);  // the job is over: late agents may leave
 
   // Leaving: every agent announces its exit; the hosting agent waits (up to linger_s) until the
   // other agents of the last round have left, since the store dies with it.

@@ -36,6 +36,7 @@ case $mode in
     wait_finish ;;
   wait) wait_finish ;;
   wait_child)
+    trap 'echo "$mode" > "$dir/got_signal.$RANK"; exit 0' TERM INT
     /bin/sh -c 'while :; do sleep 0.2; done' "$marker-grandchild" &
     wait_finish ;;
 esac
@@ -108,6 +109,23 @@ class RunTest : public ::testing::Test {
   }
   void finish() { write_file(dir.path + "/finish", ""); }
 
+  // Two workers, each with a child; the agent gets `sig`: the workers must see it, the agent
+  // must exit with 128+sig, and no process carrying the marker may remain.
+  void check_signal_stop(int sig) {
+    Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--log-dir", dir.path + "/logs", "--", "/bin/sh", script,
+                marker, dir.path, "wait_child"},
+               dir.path + "/agent.out");
+    ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << agent.output();
+    ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker + "-grandchild").size() == 2; }, 30));
+    agent.signal(sig);
+    ASSERT_TRUE(agent.wait_exit(30)) << agent.output();
+    EXPECT_EQ(agent.exit_code(), 128 + sig) << agent.output();
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(read_file(dir.path + "/got_signal." + std::to_string(r)), "wait_child\n") << "rank " << r;
+    EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+    EXPECT_EQ(pids_with_marker(marker).size(), 0u);
+  }
+
   TempDir dir;
   std::string marker, script;
   MarkerReaper reaper;
@@ -156,6 +174,28 @@ TEST_F(RunTest, WorkerCrashingOnceRestartsTheGroupWhichFinishes) {
   EXPECT_EQ(ranks_started(2, 1), all_ranks(2));
   EXPECT_EQ(ranks_started(2, 2), std::set<int>{});
   EXPECT_NE((a0->output() + a1->output()).find("rank 1 failed with exit code 3"), std::string::npos);
+  // Each node keeps its group rank in the restarted round.
+  for (Proc* a : {a0.get(), a1.get()}) {
+    std::string out = a->output();
+    auto rank_in = [&](const std::string& round) {
+      auto at = out.find(round + ": group rank ");
+      return at == std::string::npos ? std::string("?") : out.substr(at + round.size() + 13, 1);
+    };
+    EXPECT_NE(rank_in("round 0"), "?") << out;
+    EXPECT_EQ(rank_in("round 0"), rank_in("round 1")) << out;
+  }
+}
+
+TEST_F(RunTest, StaticBackendRanksFollowNodeRankAndRestarts) {
+  // Node rank 1 starts first and waits for node rank 0, which hosts the store.
+  auto a1 = start_agent(agent_args("2", 2, "crash_once", 1, {"--rdzv-backend", "static", "--max-restarts", "1"}), "a1");
+  auto a0 = start_agent(agent_args("2", 2, "crash_once", 0, {"--rdzv-backend", "static", "--max-restarts", "1"}), "a0");
+  ASSERT_TRUE(a0->wait_exit(60) && a1->wait_exit(60)) << a0->output() << a1->output();
+  EXPECT_EQ(a0->exit_code(), 0) << a0->output();
+  EXPECT_EQ(a1->exit_code(), 0) << a1->output();
+  EXPECT_EQ(ranks_started(4, 1), all_ranks(4));
+  for (const auto& s : starts()) EXPECT_EQ(s.env.at("GROUP_RANK"), std::to_string(s.rank / 2)) << "rank " << s.rank;
+  EXPECT_NE(a1->output().find("round 1: group rank 1 of 2 nodes, ranks 2..3 of 4"), std::string::npos) << a1->output();
 }
 
 TEST_F(RunTest, AlwaysCrashingWorkerGivesUpAfterMaxRestartsWithRootCause) {
@@ -232,17 +272,15 @@ TEST_F(RunTest, LateAgentTriggersScaleUp) {
   EXPECT_NE(a0->output().find("scale-up"), std::string::npos) << a0->output();
 }
 
-TEST_F(RunTest, SigtermStopsWorkersAndTheirChildrenLeavingNoOrphans) {
-  Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--log-dir", dir.path + "/logs", "--", "/bin/sh", script,
-              marker, dir.path, "wait_child"},
-             dir.path + "/agent.out");
-  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << agent.output();
-  ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker + "-grandchild").size() == 2; }, 30));
-  agent.signal(SIGTERM);
-  ASSERT_TRUE(agent.wait_exit(30)) << agent.output();
-  EXPECT_EQ(agent.exit_code(), 128 + SIGTERM) << agent.output();
-  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
-  EXPECT_EQ(pids_with_marker(marker).size(), 0u);
+// SIGTERM / SIGINT to an agent: forwarded to the workers (they see it), then everything is gone.
+TEST_F(RunTest, SigtermIsForwardedAndLeavesNoOrphans) { check_signal_stop(SIGTERM); }
+TEST_F(RunTest, SigintIsForwardedAndLeavesNoOrphans) { check_signal_stop(SIGINT); }
+
+TEST_F(RunTest, CadreAsTheProgramResolvesToThisBinary) {
+  Proc agent({CADRE_BIN, "run", "--log-dir", dir.path + "/logs", "--", "cadre", "run", "--help"}, dir.path + "/agent.out");
+  ASSERT_TRUE(agent.wait_exit(60)) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 0) << agent.output();
+  EXPECT_NE(agent.output().find("[rank 0]: usage: cadre run"), std::string::npos) << agent.output();
 }
 
 TEST_F(RunTest, RendezvousPortHeldByAnotherProgram) {

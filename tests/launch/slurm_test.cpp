@@ -55,6 +55,7 @@ TEST(SlurmEnv, SrunStepGivesNodeCountRankAndFirstHost) {
   EXPECT_EQ(s->node_rank, 1);
   EXPECT_EQ(s->first_host, "n1");
   EXPECT_EQ(s->tasks_on_this_node, 1);
+  EXPECT_EQ(s->port, 29500 + 42);
 
   env["SLURM_STEP_NODELIST"] = "n[5,7-8]";  // the step's nodes win over the job's
   env["SLURM_STEP_TASKS_PER_NODE"] = "1,2(x2)";

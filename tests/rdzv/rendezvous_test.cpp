@@ -216,3 +216,63 @@ TEST(Rendezvous, PeerWithStalledHeartbeatIsReportedDead) {
   ASSERT_EQ(s.dead.size(), 1u);
   EXPECT_EQ(s.dead[0], rb.group_rank);
 }
+
+TEST(Rendezvous, LateJoinerLeavesWhenTheJobFinishes) {
+  Cluster c(1, 1);
+  auto a = c.agent();
+  Round r = a->join_next_round(node("a"), kNever);
+  auto late = std::async(std::launch::async, [&] { c.agent()->join_next_round(node("b"), kNever); });
+  // The group is full (MAX 1): the late agent waits, counted as waiting, until the job finishes.
+  RoundStatus status;
+  for (int i = 0; i < 2000 && status.waiting_nodes == 0; ++i) {
+    status = a->poll(r);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(status.waiting_nodes, 1);
+  a->mark_done(r);
+  EXPECT_TRUE(a->all_done(r));
+  a->mark_job_finished(r);
+  EXPECT_THROW(late.get(), Rendezvous::JobFinished);
+}
+
+TEST(Rendezvous, GroupRanksStayWithTheirNodesAcrossRounds) {
+  Cluster c(2, 2);
+  auto a = c.agent(), b = c.agent();
+  NodeInfo na = node("a"), nb = node("b");
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(na, kNever); });
+  Round rb = b->join_next_round(nb, kNever);
+  Round ra = fa.get();
+  a->end_round(ra, "membership", false, "");
+  na.previous_group_rank = ra.group_rank;
+  nb.previous_group_rank = rb.group_rank;
+  // The node that had group rank 1 joins round 1 first; it still gets group rank 1.
+  auto& first = ra.group_rank == 1 ? a : b;
+  auto& second = ra.group_rank == 1 ? b : a;
+  NodeInfo& first_info = ra.group_rank == 1 ? na : nb;
+  NodeInfo& second_info = ra.group_rank == 1 ? nb : na;
+  auto f1 = std::async(std::launch::async, [&] { return first->join_next_round(first_info, kNever); });
+  auto joined = [&] {
+    std::lock_guard<std::mutex> l(c.shared->mutex);
+    return c.shared->data["cadre/t/r1/joined"] == "1";
+  };
+  for (int i = 0; i < 2000 && !joined(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(joined());
+  Round r2 = second->join_next_round(second_info, kNever);
+  Round r1 = f1.get();
+  EXPECT_EQ(r1.group_rank, 1);
+  EXPECT_EQ(r2.group_rank, 0);
+}
+
+TEST(Rendezvous, WaitingForTheMasterOfAnEndedRoundSaysRoundEnded) {
+  Cluster c(2, 2);
+  auto a = c.agent(), b = c.agent();
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  Round rb = b->join_next_round(node("b"), kNever);
+  Round ra = fa.get();
+  Round& rank0 = ra.group_rank == 0 ? ra : rb;
+  Round& rank1 = ra.group_rank == 0 ? rb : ra;
+  auto& agent1 = ra.group_rank == 0 ? b : a;
+  // Group rank 0 ends the round without publishing (as if it failed at once).
+  (ra.group_rank == 0 ? a : b)->end_round(rank0, "gone", false, "");
+  EXPECT_THROW(agent1->wait_master(rank1, kNever), Rendezvous::RoundEnded);
+}

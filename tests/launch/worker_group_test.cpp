@@ -1,0 +1,85 @@
+// The worker process layer on its own: environment and log files, exit codes and signals,
+// stopping workers that ignore SIGTERM together with their children, program lookup.
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "core/error.h"
+#include "launch/launch_harness.h"
+#include "launch/worker_group.h"
+
+using namespace cadre::launch;
+using namespace launch_test;
+
+namespace {
+
+WorkerSpec spec(const TempDir& dir, int64_t rank, std::vector<std::pair<std::string, std::string>> env = {}) {
+  WorkerSpec s;
+  s.local_rank = s.global_rank = rank;
+  s.env = std::move(env);
+  s.stdout_path = dir.path + "/out" + std::to_string(rank);
+  s.stderr_path = dir.path + "/err" + std::to_string(rank);
+  return s;
+}
+
+WorkerGroup::State wait_state(WorkerGroup& group) {
+  WorkerGroup::State state = WorkerGroup::State::Running;
+  wait_until([&] { return (state = group.poll()) != WorkerGroup::State::Running; }, 30);
+  return state;
+}
+
+}  // namespace
+
+TEST(WorkerGroup, WorkersSeeTheirEnvironmentAndOutputReachesTheFiles) {
+  TempDir dir;
+  WorkerGroup group({"/bin/sh", "-c", "echo rank=$RANK; echo oops >&2"},
+                    {spec(dir, 0, {{"RANK", "0"}}), spec(dir, 1, {{"RANK", "1"}})});
+  EXPECT_EQ(wait_state(group), WorkerGroup::State::Succeeded);
+  group.stop(SIGTERM, 1);
+  EXPECT_EQ(read_file(dir.path + "/out1"), "rank=1\n");
+  EXPECT_EQ(read_file(dir.path + "/err0"), "oops\n");
+  EXPECT_EQ(group.stderr_tail(1), std::vector<std::string>{"oops"});
+  EXPECT_EQ(group.first_failure(), nullptr);
+}
+
+TEST(WorkerGroup, ExitCodesAndSignalsAreReportedAsFailures) {
+  TempDir dir;
+  {
+    WorkerGroup group({"/bin/sh", "-c", "[ $RANK = 1 ] && exit 4; sleep 30"},
+                      {spec(dir, 0, {{"RANK", "0"}}), spec(dir, 1, {{"RANK", "1"}})});
+    EXPECT_EQ(wait_state(group), WorkerGroup::State::Failed);
+    ASSERT_NE(group.first_failure(), nullptr);
+    EXPECT_EQ(group.first_failure()->global_rank, 1);
+    EXPECT_EQ(group.first_failure()->describe(), "exit code 4");
+    group.stop(SIGTERM, 5);
+  }
+  {
+    WorkerGroup group({"/bin/sh", "-c", "kill -SEGV $$"}, {spec(dir, 0)});
+    EXPECT_EQ(wait_state(group), WorkerGroup::State::Failed);
+    ASSERT_NE(group.first_failure(), nullptr);
+    EXPECT_EQ(group.first_failure()->signal, SIGSEGV);
+    EXPECT_EQ(group.first_failure()->describe(), "signal 11 (SIGSEGV)");
+  }
+}
+
+TEST(WorkerGroup, StopKillsWorkersIgnoringSigtermAndTheirChildren) {
+  TempDir dir;
+  std::string marker = "cadre-worker-group-test-" + std::to_string(::getpid());
+  MarkerReaper reaper{marker};
+  // The worker ignores SIGTERM and has a child that also does.
+  std::string script = "trap '' TERM; /bin/sh -c \"trap '' TERM; while :; do sleep 0.1; done\" " + marker +
+                       "-child & while :; do sleep 0.1; done";
+  WorkerGroup group({"/bin/sh", "-c", script, marker}, {spec(dir, 0)});
+  ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker).size() >= 2; }, 30));
+  group.stop(SIGTERM, 0.3);
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
+  EXPECT_EQ(group.poll(), WorkerGroup::State::Failed);  // killed by SIGKILL after the grace period
+  EXPECT_EQ(group.first_failure()->signal, SIGKILL);
+}
+
+TEST(WorkerGroup, ProgramLookup) {
+  EXPECT_EQ(program_resolve("/bin/sh"), "/bin/sh");
+  EXPECT_FALSE(program_resolve("sh").empty());
+  EXPECT_THROW(program_resolve("no-such-program-for-cadre"), cadre::ConfigError);
+  EXPECT_THROW(program_resolve("/etc/passwd"), cadre::ConfigError);  // not executable
+}
