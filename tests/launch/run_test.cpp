@@ -16,7 +16,7 @@ namespace {
 
 // The worker: records its environment in DIR/start.<restart>.<world>.<rank>.<pid>, prints a line
 // on stdout and stderr, then behaves according to MODE. MARKER only tags its command line.
-const char* kWorkerScript = R"(#!/bin/sh
+const char* kWorkerScript = R"SH(#!/bin/sh
 marker=$1; dir=$2; mode=$3
 f="$dir/start.$TORCHELASTIC_RESTART_COUNT.$WORLD_SIZE.$RANK.$$"
 env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_[A-Z_]*)=' > "$f.tmp"
@@ -24,12 +24,22 @@ mv "$f.tmp" "$f"
 echo "out from rank $RANK"
 echo "err from rank $RANK" >&2
 wait_finish() { while [ ! -f "$dir/finish" ]; do sleep 0.05; done; }
+# A crashing rank first waits until every rank of its round has recorded its start, so the
+# test's "all ranks started in round k" does not race against the group being stopped.
+wait_round_started() {
+  while [ "$(ls "$dir" | grep "^start\.$TORCHELASTIC_RESTART_COUNT\.$WORLD_SIZE\." | grep -vc 'tmp$')" -lt "$WORLD_SIZE" ]; do
+    sleep 0.05
+  done
+}
 case $mode in
   ok) ;;
   crash_once)
-    if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo "rank 1 crashes on purpose" >&2; exit 3; fi ;;
+    if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+      wait_round_started; echo "rank 1 crashes on purpose" >&2; exit 3
+    fi ;;
   always)
     if [ "$RANK" = 0 ]; then
+      wait_round_started
       echo '{"message": "rank 0 raised ValueError"}' > "$TORCHELASTIC_ERROR_FILE"
       echo "fatal: rank 0 cannot continue" >&2; exit 7
     fi
@@ -40,7 +50,7 @@ case $mode in
     /bin/sh -c 'while :; do sleep 0.2; done' "$marker-grandchild" &
     wait_finish ;;
 esac
-)";
+)SH";
 
 struct Start {
   int restart = 0, world = 0, rank = 0;
