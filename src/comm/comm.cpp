@@ -374,17 +374,22 @@ void check_tensor(const at::Tensor& t, const char* op, const char* role) {
   CADRE_CHECK(t.is_contiguous(), op, ": ", role, " tensor must be contiguous");
 }
 
-// Reductions run on float32 (float types) or int64.
-at::ScalarType accumulate_dtype(at::ScalarType t) { return t == at::kLong ? at::kLong : at::kFloat; }
-ring::Elem ring_elem(at::ScalarType acc) { return acc == at::kLong ? ring::Elem::I64 : ring::Elem::F32; }
-ring::Combine ring_combine(ReduceOp op) { return op == ReduceOp::Max ? ring::Combine::Max : ring::Combine::Sum; }
-
-void divide_for_average(at::Tensor block, int size) {
-  if (block.scalar_type() == at::kLong)
-    block.div_(size, "trunc");
-  else
-    block.div_(size);
+ring::Elem ring_elem(at::ScalarType t) {
+  switch (t) {
+    case at::kLong: return ring::Elem::I64;
+    case at::kBFloat16: return ring::Elem::BF16;
+    case at::kHalf: return ring::Elem::F16;
+    default: return ring::Elem::F32;
+  }
 }
+ring::Combine ring_combine(ReduceOp op) { return op == ReduceOp::Max ? ring::Combine::Max : ring::Combine::Sum; }
+// Float averages divide inside the ring's last fold (before rounding); int64 ones afterwards.
+float ring_divisor(ReduceOp op, at::ScalarType t, int size) {
+  return op == ReduceOp::Avg && t != at::kLong ? float(size) : 1.0f;
+}
+
+// int64 averages truncate toward zero, as integer division does.
+void divide_for_average(at::Tensor block, int size) { block.div_(size, "trunc"); }
 
 }  // namespace
 
@@ -442,17 +447,18 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
       const int n = impl->size, r = impl->rank;
       const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
       if (numel == 0) return;
-      const at::ScalarType acc = accumulate_dtype(tensor.scalar_type());
-      const bool in_place = tensor.scalar_type() == acc && padded == numel;
+      const at::ScalarType dtype = tensor.scalar_type();
+      // Sizes not divisible by the world size go through a zero-padded copy.
+      const bool in_place = padded == numel;
       at::Tensor work = tensor.view(-1);
       if (!in_place) {
-        work = at::zeros({padded}, tensor.options().dtype(acc));
+        work = at::zeros({padded}, tensor.options());
         work.narrow(0, 0, numel).copy_(tensor.view(-1));
       }
       at::Tensor mine = work.narrow(0, r * block, block);
-      ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(acc),
-                           ring_combine(op), deadline, impl->scratch);
-      if (op == ReduceOp::Avg) divide_for_average(mine, n);
+      ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(dtype),
+                           ring_combine(op), ring_divisor(op, dtype, n), deadline, impl->scratch);
+      if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(mine, n);
       ring::all_gather(*impl->context, slot + 1, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
       if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
     });
@@ -492,14 +498,10 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
       if (input.is_cuda()) return impl->nccl->reduce_scatter(output, input, op);
       const int64_t block = output.numel();
       if (block == 0) return;
-      const at::ScalarType acc = accumulate_dtype(input.scalar_type());
-      const bool direct = input.scalar_type() == acc;
-      at::Tensor in = direct ? input : input.to(acc);
-      at::Tensor out = direct ? output : at::empty({block}, input.options().dtype(acc));
-      ring::reduce_scatter(*impl->context, slot, in.data_ptr(), out.data_ptr(), block, ring_elem(acc),
-                           ring_combine(op), deadline, impl->scratch);
-      if (op == ReduceOp::Avg) divide_for_average(out, impl->size);
-      if (!direct) output.view(-1).copy_(out);
+      const at::ScalarType dtype = input.scalar_type();
+      ring::reduce_scatter(*impl->context, slot, input.data_ptr(), output.data_ptr(), block, ring_elem(dtype),
+                           ring_combine(op), ring_divisor(op, dtype, impl->size), deadline, impl->scratch);
+      if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(output, impl->size);
     });
   });
 }
