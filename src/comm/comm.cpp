@@ -289,27 +289,32 @@ struct Communicator::Impl {
     }
   }
 
-  // Ranks of this group that have not reached op `seq`, from the arrival marks in the store.
-  std::string missing_ranks() {
+  // Ranks of this group that have not reached op `seq` by `deadline`, from the arrival marks in
+  // the store. A peer error can come before the deadline (a rank that left closes its pairs),
+  // when live ranks may not have written their mark yet: keep looking until the deadline.
+  std::string missing_ranks(ring::Deadline deadline) {
     if (!validate) return "ranks not tracked (validation off)";
-    std::string missing;
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) continue;
-      std::string key = str("arrive/", r), last = "none";
-      try {
-        if (store->check({key})) {
-          auto v = store->get(key);
-          last.assign(v.begin(), v.end());
+    for (;;) {
+      std::string missing;
+      for (int r = 0; r < size; ++r) {
+        if (r == rank) continue;
+        std::string key = str("arrive/", r), last = "none";
+        try {
+          if (store->check({key})) {
+            auto v = store->get(key);
+            last.assign(v.begin(), v.end());
+          }
+        } catch (const std::exception& e) {
+          return str("arrival of the other ranks unknown (store unreachable: ", e.what(), ")");
         }
-      } catch (const std::exception& e) {
-        last = str("unknown (store unreachable: ", e.what(), ")");
+        int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
+        if (their_seq < seq)
+          missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ", last, ")");
       }
-      int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
-      if (their_seq < seq)
-        missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ",
-                       last == "none" ? std::string("none") : last, ")");
+      if (missing.empty()) return "every rank arrived";
+      if (std::chrono::steady_clock::now() >= deadline) return "did not arrive: " + missing;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // diagnosis only, after a failure
     }
-    return missing.empty() ? "every rank arrived" : "did not arrive: " + missing;
   }
 
   // Runs one op on the communication thread: arrival mark, cross-rank check, data movement.
@@ -351,7 +356,7 @@ struct Communicator::Impl {
       poisoned = true;
       poison_reason = str(sig.describe(), " failed: ", e.what());
       throw Error(str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
-                      " ms timeout or peer error: ", e.what(), "; ", missing_ranks()));
+                      " ms timeout or peer error: ", e.what(), "; ", missing_ranks(deadline)));
     }
   }
 };
