@@ -11,7 +11,7 @@ int cmd_doctor(const Args& args) {
       "cadre doctor [flags]\n"
       "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;\n"
       "exits 1 naming each failing check and rank.");
-  flags.add("--fp32-gflops-floor", &o.fp32_gflops_floor, "minimum fp32 matmul GFLOP/s (BLAS; default 20)");
+  flags.add("--fp32-gflops-floor", &o.fp32_gflops_floor, "minimum fp32 matmul GFLOP/s (BLAS; default 10)");
   flags.add("--bf16-gflops-floor", &o.bf16_gflops_floor, "minimum bf16 matmul GFLOP/s (default 50)");
   flags.add("--min-available-gib", &o.min_available_gib, "minimum MemAvailable per host in GiB (default 1)");
   flags.add("--busbw-floor", &o.busbw_floor_gbps, "minimum all_reduce bus bandwidth at 16 MiB in GB/s (default 0.1)");

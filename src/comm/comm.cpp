@@ -289,27 +289,32 @@ struct Communicator::Impl {
     }
   }
 
-  // Ranks of this group that have not reached op `seq`, from the arrival marks in the store.
-  std::string missing_ranks() {
+  // Ranks of this group that have not reached op `seq` by `deadline`, from the arrival marks in
+  // the store. A peer error can come before the deadline (a rank that left closes its pairs),
+  // when live ranks may not have written their mark yet: keep looking until the deadline.
+  std::string missing_ranks(ring::Deadline deadline) {
     if (!validate) return "ranks not tracked (validation off)";
-    std::string missing;
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) continue;
-      std::string key = str("arrive/", r), last = "none";
-      try {
-        if (store->check({key})) {
-          auto v = store->get(key);
-          last.assign(v.begin(), v.end());
+    for (;;) {
+      std::string missing;
+      for (int r = 0; r < size; ++r) {
+        if (r == rank) continue;
+        std::string key = str("arrive/", r), last = "none";
+        try {
+          if (store->check({key})) {
+            auto v = store->get(key);
+            last.assign(v.begin(), v.end());
+          }
+        } catch (const std::exception& e) {
+          return str("arrival of the other ranks unknown (store unreachable: ", e.what(), ")");
         }
-      } catch (const std::exception& e) {
-        last = str("unknown (store unreachable: ", e.what(), ")");
+        int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
+        if (their_seq < seq)
+          missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ", last, ")");
       }
-      int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
-      if (their_seq < seq)
-        missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ",
-                       last == "none" ? std::string("none") : last, ")");
+      if (missing.empty()) return "every rank arrived";
+      if (std::chrono::steady_clock::now() >= deadline) return "did not arrive: " + missing;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // diagnosis only, after a failure
     }
-    return missing.empty() ? "every rank arrived" : "did not arrive: " + missing;
   }
 
   // Runs one op on the communication thread: arrival mark, cross-rank check, data movement.
@@ -351,7 +356,7 @@ struct Communicator::Impl {
       poisoned = true;
       poison_reason = str(sig.describe(), " failed: ", e.what());
       throw Error(str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
-                      " ms timeout or peer error: ", e.what(), "; ", missing_ranks()));
+                      " ms timeout or peer error: ", e.what(), "; ", missing_ranks(deadline)));
     }
   }
 };
@@ -374,19 +379,49 @@ void check_tensor(const at::Tensor& t, const char* op, const char* role) {
   CADRE_CHECK(t.is_contiguous(), op, ": ", role, " tensor must be contiguous");
 }
 
-// Reductions run on float32 (float types) or int64.
-at::ScalarType accumulate_dtype(at::ScalarType t) { return t == at::kLong ? at::kLong : at::kFloat; }
-ring::Elem ring_elem(at::ScalarType acc) { return acc == at::kLong ? ring::Elem::I64 : ring::Elem::F32; }
+ring::Elem ring_elem(at::ScalarType t) {
+  switch (t) {
+    case at::kLong: return ring::Elem::I64;
+    case at::kBFloat16: return ring::Elem::BF16;
+    case at::kHalf: return ring::Elem::F16;
+    default: return ring::Elem::F32;
+  }
+}
 ring::Combine ring_combine(ReduceOp op) { return op == ReduceOp::Max ? ring::Combine::Max : ring::Combine::Sum; }
-
-void divide_for_average(at::Tensor block, int size) {
-  if (block.scalar_type() == at::kLong)
-    block.div_(size, "trunc");
-  else
-    block.div_(size);
+// Float averages divide inside the ring's last fold (before rounding); int64 ones afterwards.
+float ring_divisor(ReduceOp op, at::ScalarType t, int size) {
+  return op == ReduceOp::Avg && t != at::kLong ? float(size) : 1.0f;
 }
 
+// int64 averages truncate toward zero, as integer division does.
+void divide_for_average(at::Tensor block, int size) { block.div_(size, "trunc"); }
+
 }  // namespace
+
+// Below this many gathered bytes an all_reduce is one all-gather plus a local reduction: one
+// exchange instead of two halves the message round trips that dominate small ops.
+constexpr int64_t kSmallAllReduceBytes = 256 << 10;
+
+// Every rank reduces the same gathered rows in rank order, so all get identical bits.
+static void small_all_reduce(Communicator::Impl& impl, uint64_t slot, const at::Tensor& tensor, ReduceOp op,
+                      ring::Deadline deadline) {
+  const int n = impl.size;
+  const int64_t numel = tensor.numel();
+  at::Tensor rows = at::empty({n, numel}, tensor.options());
+  ring::all_gather(*impl.context, slot, tensor.data_ptr(), rows.data_ptr(), numel * tensor.element_size(), deadline);
+  const at::ScalarType acc_dtype = tensor.scalar_type() == at::kLong ? at::kLong : at::kFloat;
+  at::Tensor acc = rows[0].to(acc_dtype);
+  for (int r = 1; r < n; ++r) {
+    at::Tensor row = rows[r].to(acc_dtype);
+    if (op == ReduceOp::Max) acc = at::maximum(acc, row);
+    else acc.add_(row);
+  }
+  if (op == ReduceOp::Avg) {
+    if (acc_dtype == at::kLong) divide_for_average(acc, n);
+    else acc.div_(n);
+  }
+  tensor.view(-1).copy_(acc);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Communicator
@@ -442,17 +477,20 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
       const int n = impl->size, r = impl->rank;
       const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
       if (numel == 0) return;
-      const at::ScalarType acc = accumulate_dtype(tensor.scalar_type());
-      const bool in_place = tensor.scalar_type() == acc && padded == numel;
+      const at::ScalarType dtype = tensor.scalar_type();
+      if (n > 1 && numel * tensor.element_size() * n <= kSmallAllReduceBytes)
+        return small_all_reduce(*impl, slot, tensor, op, deadline);
+      // Sizes not divisible by the world size go through a zero-padded copy.
+      const bool in_place = padded == numel;
       at::Tensor work = tensor.view(-1);
       if (!in_place) {
-        work = at::zeros({padded}, tensor.options().dtype(acc));
+        work = at::zeros({padded}, tensor.options());
         work.narrow(0, 0, numel).copy_(tensor.view(-1));
       }
       at::Tensor mine = work.narrow(0, r * block, block);
-      ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(acc),
-                           ring_combine(op), deadline, impl->scratch);
-      if (op == ReduceOp::Avg) divide_for_average(mine, n);
+      ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(dtype),
+                           ring_combine(op), ring_divisor(op, dtype, n), deadline, impl->scratch);
+      if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(mine, n);
       ring::all_gather(*impl->context, slot + 1, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
       if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
     });
@@ -492,14 +530,10 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
       if (input.is_cuda()) return impl->nccl->reduce_scatter(output, input, op);
       const int64_t block = output.numel();
       if (block == 0) return;
-      const at::ScalarType acc = accumulate_dtype(input.scalar_type());
-      const bool direct = input.scalar_type() == acc;
-      at::Tensor in = direct ? input : input.to(acc);
-      at::Tensor out = direct ? output : at::empty({block}, input.options().dtype(acc));
-      ring::reduce_scatter(*impl->context, slot, in.data_ptr(), out.data_ptr(), block, ring_elem(acc),
-                           ring_combine(op), deadline, impl->scratch);
-      if (op == ReduceOp::Avg) divide_for_average(out, impl->size);
-      if (!direct) output.view(-1).copy_(out);
+      const at::ScalarType dtype = input.scalar_type();
+      ring::reduce_scatter(*impl->context, slot, input.data_ptr(), output.data_ptr(), block, ring_elem(dtype),
+                           ring_combine(op), ring_divisor(op, dtype, impl->size), deadline, impl->scratch);
+      if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(output, impl->size);
     });
   });
 }

@@ -5,7 +5,16 @@
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CADRE_HAVE_F16C_PATH 1
+#endif
+
 #include <algorithm>
+#include <type_traits>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -30,24 +39,98 @@ void wait_send(gloo::transport::UnboundBuffer& buf, Deadline deadline) {
   CADRE_CHECK(buf.waitSend(nullptr, remaining(deadline)), "send aborted");
 }
 
-// dst = a (op) b elementwise; dst may alias a or b.
-template <typename T>
-void combine_into(T* dst, const T* a, const T* b, size_t n, Combine combine) {
-  if (combine == Combine::Sum) {
-    for (size_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
-  } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = a[i] < b[i] ? b[i] : a[i];
+// Accumulation type: float for every float dtype, int64 for int64.
+template <typename E> struct Accumulate { using type = float; };
+template <> struct Accumulate<int64_t> { using type = int64_t; };
+
+// dst[i] = combine(incoming[i], own[i]) in the accumulation type, stored as DstAcc ? A : E.
+// `incoming` is InAcc ? A : E. dst may alias incoming (same type) or own (same type).
+template <typename E, bool InAcc, bool DstAcc, bool Max>
+void fold_typed(void* dst, const void* incoming, const E* own, size_t count, float divide_by) {
+  using A = typename Accumulate<E>::type;
+  using In = std::conditional_t<InAcc, A, E>;
+  using Dst = std::conditional_t<DstAcc, A, E>;
+  const In* x = static_cast<const In*>(incoming);
+  Dst* d = static_cast<Dst*>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    A a = static_cast<A>(x[i]), b = static_cast<A>(own[i]);
+    A r = Max ? (a < b ? b : a) : a + b;
+    if constexpr (!std::is_integral_v<A>)
+      if (!DstAcc && divide_by != 1.0f) r = r / divide_by;  // the final fold divides (avg), then rounds once
+    d[i] = static_cast<Dst>(r);
   }
 }
 
-void combine_bytes(void* dst, const void* a, const void* b, size_t bytes, Elem elem, Combine combine) {
-  if (elem == Elem::F32)
-    combine_into(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b),
-                 bytes / sizeof(float), combine);
-  else
-    combine_into(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
-                 bytes / sizeof(int64_t), combine);
+template <typename E>
+void fold(void* dst, bool dst_acc, const void* incoming, bool in_acc, const void* own, size_t count, Combine combine,
+          float divide_by) {
+  const E* o = static_cast<const E*>(own);
+  const bool mx = combine == Combine::Max;
+  if (in_acc && dst_acc) mx ? fold_typed<E, true, true, true>(dst, incoming, o, count, divide_by)
+                            : fold_typed<E, true, true, false>(dst, incoming, o, count, divide_by);
+  else if (in_acc) mx ? fold_typed<E, true, false, true>(dst, incoming, o, count, divide_by)
+                      : fold_typed<E, true, false, false>(dst, incoming, o, count, divide_by);
+  else if (dst_acc) mx ? fold_typed<E, false, true, true>(dst, incoming, o, count, divide_by)
+                       : fold_typed<E, false, true, false>(dst, incoming, o, count, divide_by);
+  else mx ? fold_typed<E, false, false, true>(dst, incoming, o, count, divide_by)
+          : fold_typed<E, false, false, false>(dst, incoming, o, count, divide_by);
 }
+
+#ifdef CADRE_HAVE_F16C_PATH
+// float16 through the CPU's F16C conversions (scalar c10::Half conversions cost ~10 ns per
+// element): convert a chunk to float32, fold it as float32, convert back when storing narrow.
+__attribute__((target("avx,f16c"))) void half_to_float(float* out, const c10::Half* in, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < count; ++i) out[i] = static_cast<float>(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void float_to_half(c10::Half* out, const float* in, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < count; ++i) out[i] = c10::Half(in[i]);
+}
+
+void fold_half_f16c(void* dst, bool dst_acc, const void* incoming, bool in_acc, const void* own, size_t count,
+                    Combine combine, float divide_by) {
+  constexpr size_t kChunk = 2048;
+  float in_f[kChunk], own_f[kChunk], out_f[kChunk];
+  for (size_t at = 0; at < count; at += kChunk) {
+    const size_t m = std::min(kChunk, count - at);
+    const float* x = in_acc ? static_cast<const float*>(incoming) + at : in_f;
+    if (!in_acc) half_to_float(in_f, static_cast<const c10::Half*>(incoming) + at, m);
+    half_to_float(own_f, static_cast<const c10::Half*>(own) + at, m);
+    float* d = dst_acc ? static_cast<float*>(dst) + at : out_f;
+    fold<float>(d, true, x, true, own_f, m, combine, 1.0f);
+    if (!dst_acc) {
+      if (divide_by != 1.0f)
+        for (size_t i = 0; i < m; ++i) out_f[i] /= divide_by;
+      float_to_half(static_cast<c10::Half*>(dst) + at, out_f, m);
+    }
+  }
+}
+
+#endif
+
+void fold_elem(Elem elem, void* dst, bool dst_acc, const void* incoming, bool in_acc, const void* own, size_t count,
+               Combine combine, float divide_by) {
+  switch (elem) {
+    case Elem::F32: return fold<float>(dst, dst_acc, incoming, in_acc, own, count, combine, divide_by);
+    case Elem::I64: return fold<int64_t>(dst, dst_acc, incoming, in_acc, own, count, combine, divide_by);
+    case Elem::BF16: return fold<c10::BFloat16>(dst, dst_acc, incoming, in_acc, own, count, combine, divide_by);
+    case Elem::F16:
+#ifdef CADRE_HAVE_F16C_PATH
+      if (__builtin_cpu_supports("f16c"))
+        return fold_half_f16c(dst, dst_acc, incoming, in_acc, own, count, combine, divide_by);
+#endif
+      return fold<c10::Half>(dst, dst_acc, incoming, in_acc, own, count, combine, divide_by);
+  }
+}
+
+size_t elem_bytes(Elem e) { return e == Elem::I64 ? 8 : e == Elem::F32 ? 4 : 2; }
+size_t acc_bytes(Elem e) { return e == Elem::I64 ? 8 : 4; }
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -87,49 +170,55 @@ void all_gather(gloo::Context& ctx, uint64_t slot, const void* own, void* data, 
 }
 
 void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* output, size_t block_elems,
-                    Elem elem, Combine combine, Deadline deadline, Scratch& scratch_cache) {
+                    Elem elem, Combine combine, float divide_by, Deadline deadline, Scratch& scratch_cache) {
   const int n = ctx.size, r = ctx.rank;
-  const size_t elem_bytes = elem == Elem::F32 ? sizeof(float) : sizeof(int64_t);
-  const size_t block_bytes = block_elems * elem_bytes;
+  const size_t eb = elem_bytes(elem), ab = acc_bytes(elem);
   const char* in = static_cast<const char*>(input);
-  if (block_bytes == 0) return;
+  if (block_elems == 0) return;
   if (n == 1) {
-    if (output != input) std::memcpy(output, input, block_bytes);
+    // Nothing to combine; an average over one rank still divides (by 1).
+    if (output != input) std::memcpy(output, input, block_elems * eb);
     return;
   }
-  const size_t segment = std::max(elem_bytes, kSegmentBytes / elem_bytes * elem_bytes);
-  // Two scratch blocks alternate: one is on the wire holding partial sums while the other
-  // receives the predecessor's partial sums and folds this rank's contribution into them.
-  char* scratch[2] = {scratch_cache.get(0, block_bytes), n > 2 ? scratch_cache.get(1, block_bytes) : nullptr};
+  const size_t segment = std::max<size_t>(1, kSegmentBytes / ab);  // elements per message
+  // Step 0 sends this rank's own input block as is (narrow dtypes stay narrow on the wire);
+  // later steps send float32/int64 partial sums, so bf16/fp16 accumulate in float32 and round
+  // once, in the last fold. scratch[0] receives step 0; the partial sums then alternate
+  // between the two buffers: one on the wire, one receiving and folding in place.
+  char* scratch[2] = {scratch_cache.get(0, block_elems * ab), n > 2 ? scratch_cache.get(1, block_elems * ab) : nullptr};
   std::unique_ptr<gloo::transport::UnboundBuffer> scratch_buf[2] = {
-      ctx.createUnboundBuffer(scratch[0], block_bytes),
-      n > 2 ? ctx.createUnboundBuffer(scratch[1], block_bytes) : nullptr};
-  auto input_buf = ctx.createUnboundBuffer(const_cast<char*>(in), block_bytes * n);
+      ctx.createUnboundBuffer(scratch[0], block_elems * ab),
+      n > 2 ? ctx.createUnboundBuffer(scratch[1], block_elems * ab) : nullptr};
+  auto input_buf = ctx.createUnboundBuffer(const_cast<char*>(in), block_elems * eb * n);
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   // Step s sends the partial sums of block r-s-1 (s+1 contributions) and receives those of
   // block r-s-2; after n-1 steps the received block is r and holds every contribution.
-  int current = 1;  // scratch holding the partial sums to send at this step (step > 0)
+  int sending = 1, receiving = 0;
   for (int step = 0; step < n - 1; ++step) {
-    const bool last = step == n - 2;
-    const int receiving = 1 - current;
-    const size_t recv_in_off = mod(r - step - 2, n) * block_bytes;
+    const bool first = step == 0, last = step == n - 2;
+    const size_t wire = first ? eb : ab;
+    const char* own = in + mod(r - step - 2, n) * block_elems * eb;
     gloo::transport::UnboundBuffer& to = *scratch_buf[receiving];
-    gloo::transport::UnboundBuffer& from = step == 0 ? *input_buf : *scratch_buf[current];
-    const size_t send_off = step == 0 ? mod(r - 1, n) * block_bytes : 0;
+    gloo::transport::UnboundBuffer& from = first ? *input_buf : *scratch_buf[sending];
+    const size_t send_base = first ? mod(r - 1, n) * block_elems * eb : 0;
     size_t segments = 0;
-    for (size_t off = 0; off < block_bytes; off += segment, ++segments)
-      to.recv(prev, slot, off, std::min(segment, block_bytes - off));
-    for (size_t off = 0; off < block_bytes; off += segment)
-      from.send(next, slot, send_off + off, std::min(segment, block_bytes - off));
+    for (size_t e = 0; e < block_elems; e += segment, ++segments)
+      to.recv(prev, slot, e * wire, std::min(segment, block_elems - e) * wire);
+    for (size_t e = 0; e < block_elems; e += segment)
+      from.send(next, slot, send_base + e * wire, std::min(segment, block_elems - e) * wire);
+    // The fold of step 0 cannot run in place (narrow in, wide out): it goes to the other buffer.
+    const int folded_into = first ? 1 : receiving;
     // Receives from one peer on one slot complete in the order they were posted.
-    char* folded = last ? static_cast<char*>(output) : scratch[receiving];
-    for (size_t off = 0; off < block_bytes; off += segment) {
+    for (size_t e = 0; e < block_elems; e += segment) {
+      const size_t count = std::min(segment, block_elems - e);
       wait_recv(to, deadline);
-      combine_bytes(folded + off, scratch[receiving] + off, in + recv_in_off + off,
-                    std::min(segment, block_bytes - off), elem, combine);
+      void* dst = last ? static_cast<char*>(output) + e * eb : scratch[folded_into] + e * ab;
+      fold_elem(elem, dst, !last, scratch[receiving] + e * wire, !first, own + e * eb, count, combine,
+                last ? divide_by : 1.0f);
     }
     for (size_t i = 0; i < segments; ++i) wait_send(from, deadline);
-    current = receiving;
+    sending = folded_into;
+    receiving = 1 - folded_into;
   }
 }
 

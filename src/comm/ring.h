@@ -15,7 +15,7 @@ namespace cadre::comm::ring {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
-enum class Elem { F32, I64 };
+enum class Elem { F32, I64, BF16, F16 };
 
 // Receive buffers kept between ops so large collectives do not page-fault fresh memory each time.
 struct Scratch {
@@ -33,8 +33,9 @@ void all_gather(gloo::Context& ctx, uint64_t slot, const void* own, void* data, 
 
 // `input` holds size() blocks of `block_elems` elements and is not modified; `output` (one
 // block, may alias input's block `rank`) receives the reduction of every rank's block `rank`.
+// Float types accumulate in float32 and are divided by `divide_by` (avg) before rounding once.
 void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* output, size_t block_elems,
-                    Elem elem, Combine combine, Deadline deadline, Scratch& scratch);
+                    Elem elem, Combine combine, float divide_by, Deadline deadline, Scratch& scratch);
 
 // `data` (nbytes) on `root` is copied to every other rank.
 void broadcast(gloo::Context& ctx, uint64_t slot, void* data, size_t nbytes, int root, Deadline deadline);

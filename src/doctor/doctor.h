@@ -14,7 +14,7 @@ class Communicator;
 namespace cadre::doctor {
 
 struct DoctorOptions {
-  double fp32_gflops_floor = 20;      // reference BLAS runs ~7 GFLOP/s here, OpenBLAS 100+
+  double fp32_gflops_floor = 10;      // reference BLAS runs ~1.5-7 GFLOP/s here, OpenBLAS 30-300
   double bf16_gflops_floor = 50;
   double min_available_gib = 1.0;
   double busbw_floor_gbps = 0.1;      // all_reduce of 16 MiB

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     rank = env.rank;
     cadre::comm::CommOptions options;
     // In `missing` the skipping rank waits long enough for the others to time out and rebuild.
-    options.timeout = std::chrono::seconds(scenario == "missing" ? (env.rank == env.world_size - 1 ? 60 : 3) : 60);
+    options.timeout = std::chrono::seconds(scenario == "missing" ? (env.rank == env.world_size - 1 ? 60 : 8) : 60);
     Communicator comm(env, options);
     if (scenario == "ops") scenario_ops(comm);
     else if (scenario == "mismatch") scenario_mismatch(comm);
