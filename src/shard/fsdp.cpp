@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "optim/grad_clip.h"
 #include "shard/activation_checkpoint.h"
+#include "shard/wrap_policy.h"
 
 namespace cadre {
 
@@ -47,17 +48,30 @@ ShardedModel::ShardedModel(Llama& model, ShardOptions options, comm::Communicato
   free_after_backward_ = sharded;
   const int group = shard_ ? shard_->size() : 1, group_rank = shard_ ? shard_->rank() : 0;
 
-  // Units: one per block, then the root (embedding, final norm, head).
+  // Units: blocks as the wrap policy groups them, then the root (embedding, final norm, head).
   auto& blocks = model.layers->blocks;
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  std::vector<int64_t> block_params;
+  for (auto& b : blocks) {
+    int64_t n = 0;
+    for (auto& p : b->parameters()) n += p.numel();
+    block_params.push_back(n);
+  }
+  block_unit_.resize(blocks.size());
+  for (const auto& unit_blocks : wrap_blocks(block_params, options.wrap_min_params)) {
     std::vector<std::string> names;
     std::vector<at::Tensor> params;
-    for (auto& item : blocks[i]->named_parameters()) {
-      names.push_back(str("layers.", i, ".", item.key()));
-      params.push_back(item.value());
+    for (int64_t i : unit_blocks) {
+      block_unit_[i] = units_.size();
+      for (auto& item : blocks[i]->named_parameters()) {
+        names.push_back(str("layers.", i, ".", item.key()));
+        params.push_back(item.value());
+      }
     }
-    units_.push_back(std::make_unique<FlatParam>(str("layers.", i), names, params, group, group_rank,
-                                                 options.param_dtype));
+    const int64_t first = unit_blocks.front(), last = unit_blocks.back();
+    unit_first_.push_back(first);
+    unit_last_.push_back(last);
+    std::string name = first == last ? str("layers.", first) : str("layers.", first, "-", last);
+    units_.push_back(std::make_unique<FlatParam>(name, names, params, group, group_rank, options.param_dtype));
   }
   {
     std::vector<std::string> names;
@@ -162,15 +176,20 @@ at::Tensor ShardedModel::forward(const at::Tensor& tokens) {
 
 at::Tensor ShardedModel::run_block(int64_t index, Block& block, const at::Tensor& x, const Rope& rope,
                                    const at::Tensor& mask) {
-  const size_t u = static_cast<size_t>(index);
-  gather_wait(u);
-  // Forward prefetch: the next unit's gather runs while this one computes.
-  if (options_.prefetch && u + 2 < units_.size()) gather_start(u + 1);
+  const size_t u = block_unit_[index];
+  if (index == unit_first_[u]) {
+    gather_wait(u);
+    // Forward prefetch: the next unit's gather runs while this one computes.
+    if (options_.prefetch && u + 2 < units_.size()) gather_start(u + 1);
+  }
   const bool grad = at::GradMode::is_enabled();
   at::Tensor out = grad && options_.activation_checkpointing ? checkpointed_block(block, x, rope, mask)
                                                              : block.forward(x, rope, mask);
-  if (free_after_forward_) reshard(u);
-  if (out.requires_grad()) out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+  if (index == unit_last_[u]) {
+    if (free_after_forward_) reshard(u);
+    // The unit's last block is the first of its blocks the backward reaches.
+    if (out.requires_grad()) out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+  }
   return out;
 }
 
@@ -298,6 +317,7 @@ ShardMemory ShardedModel::memory() const {
   ShardMemory m;
   m.shard_size = shard_ ? shard_->size() : 1;
   m.peak_working = peak_working_;
+  m.units = static_cast<int64_t>(units_.size());
   for (auto& f : units_) {
     m.padded_numel += f->padded;
     m.params += f->shard_numel * 4;

@@ -1,5 +1,6 @@
-// Sharded data parallel (FSDP) for the Llama module. Each transformer block is a unit and the
-// embedding, final norm and head form the root unit. Strategies keep FSDP's names and meaning:
+// Sharded data parallel (FSDP) for the Llama module. Each transformer block is a unit (or
+// consecutive blocks, by the parameter-count wrap policy) and the embedding, final norm and
+// head form the root unit. Strategies keep FSDP's names and meaning:
 //   FULL_SHARD     gather a unit before its forward, free it after; gather again for its
 //                  backward; reduce-scatter its gradients as soon as they are complete.
 //   SHARD_GRAD_OP  gathered units stay from forward to backward; gradients and optimizer
@@ -34,6 +35,7 @@ struct ShardOptions {
   at::ScalarType reduce_dtype = at::kFloat;
   bool activation_checkpointing = false;
   bool prefetch = true;
+  int64_t wrap_min_params = 0;  // 0: one unit per block; else blocks grouped to >= this many
 };
 
 // Bytes this rank holds for model state, and the most gathered-unit bytes alive at once.
@@ -44,6 +46,7 @@ struct ShardMemory {
   int64_t peak_working = 0;  // peak bytes of gathered parameters + unsharded gradient buffers
   int64_t padded_numel = 0;  // parameters including padding
   int shard_size = 1;        // ranks a unit is sharded over
+  int64_t units = 0;         // FSDP units including the root
 };
 
 class ShardedModel {
@@ -101,7 +104,9 @@ class ShardedModel {
   comm::Communicator* shard_;
   comm::Communicator* replica_;
   bool free_after_forward_, free_after_backward_;
-  std::vector<std::unique_ptr<FlatParam>> units_;  // blocks 0..L-1, then root
+  std::vector<std::unique_ptr<FlatParam>> units_;  // block units in order, then root
+  std::vector<size_t> block_unit_;                  // unit of each block
+  std::vector<int64_t> unit_first_, unit_last_;     // first and last block of each block unit
   std::vector<std::unique_ptr<UnitState>> state_;
   std::vector<at::Tensor> pieces_;
   std::vector<bool> piece_decay_;

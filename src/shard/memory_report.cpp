@@ -25,6 +25,7 @@ nlohmann::json MemoryReport::to_json() const {
           {"formula_state_bytes", formula_state},
           {"peak_working_bytes", measured.peak_working},
           {"shard_size", measured.shard_size},
+          {"units", measured.units},
           {"peak_rss_bytes", peak_rss}};
 }
 

@@ -142,6 +142,7 @@ TrainSummary train_run(const Config& c) {
   shard_options.reduce_dtype = dtype(c.parallel.mixed_precision.reduce_dtype);
   shard_options.activation_checkpointing = c.parallel.activation_checkpointing;
   shard_options.prefetch = c.parallel.prefetch;
+  shard_options.wrap_min_params = c.parallel.wrap_min_params;
   const int64_t hybrid_size =
       shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, env) : 0;
   ParallelGroups groups = make_groups(env, shard_options.strategy, hybrid_size);

@@ -150,6 +150,14 @@ TEST_F(Fsdp, ActivationCheckpointingAndNoPrefetchMatchOneRank) {
   expect_same_trajectory(2, "FULL_SHARD", {"parallel.prefetch=false"}, kFp32);
 }
 
+// Wrap policy by parameter count: the tiny model's two blocks (49,280 parameters each) form one
+// unit of at least 60,000, beside the root.
+TEST_F(Fsdp, WrapByParameterCountMatchesOneRank) {
+  std::string run = expect_same_trajectory(3, "FULL_SHARD", {"parallel.wrap_min_params=60000"}, kFp32);
+  EXPECT_EQ(summary(run)["memory"]["units"].get<int64_t>(), 2);
+  EXPECT_EQ(summary(single({}))["memory"]["units"].get<int64_t>(), 3);
+}
+
 // bfloat16 compute: the same bf16 weights on every rank (masters agree), but each rank rounds
 // its partial weight gradients to bf16 (8-bit mantissa, unit roundoff 2^-9 ~ 2e-3) before they
 // are averaged, where one rank rounds the whole-batch gradient once. Those per-element
