@@ -110,10 +110,9 @@ ShardedModel::ShardedModel(Llama& model, ShardOptions options, comm::Communicato
       piece_decay_.push_back(f.params[i].dim() >= 2);  // no decay on norms
       piece_where_.emplace_back(u, lo - f.shard_offset);
     }
-    if (free_after_backward_ && !f.master_is_full()) {
-      f.full_free();  // sharded at rest
-      f.grad_free();
-    }
+    // Sharded at rest (with a one-rank group the gradient buffer is the shard's: it stays).
+    if (free_after_backward_ && !f.master_is_full()) f.full_free();
+    if (free_after_backward_ && !f.grad_shard.is_same(f.grad_full)) f.grad_free();
   }
   model_.set_block_runner([this](int64_t index, Block& block, const at::Tensor& x, const Rope& rope,
                                  const at::Tensor& mask) { return run_block(index, block, x, rope, mask); });

@@ -166,6 +166,13 @@ TEST_F(Fsdp, WrapByParameterCountMatchesOneRank) {
 // over ten times the measurement.
 TEST_F(Fsdp, Bf16FullShardMatchesOneRank) {
   std::vector<std::string> bf16 = {"parallel.mixed_precision.param_dtype=bfloat16"};
+  // On one rank FULL_SHARD is the same computation as NO_SHARD (bf16 copies of float32 masters).
+  auto no_shard = losses(single(bf16));
+  auto one_rank_full_shard = bf16;
+  one_rank_full_shard.push_back("parallel.strategy=FULL_SHARD");
+  auto full_shard = losses(single(one_rank_full_shard));
+  ASSERT_EQ(full_shard.size(), no_shard.size());
+  for (size_t i = 0; i < no_shard.size(); ++i) EXPECT_NEAR(full_shard[i], no_shard[i], 1e-6 * no_shard[i]);
   expect_same_trajectory(2, "FULL_SHARD", bf16, 1e-3);
   bf16.push_back("parallel.mixed_precision.reduce_dtype=bfloat16");
   expect_same_trajectory(2, "NO_SHARD", bf16, 1e-3);
