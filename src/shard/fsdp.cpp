@@ -209,6 +209,12 @@ void ShardedModel::grads_ready(size_t u) {
   note_working_set();
   if (reduce_now_) {
     at::NoGradGuard no_grad;
+    // Bound the unsharded gradients alive at once: fold in reductions that finished, and wait
+    // for all but the newest one (one unit's reduction overlaps the next unit's backward).
+    while (!reducing_.empty() && (reducing_.size() > 1 || state_[reducing_.front()]->reduce_work.done())) {
+      reduce_finish(reducing_.front());
+      reducing_.pop_front();
+    }
     const bool low = options_.reduce_dtype != at::kFloat;
     st.reduce_in = low ? f.grad_full.to(options_.reduce_dtype) : f.grad_full;
     if (shard_) {
@@ -220,6 +226,7 @@ void ShardedModel::grads_ready(size_t u) {
       st.reduce_work = replica_->all_reduce_async(st.reduce_in, comm::ReduceOp::Avg);
       st.reduce_pending = true;
     }
+    if (st.reduce_pending) reducing_.push_back(u);
   }
   // During accumulation SHARD_GRAD_OP keeps the unit gathered: no communication at all until
   // the last micro-batch. FULL_SHARD frees it (it is gathered again for the next forward).
@@ -236,22 +243,31 @@ void ShardedModel::finish_backward() {
                 "); every parameter of a unit must take part in the loss");
     st.ready = false;
     st.pending = static_cast<int64_t>(f.params.size());
-    if (!st.reduce_pending) continue;
-    try {
-      st.reduce_work.wait();
-    } catch (const std::exception& e) {
-      throw Error(str("FSDP unit ", f.unit, ": reducing its gradients failed: ", e.what()));
-    }
-    st.reduce_pending = false;
-    if (shard_) {
-      if (replica_) replica_->all_reduce(st.reduce_out, comm::ReduceOp::Avg);
-      f.grad_shard.add_(st.reduce_out.to(at::kFloat));
-      f.grad_free();
-    } else if (!st.reduce_out.is_same(f.grad_full)) {
-      f.grad_full.copy_(st.reduce_out);
-    }
-    st.reduce_in = st.reduce_out = at::Tensor();
   }
+  for (size_t u : reducing_) reduce_finish(u);
+  reducing_.clear();
+}
+
+// Waits for unit u's reduction and folds it into its float32 shard; frees the unsharded gradient.
+void ShardedModel::reduce_finish(size_t u) {
+  at::NoGradGuard no_grad;
+  FlatParam& f = *units_[u];
+  UnitState& st = *state_[u];
+  if (!st.reduce_pending) return;
+  try {
+    st.reduce_work.wait();
+  } catch (const std::exception& e) {
+    throw Error(str("FSDP unit ", f.unit, ": reducing its gradients failed: ", e.what()));
+  }
+  st.reduce_pending = false;
+  if (shard_) {
+    if (replica_) replica_->all_reduce(st.reduce_out, comm::ReduceOp::Avg);
+    f.grad_shard.add_(st.reduce_out.to(at::kFloat));
+    f.grad_free();
+  } else if (!st.reduce_out.is_same(f.grad_full)) {
+    f.grad_full.copy_(st.reduce_out);
+  }
+  st.reduce_in = st.reduce_out = at::Tensor();
 }
 
 void ShardedModel::zero_grad() {

@@ -15,6 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -96,6 +97,7 @@ class ShardedModel {
   void reshard(size_t u);
   void pre_backward(size_t u);
   void grads_ready(size_t u);
+  void reduce_finish(size_t u);
   at::Tensor run_block(int64_t index, Block& block, const at::Tensor& x, const Rope& rope, const at::Tensor& mask);
   void note_working_set();
 
@@ -111,6 +113,7 @@ class ShardedModel {
   std::vector<at::Tensor> pieces_;
   std::vector<bool> piece_decay_;
   std::vector<std::pair<size_t, int64_t>> piece_where_;  // (unit, offset in the shard)
+  std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
   bool reduce_now_ = true;
   int64_t peak_working_ = 0;
 };
