@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: prepare the State of the Union corpus, train the small Llama (35.7M parameters)
-# with 2 local workers under `cadre run` (data parallel, NO_SHARD), checkpoint, plot, and print
+# with 2 local workers under `cadre run` (sharded data parallel, FULL_SHARD), checkpoint, plot, and print
 # where everything is. Called by `make demo` after setup and build.
 # Cost: ~10 s data preparation, then DEMO_STEPS (default 200) steps of 2 x 8 x 256 = 4,096
 # tokens in bf16 at ~1-2k tokens/s on 2 cores: about 5-7 minutes.
@@ -19,7 +19,7 @@ run=runs/demo
 "$cadre" run --nproc-per-node 2 --log-dir "$run/logs" -- \
   "$cadre" train --config configs/small.yaml \
   --set data.dir=data/sotu --set run.dir=$run --set train.steps="$steps" --set train.eval_interval=50 \
-  --set optim.warmup_steps=20 --set train.threads=1 --set parallel.strategy=NO_SHARD
+  --set optim.warmup_steps=20 --set train.threads=1 --set parallel.strategy=FULL_SHARD
 
 /usr/bin/python3 scripts/plot_metrics.py "$run" >/dev/null
 echo

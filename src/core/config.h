@@ -61,6 +61,9 @@ struct ParallelConfig {
   MixedPrecisionConfig mixed_precision;
   bool activation_checkpointing = false;
   bool prefetch = true;
+  // FSDP wrap policy: 0 makes each transformer block a unit (by module type); N > 0 groups
+  // consecutive blocks into units of at least N parameters (by parameter count).
+  int64_t wrap_min_params = 0;
 };
 
 struct CheckpointConfig {

@@ -23,6 +23,8 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "shard/fsdp.h"
+#include "shard/memory_report.h"
 #include "train/tensor_file.h"
 
 namespace fs = std::filesystem;
@@ -33,6 +35,23 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Inputs the config points at must agree with it before any work starts (exit code 2).
+// HYBRID_SHARD's shard group: parallel.shard_group_size, or the ranks of one node. It must
+// divide the world, and with one node and no size given it would be FULL_SHARD in disguise.
+int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
+  int64_t size = c.parallel.shard_group_size;
+  if (size == 0) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    size = local && *local ? std::atoll(local) : env.world_size;
+    CADRE_CONFIG_CHECK(env.world_size == 1 || size < env.world_size,
+                       "parallel.shard_group_size: HYBRID_SHARD needs a shard group size > 0 when all ",
+                       env.world_size, " ranks are on one node (LOCAL_WORLD_SIZE=", size,
+                       "); set it, or use FULL_SHARD");
+  }
+  CADRE_CONFIG_CHECK(size >= 1 && env.world_size % size == 0, "parallel.shard_group_size ", size,
+                     " does not divide WORLD_SIZE=", env.world_size);
+  return size;
+}
+
 DatasetManifest check_inputs(const Config& c, const comm::JobEnv& env) {
   CADRE_CONFIG_CHECK(!c.data.dir.empty(), "data.dir is not set (a directory written by `cadre data prepare`)");
   CADRE_CONFIG_CHECK(fs::is_directory(c.data.dir), "data.dir '", c.data.dir, "' is not a directory");
@@ -41,11 +60,6 @@ DatasetManifest check_inputs(const Config& c, const comm::JobEnv& env) {
                      "' was tokenized with ", m.vocab_size, " tokens but model.vocab_size is ", c.model.vocab_size);
   CADRE_CONFIG_CHECK(m.seq_len <= c.model.max_seq_len, "data.dir '", c.data.dir, "' has samples of seq_len ", m.seq_len,
                      ", beyond model.max_seq_len ", c.model.max_seq_len);
-  // With one rank every strategy is the same computation; across ranks only NO_SHARD (data
-  // parallel with replicated state) is built so far.
-  CADRE_CONFIG_CHECK(env.world_size == 1 || c.parallel.strategy == "NO_SHARD", "parallel.strategy ",
-                     c.parallel.strategy, " with WORLD_SIZE=", env.world_size,
-                     ": sharded strategies are not built yet; use parallel.strategy=NO_SHARD");
   return m;
 }
 
@@ -59,73 +73,33 @@ void set_threads(int64_t threads) {
   }
 }
 
-// Parameters as the optimizer sees them: float32 masters. With bf16 compute the model holds
-// bf16 copies and gradients are accumulated into the masters after every micro-batch. Master
-// gradients are views of one flat buffer, so reducing them across ranks is one collective.
-struct MasterWeights {
-  std::vector<std::string> names;
-  std::vector<at::Tensor> model;   // the module's parameters (compute dtype)
-  std::vector<at::Tensor> master;  // float32; the same tensors when compute is float32
-  at::Tensor grad_flat;            // float32, every master gradient in order
-  bool separate = false;
-
-  MasterWeights(Llama& llama, at::ScalarType compute) {
-    at::NoGradGuard no_grad;
-    for (auto& item : llama.named_parameters()) {
-      names.push_back(item.key());
-      model.push_back(item.value());
-    }
-    separate = compute != at::kFloat;
-    for (auto& p : model) {
-      if (!separate) {
-        master.push_back(p);
-        continue;
-      }
-      master.push_back(p.detach().clone());
-      p.set_data(p.to(compute));
-    }
-    int64_t total = 0;
-    for (auto& m : master) total += m.numel();
-    grad_flat = at::zeros({total}, at::kFloat);
-    int64_t offset = 0;
-    // A gradient that already exists is accumulated into in place by autograd, so these views
-    // stay the gradients' storage for the whole run.
-    for (auto& m : master) {
-      m.mutable_grad() = grad_flat.narrow(0, offset, m.numel()).view(m.sizes());
-      offset += m.numel();
-    }
-    if (separate)
-      for (auto& p : model) p.mutable_grad() = at::zeros_like(p);
-  }
-
-  std::vector<at::Tensor> grads() const {
-    std::vector<at::Tensor> g;
-    for (const auto& m : master) g.push_back(m.grad());
-    return g;
-  }
-
-  void zero_grads() {
-    grad_flat.zero_();
-    if (separate)
-      for (auto& p : model) p.mutable_grad().zero_();
-  }
-
-  // After a micro-batch's backward: move compute-dtype gradients into the float32 masters.
-  void accumulate_micro_batch() {
-    if (!separate) return;
-    for (size_t i = 0; i < model.size(); ++i) {
-      master[i].mutable_grad().add_(model[i].grad());
-      model[i].mutable_grad().zero_();
-    }
-  }
-
-  // After the optimizer step: refresh the compute copies.
-  void publish() {
-    if (!separate) return;
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < model.size(); ++i) model[i].copy_(master[i]);
-  }
+// The communicators a strategy needs: the ranks a unit is sharded over, and the replicas its
+// gradients are averaged across. One-rank groups are left out (nothing to talk to).
+struct ParallelGroups {
+  std::unique_ptr<comm::Communicator> world, shard_owned, replica_owned;
+  comm::Communicator* shard = nullptr;
+  comm::Communicator* replica = nullptr;
 };
+
+ParallelGroups make_groups(const comm::JobEnv& env, Strategy strategy, int64_t shard_group_size) {
+  ParallelGroups g;
+  if (env.world_size == 1) return g;
+  g.world = std::make_unique<comm::Communicator>(env);
+  switch (strategy) {
+    case Strategy::NoShard: g.replica = g.world.get(); break;
+    case Strategy::FullShard:
+    case Strategy::ShardGradOp: g.shard = g.world.get(); break;
+    case Strategy::HybridShard: {
+      auto groups = comm::make_hybrid_groups(*g.world, static_cast<int>(shard_group_size));
+      g.shard_owned = std::move(groups.shard);
+      g.replica_owned = std::move(groups.replica);
+      if (g.shard_owned->size() > 1) g.shard = g.shard_owned.get();
+      if (g.replica_owned->size() > 1) g.replica = g.replica_owned.get();
+      break;
+    }
+  }
+  return g;
+}
 
 at::Tensor to_batch(const std::vector<int64_t>& tokens, int64_t batch, int64_t seq_len) {
   return at::from_blob(const_cast<int64_t*>(tokens.data()), {batch, seq_len + 1}, at::kLong).clone();
@@ -133,8 +107,9 @@ at::Tensor to_batch(const std::vector<int64_t>& tokens, int64_t batch, int64_t s
 
 // Mean validation loss over train.eval_batches global batches of the validation split (the
 // first eval_batches * batch_size * world samples); each rank evaluates its slice of each, so
-// the figure does not depend on how the global batch is split across ranks.
-double evaluate(Llama& model, TokenLoader& val, const Config& c, int rank, int world, comm::Communicator* group) {
+// the figure does not depend on how the global batch is split across ranks. Collective under
+// sharding: every rank runs the same number of forwards.
+double evaluate(ShardedModel& model, TokenLoader& val, const Config& c, int rank, int world, comm::Communicator* group) {
   at::NoGradGuard no_grad;
   const int64_t B = c.data.batch_size, T = val.seq_len(), G = B * world;
   std::vector<int64_t> tokens(B * (T + 1));
@@ -169,11 +144,18 @@ TrainSummary train_run(const Config& c) {
     out << config_to_yaml(c);
   }
   set_threads(c.train.threads);
-  std::unique_ptr<comm::Communicator> group;
-  if (world > 1) group = std::make_unique<comm::Communicator>(env);
-  const bool reduce_bf16 = c.parallel.mixed_precision.reduce_dtype == "bfloat16";
-  const at::ScalarType compute =
-      c.parallel.mixed_precision.param_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
+  ShardOptions shard_options;
+  shard_options.strategy = parse_strategy(c.parallel.strategy);
+  shard_options.param_dtype = dtype(c.parallel.mixed_precision.param_dtype);
+  shard_options.reduce_dtype = dtype(c.parallel.mixed_precision.reduce_dtype);
+  shard_options.activation_checkpointing = c.parallel.activation_checkpointing;
+  shard_options.prefetch = c.parallel.prefetch;
+  shard_options.wrap_min_params = c.parallel.wrap_min_params;
+  const int64_t hybrid_size =
+      shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, env) : 0;
+  ParallelGroups groups = make_groups(env, shard_options.strategy, hybrid_size);
+  comm::Communicator* group = groups.world.get();
 
   // --- model, optimizer, data -------------------------------------------------------------
   Llama model(c.model);
@@ -183,10 +165,10 @@ TrainSummary train_run(const Config& c) {
     at::NoGradGuard no_grad;
     for (auto& p : model.parameters()) group->broadcast(p, 0);
   }
-  MasterWeights weights(model, compute);
-  std::vector<bool> decay;
-  for (const auto& m : weights.master) decay.push_back(m.dim() >= 2);  // no decay on norms
-  AdamW optimizer(weights.master, decay,
+  // FSDP units over the model (NO_SHARD is the unsharded case of the same machinery). The
+  // optimizer sees only this rank's float32 shard, so its state shrinks with the world size.
+  ShardedModel sharded(model, shard_options, groups.shard, groups.replica);
+  AdamW optimizer(sharded.optimizer_params(), sharded.optimizer_decay(),
                   {c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay});
   LrSchedule schedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
 
@@ -198,7 +180,7 @@ TrainSummary train_run(const Config& c) {
   const int64_t tokens_per_step = B * T * accum * world;
   const int64_t n_params = llama_param_count(c.model);
   log::info(str("train: llama ", n_params / 1e6, "M parameters, ", c.model.n_layers, " layers, dim ", c.model.dim,
-                ", compute ", c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ", c.train.threads,
+                ", ", c.parallel.strategy, ", compute ", c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ", c.train.threads,
                 " threads; ",
                 train_data.num_samples(), " train samples of ", T, " tokens; ", tokens_per_step, " tokens per step"));
 
@@ -215,38 +197,31 @@ TrainSummary train_run(const Config& c) {
   // --- the loop ---------------------------------------------------------------------------
   for (int64_t step = 0; step < c.train.steps; ++step) {
     auto t0 = Clock::now();
-    weights.zero_grads();
+    sharded.zero_grad();
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       // Each rank takes its slice of the global micro-batch; together they read what one
       // rank with world * B samples would.
       train_data.next(B * world, rank * B, B, tokens.data());
       at::Tensor batch = to_batch(tokens, B, T);
-      at::Tensor logits = model.forward(batch.narrow(1, 0, T));
+      // Gradients are reduced across ranks only in the last micro-batch's backward.
+      sharded.set_reduce_this_backward(micro + 1 == accum);
+      at::Tensor logits = sharded.forward(batch.narrow(1, 0, T));
       at::Tensor loss = llama_loss(logits, batch.narrow(1, 1, T));
       (loss / double(accum)).backward();
-      weights.accumulate_micro_batch();
+      sharded.finish_backward();
       loss_sum += loss.item<double>();
     }
     if (group) {
-      // Data parallel: average gradients (and the loss, for the log) over ranks.
-      if (reduce_bf16) {
-        at::Tensor low = weights.grad_flat.to(at::kBFloat16);
-        group->all_reduce(low, comm::ReduceOp::Avg);
-        weights.grad_flat.copy_(low);
-      } else {
-        group->all_reduce(weights.grad_flat, comm::ReduceOp::Avg);
-      }
+      // The loss, for the log, is the mean over ranks.
       at::Tensor l = at::scalar_tensor(loss_sum, at::kFloat).reshape({1});
       group->all_reduce(l, comm::ReduceOp::Avg);
       loss_sum = l.item<double>();
     }
-    std::vector<at::Tensor> grads = weights.grads();
-    double grad_norm = std::sqrt(grad_sq_norm(grads));
-    grad_clip_scale(grads, grad_norm, c.optim.grad_clip);
+    double grad_norm = sharded.clip_grad_norm(c.optim.grad_clip);
     double lr = schedule.at(step);
     optimizer.step(lr);
-    weights.publish();
+    sharded.mark_updated();
 
     double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     double loss = loss_sum / double(accum);
@@ -260,7 +235,7 @@ TrainSummary train_run(const Config& c) {
 
     bool last = step + 1 == c.train.steps;
     if (val_data && ((step + 1) % c.train.eval_interval == 0 || last)) {
-      double val_loss = evaluate(model, *val_data, c, rank, world, group.get());
+      double val_loss = evaluate(sharded, *val_data, c, rank, world, group);
       record["val_loss"] = val_loss;
       summary.final_val_loss = val_loss;
       if (lead) log::info(str("train: step ", step + 1, " val_loss ", val_loss));
@@ -282,6 +257,29 @@ TrainSummary train_run(const Config& c) {
     std::snprintf(line, sizeof line, "loss %.4f, median %.0f tok/s", summary.final_loss, summary.tokens_per_s);
     if (progress) progress->finish(line);
   }
+  // --- memory, full state, and agreement across ranks (collective) --------------------------
+  int64_t optimizer_bytes = 0;
+  for (const auto& t : optimizer.exp_avg()) optimizer_bytes += t.numel() * 4;
+  for (const auto& t : optimizer.exp_avg_sq()) optimizer_bytes += t.numel() * 4;
+  const bool resident_copy = shard_options.strategy == Strategy::NoShard && shard_options.param_dtype != at::kFloat;
+  MemoryReport memory = memory_report(sharded.memory(), optimizer_bytes, resident_copy, 2);
+  if (lead) log::info("train: " + memory.to_text());
+  std::map<std::string, at::Tensor> full_params = sharded.gather_full();
+  std::map<std::string, at::Tensor> exp_avg = sharded.gather_full(&optimizer.exp_avg());
+  std::map<std::string, at::Tensor> exp_avg_sq = sharded.gather_full(&optimizer.exp_avg_sq());
+  bool identical = true;
+  if (group) {
+    // Every rank gathered the parameters; they must agree bit for bit (max over ranks equals
+    // each rank's own value everywhere).
+    std::vector<at::Tensor> flat;
+    for (auto& [name, t] : full_params) flat.push_back(t.reshape({-1}));
+    at::Tensor mine = at::cat(flat), highest = mine.clone();
+    group->all_reduce(highest, comm::ReduceOp::Max);
+    at::Tensor differs = at::scalar_tensor(int64_t(at::equal(mine, highest) ? 0 : 1), at::kLong).reshape({1});
+    group->all_reduce(differs, comm::ReduceOp::Max);
+    identical = differs.item<int64_t>() == 0;
+    CADRE_CHECK(identical, "rank ", rank, ": after training the gathered parameters differ across ranks");
+  }
   if (!lead) {
     summary.lead = false;
     group->barrier();  // rank 0 hosts the store: leave only after everyone is done with it
@@ -290,10 +288,10 @@ TrainSummary train_run(const Config& c) {
 
   // --- final checkpoint (model in float32, optimizer state, position) -----------------------
   TensorDict state;
-  for (size_t i = 0; i < weights.names.size(); ++i) {
-    state["model." + weights.names[i]] = weights.master[i];
-    state["optim.exp_avg." + weights.names[i]] = optimizer.exp_avg()[i];
-    state["optim.exp_avg_sq." + weights.names[i]] = optimizer.exp_avg_sq()[i];
+  for (auto& [name, t] : full_params) {
+    state["model." + name] = t;
+    state["optim.exp_avg." + name] = exp_avg[name];
+    state["optim.exp_avg_sq." + name] = exp_avg_sq[name];
   }
   state["meta.step"] = at::scalar_tensor(static_cast<int64_t>(c.train.steps), at::kLong);
   state["meta.data_position"] = at::scalar_tensor(static_cast<int64_t>(train_data.position()), at::kLong);
@@ -305,6 +303,9 @@ TrainSummary train_run(const Config& c) {
                       {"final_val_loss", summary.final_val_loss},
                       {"tokens_per_s", summary.tokens_per_s},
                       {"params", n_params},
+                      {"strategy", c.parallel.strategy},
+                      {"params_identical_across_ranks", identical},
+                      {"memory", memory.to_json()},
                       {"peak_rss_bytes", process_peak_rss_bytes()}};
   std::ofstream(c.run.dir + "/summary.json") << s.dump(2) << "\n";
   if (group) group->barrier();

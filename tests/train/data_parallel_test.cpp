@@ -73,11 +73,3 @@ TEST_F(DataParallel, TwoRanksMatchOneRank) { expect_same_trajectory(2, 2, {}, 1e
 TEST_F(DataParallel, ThreeRanksMatchOneRankWithAccumulation) {
   expect_same_trajectory(3, 2, {"optim.grad_accum_steps=2"}, 1e-5);
 }
-
-TEST_F(DataParallel, ShardedStrategyAcrossRanksIsAConfigError) {
-  auto results = cadre::testing::run_ranks(2, command("sharded", 2, {"parallel.strategy=FULL_SHARD"}));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 2) << cadre::testing::describe(results);
-    EXPECT_NE(r.output.find("parallel.strategy"), std::string::npos) << r.output;
-  }
-}

@@ -1,0 +1,78 @@
+// Flat parameter buffers and their storage lifecycle.
+#include "shard/flat_param.h"
+
+#include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/StorageImpl.h>
+
+#include "core/error.h"
+
+namespace cadre {
+namespace {
+
+bool storage_allocated(const at::Tensor& t) { return t.storage().nbytes() > 0; }
+
+void storage_resize(const at::Tensor& t, int64_t bytes) {
+  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
+}
+
+}  // namespace
+
+FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
+                     int group_size, int group_rank, at::ScalarType compute)
+    : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)) {
+  at::NoGradGuard no_grad;
+  CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
+  for (auto& p : params) {
+    offsets.push_back(numel);
+    numels.push_back(p.numel());
+    numel += p.numel();
+  }
+  padded = (numel + group_size - 1) / group_size * group_size;
+  shard_numel = padded / group_size;
+  shard_offset = shard_numel * group_rank;
+
+  // The full float32 values first (padding zero), then this rank's shard of them.
+  at::Tensor values = at::zeros({padded}, at::kFloat);
+  for (size_t i = 0; i < params.size(); ++i)
+    values.narrow(0, offsets[i], numels[i]).copy_(params[i].reshape({-1}));
+  if (group_size == 1 && compute == at::kFloat) {
+    full = values;
+    master = full;
+  } else {
+    master = values.narrow(0, shard_offset, shard_numel).clone();
+    full = values.to(compute);  // a fresh, resizable storage
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
+
+  grad_full = at::zeros({padded}, at::kFloat);
+  // Autograd accumulates into a gradient that already exists in place, so these views stay
+  // the gradients' storage for the whole run.
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].mutable_grad() = grad_full.narrow(0, offsets[i], numels[i]).view(params[i].sizes());
+  grad_shard = group_size == 1 ? grad_full : at::zeros({shard_numel}, at::kFloat);
+}
+
+bool FlatParam::full_allocated() const { return storage_allocated(full); }
+void FlatParam::full_allocate() {
+  if (!full_allocated()) storage_resize(full, full_bytes());
+}
+void FlatParam::full_free() {
+  CADRE_CHECK(!master_is_full(), "FSDP unit ", unit, ": cannot free a full buffer that is the master");
+  storage_resize(full, 0);
+}
+int64_t FlatParam::full_bytes() const { return padded * static_cast<int64_t>(full.element_size()); }
+
+bool FlatParam::grad_allocated() const { return storage_allocated(grad_full); }
+void FlatParam::grad_allocate_zero() {
+  if (grad_allocated()) return;
+  storage_resize(grad_full, padded * 4);
+  grad_full.zero_();
+}
+void FlatParam::grad_free() {
+  CADRE_CHECK(!grad_shard.is_same(grad_full), "FSDP unit ", unit, ": cannot free a gradient that is the shard's");
+  storage_resize(grad_full, 0);
+}
+
+}  // namespace cadre
