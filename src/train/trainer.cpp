@@ -179,10 +179,10 @@ TrainSummary train_run(const Config& c) {
   const int64_t B = c.data.batch_size, T = manifest.seq_len, accum = c.optim.grad_accum_steps;
   const int64_t tokens_per_step = B * T * accum * world;
   const int64_t n_params = llama_param_count(c.model);
-  log::info(str("train: llama ", n_params / 1e6, "M parameters, ", c.model.n_layers, " layers, dim ", c.model.dim,
-                ", ", c.parallel.strategy, ", compute ", c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ", c.train.threads,
-                " threads; ",
-                train_data.num_samples(), " train samples of ", T, " tokens; ", tokens_per_step, " tokens per step"));
+  log::info(str("train: llama ", n_params / 1e6, "M parameters, ", c.model.n_layers, " layers, dim ", c.model.dim, ", ",
+                c.parallel.strategy, ", compute ", c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ",
+                c.train.threads, " threads; ", train_data.num_samples(), " train samples of ", T, " tokens; ",
+                tokens_per_step, " tokens per step"));
 
   std::unique_ptr<JsonLog> metrics;
   if (lead) metrics = std::make_unique<JsonLog>(c.run.dir + "/metrics.jsonl", /*append=*/false);
