@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "comm/rank_processes.h"
+#include "support/rank_processes.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // and zero sizes, sub-groups, sizes that differ across ranks, and a rank that never arrives.
 #include <gtest/gtest.h>
 
-#include "comm/rank_processes.h"
+#include "support/rank_processes.h"
 
 namespace {
 

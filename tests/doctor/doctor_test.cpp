@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "comm/rank_processes.h"
+#include "support/rank_processes.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "comm/rank_processes.h"
+#include "support/rank_processes.h"
 #include "support/tiny_dataset.h"
 #include "support/process.h"
 

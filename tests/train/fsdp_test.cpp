@@ -10,7 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "comm/rank_processes.h"
+#include "support/rank_processes.h"
 #include "data/prepare.h"
 #include "support/corpus.h"
 #include "support/process.h"
