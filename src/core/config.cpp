@@ -60,6 +60,7 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel.activation_checkpointing", &c.parallel.activation_checkpointing},
       {"parallel.prefetch", &c.parallel.prefetch},
       {"parallel.wrap_min_params", &c.parallel.wrap_min_params},
+      {"parallel.comm_timeout", &c.parallel.comm_timeout},
       {"checkpoint.interval", &c.checkpoint.interval},
       {"checkpoint.keep", &c.checkpoint.keep},
       {"checkpoint.dir", &c.checkpoint.dir},
@@ -231,6 +232,7 @@ void config_validate(const Config& c) {
                      "' (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD)");
   CADRE_CONFIG_CHECK(p.shard_group_size >= 0, "parallel.shard_group_size must be >= 0");
   CADRE_CONFIG_CHECK(p.wrap_min_params >= 0, "parallel.wrap_min_params must be >= 0 (0: one unit per block)");
+  CADRE_CONFIG_CHECK(p.comm_timeout > 0, "parallel.comm_timeout must be > 0 seconds, got ", p.comm_timeout);
   CADRE_CONFIG_CHECK(p.strategy == "HYBRID_SHARD" || p.shard_group_size == 0,
                      "parallel.shard_group_size applies only to HYBRID_SHARD (strategy is ", p.strategy, ")");
   CADRE_CONFIG_CHECK(is_dtype(p.mixed_precision.param_dtype),

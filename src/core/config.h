@@ -64,6 +64,9 @@ struct ParallelConfig {
   // FSDP wrap policy: 0 makes each transformer block a unit (by module type); N > 0 groups
   // consecutive blocks into units of at least N parameters (by parameter count).
   int64_t wrap_min_params = 0;
+  // Seconds a collective may wait for a peer before failing (a dead or partitioned rank). Keep it
+  // above the launcher's heartbeat_timeout so a lost node is handled as a membership change.
+  double comm_timeout = 60;
 };
 
 struct CheckpointConfig {

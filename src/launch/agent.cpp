@@ -27,7 +27,7 @@ std::string host_name() {
 
 // The environment torchrun gives its workers, for each local rank of this node.
 std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& round,
-                                     const std::pair<std::string, uint16_t>& master) {
+                                     const std::pair<std::string, uint16_t>& master, const std::string& node_addr) {
   std::vector<WorkerSpec> specs;
   int64_t world = round.world_size(), offset = round.rank_offset();
   std::string dir = str(cfg.log_dir, "/round_", round.number);
@@ -57,6 +57,10 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
              {"TORCHELASTIC_RUN_ID", cfg.rendezvous.run_id},
              {"TORCHELASTIC_USE_AGENT_STORE", "False"},
              {"TORCHELASTIC_ERROR_FILE", s.error_file_path}};
+    // Workers bind their collectives' sockets to the address peers reach this node at. Left to
+    // themselves they would use the hostname, which often resolves to loopback (Debian maps it to
+    // 127.0.1.1): peers on other machines would then be told to connect to their own loopback.
+    if (!std::getenv("CADRE_COMM_HOST")) s.env.emplace_back("CADRE_COMM_HOST", node_addr);
     // As torchrun: several workers per node each get one OpenMP thread unless told otherwise.
     if (cfg.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) s.env.emplace_back("OMP_NUM_THREADS", "1");
     specs.push_back(std::move(s));
@@ -147,7 +151,7 @@ int agent_run(const AgentConfig& cfg) {
                   round.world_size(), ", restart count ", round.restart_count, ", master ", master.first, ":",
                   master.second));
 
-    WorkerGroup group(cfg.program, worker_specs(cfg, round, master));
+    WorkerGroup group(cfg.program, worker_specs(cfg, round, master, me.addr));
     bool done_marked = false;
     for (;;) {
       if (int sig = signals_received()) {

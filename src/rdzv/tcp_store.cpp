@@ -98,7 +98,12 @@ std::unique_ptr<KvStore> tcp_store_connect(const std::string& host, uint16_t por
     std::string error;
     try {
       store = std::make_unique<TcpStore>(host, port, false, timeout);
+      // One get, not just an add: c10d 1.13 sets the client socket's receive timeout (to the
+      // store timeout) inside get() and keeps it. Without it, an op on a store whose host became
+      // unreachable (cable cut, partition) blocks forever; with it, the op fails after the
+      // timeout and the agent exits with an error naming the store (tests/netfault).
       store->add("cadre/probe", 0);
+      store->try_get("cadre/probe");
     } catch (const std::exception& e) {
       error = e.what();
     }

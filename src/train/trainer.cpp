@@ -81,10 +81,12 @@ struct ParallelGroups {
   comm::Communicator* replica = nullptr;
 };
 
-ParallelGroups make_groups(const comm::JobEnv& env, Strategy strategy, int64_t shard_group_size) {
+ParallelGroups make_groups(const comm::JobEnv& env, Strategy strategy, int64_t shard_group_size, double timeout_s) {
   ParallelGroups g;
   if (env.world_size == 1) return g;
-  g.world = std::make_unique<comm::Communicator>(env);
+  comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  g.world = std::make_unique<comm::Communicator>(env, options);
   switch (strategy) {
     case Strategy::NoShard: g.replica = g.world.get(); break;
     case Strategy::FullShard:
@@ -154,7 +156,7 @@ TrainSummary train_run(const Config& c) {
   shard_options.wrap_min_params = c.parallel.wrap_min_params;
   const int64_t hybrid_size =
       shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, env) : 0;
-  ParallelGroups groups = make_groups(env, shard_options.strategy, hybrid_size);
+  ParallelGroups groups = make_groups(env, shard_options.strategy, hybrid_size, c.parallel.comm_timeout);
   comm::Communicator* group = groups.world.get();
 
   // --- model, optimizer, data -------------------------------------------------------------

@@ -1,0 +1,53 @@
+// metrics.jsonl follower (see metrics_watch.h).
+#include "netfault/metrics_watch.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace cadre::netfault {
+
+bool MetricsWatch::poll() {
+  std::ifstream in(path_);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);  // complete lines only
+  auto now = Clock::now();
+  std::string fresh;
+  if (text.compare(0, seen_.size(), seen_) == 0 && text.size() >= seen_.size()) {
+    fresh = text.substr(seen_.size());
+  } else {
+    fresh = text;  // the file was truncated and rewritten by a new round
+    new_segment_ = true;
+  }
+  seen_ = text;
+  std::istringstream lines(fresh);
+  bool added = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    add(line, now);
+    added = true;
+  }
+  return added;
+}
+
+void MetricsWatch::add(const std::string& line, Clock::time_point now) {
+  StepRecord r;
+  try {
+    auto j = nlohmann::json::parse(line);
+    r.step = j.at("step").get<int64_t>();
+    r.loss = j.at("loss").get<double>();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path_ + ": bad metrics record '" + line + "': " + e.what());
+  }
+  r.seen = now;
+  // A step that does not follow the previous one starts a new stretch of training.
+  if (segments_.empty() || new_segment_ || r.step <= segments_.back().last_step()) segments_.emplace_back();
+  new_segment_ = false;
+  segments_.back().steps.push_back(r);
+}
+
+}  // namespace cadre::netfault

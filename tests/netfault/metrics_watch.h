@@ -1,0 +1,46 @@
+// Follows a run's metrics.jsonl while a job runs and splits it into segments, one per stretch of
+// training: each restarted round either rewrites the file from its first step or appends steps
+// that do not continue the previous ones (a resume). Every record keeps the time the watcher first
+// saw it, which is how the fault tests measure recovery time to within the polling interval.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cadre::netfault {
+
+using Clock = std::chrono::steady_clock;
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;
+  Clock::time_point seen;
+};
+
+struct Segment {
+  std::vector<StepRecord> steps;
+  int64_t world_size = 0;  // filled in by the caller (from the launcher's round line)
+  int64_t first_step() const { return steps.empty() ? 0 : steps.front().step; }
+  int64_t last_step() const { return steps.empty() ? 0 : steps.back().step; }
+};
+
+class MetricsWatch {
+ public:
+  explicit MetricsWatch(std::string path) : path_(std::move(path)) {}
+  // Reads what is new in the file; returns true when something was added. Call often.
+  bool poll();
+  const std::vector<Segment>& segments() const { return segments_; }
+  std::vector<Segment>& segments() { return segments_; }
+
+ private:
+  void add(const std::string& line, Clock::time_point now);
+
+  std::string path_;
+  std::string seen_;  // complete lines read so far from the current file contents
+  bool new_segment_ = false;  // the file was rewritten: the next record starts a segment
+  std::vector<Segment> segments_;
+};
+
+}  // namespace cadre::netfault
