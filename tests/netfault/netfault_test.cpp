@@ -10,6 +10,10 @@
 //   CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow: same cut with heartbeat_timeout above the
 //     workers' parallel.comm_timeout: the survivors' collectives time out naming the missing rank,
 //     which ends the round as a failure (counted by --max-restarts); same outcome.
+//   ShortPartitionHealsAndTheHostRejoinsByItself: the link comes back while the cut host's agent
+//     still waits on the store (store_timeout longer than the outage): its pending request goes
+//     through on TCP's next retransmission, it sees the round ended without it, stops its worker
+//     and rejoins at the next round without being restarted.
 // Every stretch of training (metrics.jsonl segment) must match a fault-free run: "same loss at the
 // same step" means, here, the same trajectory as a fault-free run *at the same world size from
 // the same starting state*. A different world size changes the global batch (batch_size per rank
@@ -22,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -44,15 +49,16 @@ namespace {
 
 constexpr int kSteps = 30;              // per training run
 constexpr int kFaultAfterStep = 6;      // faults are injected once this step is done
-constexpr double kStoreTimeout = 5;     // --rdzv-conf store_timeout, seconds
 constexpr double kLossTolerance = 1e-6;  // same world size, same start: the same arithmetic
 const char* kStorePort = "29400";
 
-// How fast faults are noticed: the agents' heartbeat deadline and the workers' collective
-// deadline (parallel.comm_timeout). Normally the heartbeat comes first (a membership change).
+// How fast faults are noticed, in seconds: the agents' heartbeat deadline, the workers' collective
+// deadline (parallel.comm_timeout; normally above the heartbeat so a lost node is a membership
+// change), and how long an agent waits on the rendezvous store before giving up.
 struct Timeouts {
   int heartbeat_s = 3;
   int comm_s = 20;
+  int store_s = 5;
 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -107,22 +113,45 @@ class NetFault : public ::testing::Test {
     shared_ = nullptr;
   }
 
-  // Loss per step of a fault-free run at this world size (computed once, on loopback, with one
-  // agent and `world` workers: the same ranks, batches and collectives as `world` hosts).
+  // Loss per step of a fault-free run at this world size, on loopback with one agent and `world`
+  // workers: the same ranks, batches and collectives as `world` hosts. Computed once per build:
+  // kept next to the test binary, keyed by the binaries' and the config's identity, so the
+  // tests (separate processes under ctest) share it.
   static const std::vector<double>& reference(int world) {
     static std::map<int, std::vector<double>> cache;
     auto it = cache.find(world);
     if (it != cache.end()) return it->second;
-    std::string run_dir = *shared_ / ("reference-" + std::to_string(world));
+    auto train = train_args(data_dir_, *shared_ / ("reference-" + std::to_string(world)), Timeouts{}.comm_s);
+    std::string stored = reference_file(world);
+    if (std::filesystem::exists(stored)) return cache[world] = nlohmann::json::parse(read_file(stored)).get<std::vector<double>>();
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
-                                     run_dir + "-logs", "--"};
-    auto train = train_args(data_dir_, run_dir, Timeouts{}.comm_s);
+                                     *shared_ / ("reference-logs-" + std::to_string(world)), "--"};
     argv.insert(argv.end(), train.begin(), train.end());
     auto t0 = Clock::now();
     auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
-    if (r.exit_code != 0) throw std::runtime_error("reference run at world size " + std::to_string(world) + " failed:\n" + r.output);
+    if (r.exit_code != 0)
+      throw std::runtime_error("reference run at world size " + std::to_string(world) + " failed:\n" + r.output);
     std::printf("[netfault] fault-free reference run, world size %d: %.1f s\n", world, seconds(Clock::now() - t0));
-    return cache[world] = losses_of(run_dir + "/metrics.jsonl");
+    std::vector<double> losses = losses_of(*shared_ / ("reference-" + std::to_string(world)) + "/metrics.jsonl");
+    if (losses.size() != static_cast<size_t>(kSteps))
+      throw std::runtime_error("reference run at world size " + std::to_string(world) + " logged " +
+                               std::to_string(losses.size()) + " steps, not " + std::to_string(kSteps));
+    std::string tmp = stored + ".tmp." + std::to_string(::getpid());
+    cadre::test::write_text(tmp, nlohmann::json(losses).dump());
+    std::filesystem::rename(tmp, stored);  // atomic: a parallel test may race us
+    return cache[world] = losses;
+  }
+  static std::string reference_file(int world) {
+    auto identity = [](const std::string& path) {
+      std::error_code ec;
+      auto stamp = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+      return path + ":" + std::to_string(stamp) + ":" + std::to_string(std::filesystem::file_size(path, ec));
+    };
+    std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::string key = identity(CADRE_BIN) + identity(exe) + read_file(CADRE_SOURCE_DIR "/configs/tiny.yaml") +
+                      std::to_string(kSteps);
+    return std::filesystem::path(exe).parent_path().string() + "/netfault-reference-" + std::to_string(world) + "-" +
+           std::to_string(std::hash<std::string>{}(key)) + ".json";
   }
 
   void SetUp() override {
@@ -155,7 +184,7 @@ class NetFault : public ::testing::Test {
   }
   std::string rdzv_conf() const {
     return "last_call_timeout=2,heartbeat_timeout=" + std::to_string(timeouts_.heartbeat_s) +
-           ",join_timeout=90,store_timeout=" + std::to_string(static_cast<int>(kStoreTimeout)) + ",exit_linger=5";
+           ",join_timeout=90,store_timeout=" + std::to_string(timeouts_.store_s) + ",exit_linger=5";
   }
   std::string output(int host) const { return agents_.at(host)->output(); }
 
@@ -341,9 +370,9 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
 
   // The cut host's agent cannot reach the store: it must give up within store_timeout (plus a
   // heartbeat interval), stop its worker and exit non-zero, naming the store; not hang.
-  ASSERT_TRUE(wait_for([&] { return seen("cut agent exited"); }, kStoreTimeout + 10)) << output(2);
+  ASSERT_TRUE(wait_for([&] { return seen("cut agent exited"); }, timeouts_.store_s + 10)) << output(2);
   double cut_agent_exit_s = event_s("cut agent exited", t_fault);
-  EXPECT_LE(cut_agent_exit_s, kStoreTimeout + timeouts_.heartbeat_s);
+  EXPECT_LE(cut_agent_exit_s, timeouts_.store_s + timeouts_.heartbeat_s);
   EXPECT_EQ(agents_[2]->exit_code(), 1) << output(2);
   EXPECT_NE(output(2).find("rendezvous store " + hosts_->address(0) + ":" + kStorePort), std::string::npos) << output(2);
   EXPECT_TRUE(wait_for([&] { return hosts_->pids(2).empty(); }, 10)) << "processes left on the cut host";
@@ -373,7 +402,8 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
 }
 
 TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
-  timeouts_ = {/*heartbeat_s=*/30, /*comm_s=*/5};
+  timeouts_.heartbeat_s = 30;
+  timeouts_.comm_s = 5;
   auto [fault_step, survivor_offsets] = train_until_fault_point();
   ASSERT_FALSE(HasFailure());
   const std::map<int, size_t> offsets = survivor_offsets;
@@ -411,6 +441,52 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
   expect_resume(report);
   std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
   RecordProperty("recovery_s", std::to_string(report.resume_s));
+}
+
+TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
+  timeouts_.store_s = 30;  // the cut host's agent outlives the outage
+  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  ASSERT_FALSE(HasFailure());
+  const std::map<int, size_t> offsets = survivor_offsets;
+  FaultReport report;
+  report.scenario = "link of host 2 cut, healed while its agent waits";
+  report.fault_step = fault_step;
+  size_t before = segments().size();
+  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  const size_t cut_host_offset = output(2).size();
+  auto t_fault = Clock::now();
+  hosts_->cut(2);
+  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "the survivors did not re-form with 2";
+  ASSERT_TRUE(seen("detected"));
+  report.detect_s = event_s("detected", t_fault);
+  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
+  report.resumed_step = segments().back().first_step();
+  EXPECT_NE(report.detected_by.find("stopped heartbeating"), std::string::npos) << report.detected_by;
+
+  size_t before_rejoin = segments().size();
+  hosts_->heal(2);
+  auto t_back = Clock::now();
+  watch_event("cut host noticed", [&] { return output(2).find(" ended: ", cut_host_offset) != std::string::npos; });
+  ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
+  double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
+  ASSERT_TRUE(seen("cut host noticed")) << output(2);
+  double noticed_s = event_s("cut host noticed", t_back);
+
+  for (int h : {0, 1, 2}) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);  // the same agent process all along
+  }
+  watch_->poll();
+  ASSERT_EQ(segments().back().world_size, 3);
+  EXPECT_EQ(segments().back().last_step(), kSteps) << "the 3-node group did not train to the end";
+  EXPECT_EQ(last_round().restart_count, 0);
+  expect_segments_match_reference();
+  expect_resume(report);
+  std::printf("%s; link back -> its agent saw the round had ended after %.2f s (TCP retransmission), training "
+              "with 3 nodes after %.2f s; test %.1f s\n",
+              report.print().c_str(), noticed_s, rejoin_s, seconds(Clock::now() - started_));
+  RecordProperty("recovery_s", std::to_string(report.resume_s));
+  RecordProperty("rejoin_s", std::to_string(rejoin_s));
 }
 
 }  // namespace
