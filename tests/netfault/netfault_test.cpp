@@ -423,7 +423,7 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
   // A survivor's collective gave up after comm_timeout; that worker failure ended the round and
   // counts as a restart. (The cut came in the middle of an op every rank had entered, so the
   // error says "every rank arrived" rather than naming rank 2: see docs/DESIGN.md.)
-  EXPECT_NE(report.detected_by.find(") failed with exit code 1"), std::string::npos) << report.detected_by;
+  EXPECT_NE(report.detected_by.find("failed with exit code 1"), std::string::npos) << report.detected_by;
   EXPECT_GE(report.detect_s, timeouts_.comm_s - 1);  // the op in flight may have begun before the cut
   EXPECT_LE(report.detect_s, timeouts_.comm_s + 3) << "detection is bounded by parallel.comm_timeout";
   EXPECT_NE((output(0) + output(1)).find("failed after " + std::to_string(timeouts_.comm_s * 1000) + " ms timeout"),
