@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "core/file_util.h"
-#include "train/tensor_file.h"
+#include "ckpt/tensor_file.h"
 
 namespace fs = std::filesystem;
 
@@ -68,23 +70,23 @@ std::string hf_config_json(const ModelConfig& m, int64_t bos_id, int64_t eos_id)
 std::string checkpoint_export(const ExportOptions& o) {
   CADRE_CONFIG_CHECK(o.format == "hf" || o.format == "pt", "--format must be hf or pt, got '", o.format, "'");
   CADRE_CONFIG_CHECK(!o.out.empty(), "--out is required");
-  const std::string checkpoint = o.run_dir + "/checkpoint.pt", config_path = o.run_dir + "/config.yaml";
-  CADRE_CONFIG_CHECK(fs::is_regular_file(checkpoint), "checkpoint '", checkpoint, "' not found (a run directory of `cadre train`)");
-  Config config = config_load(config_path, {});
+  const std::string checkpoint = checkpoint_locate(o.checkpoint);
+  CheckpointReader reader(checkpoint);
+  // The checkpoint carries the config it was trained with: the export needs nothing else.
+  Config config = config_parse(reader.manifest().config_yaml, checkpoint + "/" + kManifestFile, {});
   std::string tokenizer = o.tokenizer;
   if (tokenizer.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model")) tokenizer = config.data.dir + "/tokenizer.model";
   CADRE_CONFIG_CHECK(tokenizer.empty() || fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");
 
-  TensorDict state = tensor_file_load(checkpoint);
   std::map<std::string, at::Tensor> params;
-  for (const auto& [name, t] : state)
-    if (name.rfind("model.", 0) == 0) params[name.substr(6)] = t;
+  for (const auto& [name, t] : reader.manifest().tensors)
+    if (name.rfind("model.", 0) == 0) params[name.substr(6)] = reader.read_tensor(name);
   CADRE_CHECK(!params.empty(), "checkpoint '", checkpoint, "' holds no model.* tensors");
   auto hf = hf_state_dict(params, config.model);
 
   if (o.format == "pt") {
     tensor_file_save(o.out, hf);
-    return str("wrote ", hf.size(), " tensors with Hugging Face names to ", o.out);
+    return str("wrote ", hf.size(), " tensors with Hugging Face names from ", checkpoint, " to ", o.out);
   }
   fs::create_directories(o.out);
   safetensors_write(o.out + "/model.safetensors", hf, {{"format", "pt"}});
@@ -96,7 +98,7 @@ std::string checkpoint_export(const ExportOptions& o) {
                          {"model_max_length", config.model.max_seq_len}};
     file_write_atomic(o.out + "/tokenizer_config.json", tc.dump(2) + "\n");
   }
-  return str("wrote a Hugging Face Llama folder to ", o.out, " (config.json, model.safetensors",
+  return str("wrote a Hugging Face Llama folder from ", checkpoint, " to ", o.out, " (config.json, model.safetensors",
              tokenizer.empty() ? "" : ", tokenizer.model", ")");
 }
 

@@ -24,7 +24,7 @@ std::map<std::string, at::Tensor> hf_state_dict(const std::map<std::string, at::
 std::string hf_config_json(const ModelConfig& model, int64_t bos_id, int64_t eos_id);
 
 struct ExportOptions {
-  std::string run_dir;    // holds checkpoint.pt and config.yaml (from `cadre train`)
+  std::string checkpoint; // a checkpoint, or a run/checkpoint directory (newest complete one)
   std::string format;     // "hf" (a folder) or "pt" (one file)
   std::string out;        // folder for hf, file for pt
   std::string tokenizer;  // SentencePiece model; default: <data.dir>/tokenizer.model if present

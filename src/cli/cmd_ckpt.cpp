@@ -1,50 +1,112 @@
-// `cadre ckpt inspect|export`: look into a run's checkpoint, or export it for other tools.
+// `cadre ckpt inspect|verify|export`: look into a checkpoint, check every byte of it, or
+// export it for other tools. Each takes a checkpoint, or a run or checkpoint directory (then
+// the newest complete checkpoint in it; verify checks all of them).
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 
-#include <ATen/ATen.h>
-
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_error.h"
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/hf_export.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "core/config.h"
 #include "core/error.h"
-#include "train/tensor_file.h"
 
 namespace cadre {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cadre ckpt inspect --run <run_dir>\n"
-    "       cadre ckpt export --run <run_dir> --format hf|pt --out <path> [--tokenizer <file>]\n";
+    "usage: cadre ckpt inspect <checkpoint|run_dir>\n"
+    "       cadre ckpt verify <checkpoint|run_dir|checkpoint_dir>\n"
+    "       cadre ckpt export <checkpoint|run_dir> --format hf|pt --out <path> [--tokenizer <file>]\n";
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t d : shape) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s.empty() ? "scalar" : s;
+}
+
+// The one positional argument (the path); --run is accepted for older scripts.
+std::string path_argument(Flags& flags, const Args& args, std::string& run) {
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.size() + (run.empty() ? 0 : 1) == 1, "expected one checkpoint or run directory\n", flags.usage());
+  return run.empty() ? rest[0] : run;
+}
 
 int ckpt_inspect(const Args& args) {
   std::string run;
-  Flags flags("cadre ckpt inspect --run <run_dir>");
-  flags.add("--run", &run, "run directory of `cadre train` (holds checkpoint.pt)");
-  auto rest = flags.parse(args);
-  CADRE_CONFIG_CHECK(rest.empty() && !run.empty(), flags.usage());
-  TensorDict state = tensor_file_load(run + "/checkpoint.pt");
+  Flags flags("cadre ckpt inspect <checkpoint|run_dir>");
+  flags.add("--run", &run, "run directory (same as the positional argument)");
+  const std::string path = checkpoint_locate(path_argument(flags, args, run));
+  CheckpointReader reader(path);
+  const CheckpointManifest& m = reader.manifest();
   int64_t params = 0, bytes = 0;
-  for (const auto& [name, t] : state) {
-    std::string shape;
-    for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    std::printf("%-60s %-10s %s\n", name.c_str(), c10::toString(t.scalar_type()), shape.empty() ? "scalar" : shape.c_str());
+  for (const auto& [name, t] : m.tensors) {
+    std::printf("%-60s %-8s %-14s %zu piece(s)\n", name.c_str(), t.dtype.c_str(), shape_text(t.shape).c_str(), t.pieces.size());
     if (name.rfind("model.", 0) == 0) params += t.numel();
-    bytes += t.numel() * t.element_size();
   }
-  if (state.count("meta.step")) std::printf("step %lld\n", static_cast<long long>(state.at("meta.step").item<int64_t>()));
-  std::printf("%zu tensors, %lld model parameters, %.1f MB\n", state.size(), static_cast<long long>(params), bytes / 1e6);
+  for (const auto& f : m.files) bytes += f.bytes;
+  std::printf("checkpoint %s\nstep %lld, written by %lld rank(s) with %s\n", path.c_str(), static_cast<long long>(m.step),
+              static_cast<long long>(m.world_size), m.strategy.c_str());
+  for (const auto& [key, value] : m.state) std::printf("%s %lld\n", key.c_str(), static_cast<long long>(value));
+  std::printf("%zu tensors, %lld model parameters, %zu files, %.1f MB\n", m.tensors.size(), static_cast<long long>(params),
+              m.files.size(), bytes / 1e6);
   return 0;
+}
+
+int ckpt_verify(const Args& args) {
+  std::string run;
+  Flags flags("cadre ckpt verify <checkpoint|run_dir|checkpoint_dir>");
+  flags.add("--run", &run, "run directory (same as the positional argument)");
+  const std::string path = path_argument(flags, args, run);
+  // One checkpoint, or every step-* directory of a checkpoint or run directory.
+  std::vector<std::string> targets;
+  if (std::filesystem::is_regular_file(path + "/" + kManifestFile) || std::filesystem::exists(path + "/" + kCommittedFile)) {
+    targets.push_back(path);
+  } else {
+    std::string dir = path;
+    if (std::filesystem::is_regular_file(path + "/config.yaml")) {
+      Config config = config_load(path + "/config.yaml", {});
+      dir = config.checkpoint.dir.empty() ? path + "/checkpoints" : config.checkpoint.dir;
+    }
+    for (const auto& e : checkpoint_list(dir)) targets.push_back(e.path);
+    CADRE_CONFIG_CHECK(!targets.empty(), "no checkpoints in '", dir, "'");
+  }
+  int bad = 0;
+  for (const auto& target : targets) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::string> problems;
+    int64_t bytes = 0;
+    try {
+      CheckpointReader reader(target);
+      problems = reader.verify(&bytes);
+    } catch (const CheckpointError& e) {
+      problems.push_back(e.what());
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (problems.empty()) {
+      std::printf("ok       %s (%.1f MB checked in %.2f s, %.0f MB/s)\n", target.c_str(), bytes / 1e6, s, bytes / 1e6 / std::max(s, 1e-9));
+    } else {
+      ++bad;
+      std::printf("DAMAGED  %s\n", target.c_str());
+      for (const auto& p : problems) std::printf("         %s\n", p.c_str());
+    }
+  }
+  if (bad) std::fprintf(stderr, "cadre ckpt verify: %d of %zu checkpoint(s) damaged\n", bad, targets.size());
+  return bad ? 1 : 0;
 }
 
 int ckpt_export(const Args& args) {
   ExportOptions o;
-  Flags flags("cadre ckpt export --run <run_dir> --format hf|pt --out <path> [--tokenizer <file>]");
-  flags.add("--run", &o.run_dir, "run directory of `cadre train` (checkpoint.pt, config.yaml)");
+  std::string run;
+  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|pt --out <path> [--tokenizer <file>]");
+  flags.add("--run", &run, "run directory (same as the positional argument)");
   flags.add("--format", &o.format, "hf: Hugging Face Llama folder; pt: one torch.load-able file");
   flags.add("--out", &o.out, "output folder (hf) or file (pt)");
   flags.add("--tokenizer", &o.tokenizer, "SentencePiece model to include (default: the run's data.dir)");
-  auto rest = flags.parse(args);
-  CADRE_CONFIG_CHECK(rest.empty() && !o.run_dir.empty(), flags.usage());
+  o.checkpoint = path_argument(flags, args, run);
   std::printf("%s\n", checkpoint_export(o).c_str());
   return 0;
 }
@@ -52,8 +114,10 @@ int ckpt_export(const Args& args) {
 }  // namespace
 
 int cmd_ckpt(const Args& args) {
-  if (!args.empty() && args[0] == "inspect") return ckpt_inspect(Args(args.begin() + 1, args.end()));
-  if (!args.empty() && args[0] == "export") return ckpt_export(Args(args.begin() + 1, args.end()));
+  const Args rest = args.empty() ? Args{} : Args(args.begin() + 1, args.end());
+  if (!args.empty() && args[0] == "inspect") return ckpt_inspect(rest);
+  if (!args.empty() && args[0] == "verify") return ckpt_verify(rest);
+  if (!args.empty() && args[0] == "export") return ckpt_export(rest);
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::fputs(kUsage, stdout);
     return 0;

@@ -1,4 +1,4 @@
-// `cadre train --config <yaml> [--set key=value ...]`.
+// `cadre train --config <yaml> [--resume auto|none|PATH] [--set key=value ...]`.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -12,19 +12,24 @@ namespace cadre {
 int cmd_train(const Args& args) {
   std::string config_path;
   std::vector<std::string> overrides;
-  Flags flags("cadre train --config <yaml> [--set section.key=value ...]");
+  std::string resume;
+  Flags flags("cadre train --config <yaml> [--resume auto|none|PATH] [--set section.key=value ...]");
   flags.add("--config", &config_path, "YAML config (see configs/)");
+  flags.add("--resume", &resume,
+            "auto: newest complete checkpoint (fresh start if none); none; or a checkpoint path "
+            "(same as --set checkpoint.resume=...)");
   flags.add("--set", &overrides, "override a config key, e.g. --set train.steps=100 (repeatable)");
   auto rest = flags.parse(args);
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
   CADRE_CONFIG_CHECK(!config_path.empty(), "--config is required\n", flags.usage());
+  if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   Config config = config_load(config_path, overrides);
   TrainSummary s = train_run(config);
   if (!s.lead) return 0;  // rank 0 reports for the job
   std::printf("trained %lld steps: loss %.4f", static_cast<long long>(s.steps), s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val_loss %.4f", s.final_val_loss);
-  std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, checkpoint.pt, summary.json)\n", s.tokens_per_s,
-              s.run_dir.c_str());
+  std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, summary.json)\n", s.tokens_per_s, s.run_dir.c_str());
+  if (!s.checkpoint.empty()) std::printf("checkpoint %s\n", s.checkpoint.c_str());
   return 0;
 }
 

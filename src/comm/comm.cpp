@@ -574,7 +574,8 @@ void Communicator::rebuild() {
   }).wait();
 }
 
-std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ranks, const std::string& tag) {
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ranks, const std::string& tag,
+                                                   const CommOptions* options) {
   CADRE_CHECK(!ranks.empty(), "subgroup '", tag, "': no ranks");
   for (size_t i = 1; i < ranks.size(); ++i)
     CADRE_CHECK(ranks[i - 1] < ranks[i], "subgroup '", tag, "': ranks must be sorted and distinct");
@@ -582,7 +583,7 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   sub->root_store = impl_->root_store;
   sub->device = impl_->device;
   sub->tag = impl_->tag == "world" ? tag : impl_->tag + "." + tag;
-  sub->options = impl_->options;
+  sub->options = options ? *options : impl_->options;
   sub->size = static_cast<int>(ranks.size());
   sub->rank = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -593,6 +594,13 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   CADRE_CHECK(sub->rank >= 0, "subgroup '", tag, "': this rank (", rank(), ") is not a member");
   sub->start();
   return std::unique_ptr<Communicator>(new Communicator(std::move(sub)));
+}
+
+bool all_ranks_agree(Communicator* group, bool ok) {
+  if (!group) return ok;
+  at::Tensor failed = at::full({1}, ok ? 0 : 1, at::kLong);
+  group->all_reduce(failed, ReduceOp::Max);
+  return failed.item<int64_t>() == 0;
 }
 
 HybridGroups make_hybrid_groups(Communicator& world, int ranks_per_node) {

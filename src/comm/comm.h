@@ -92,7 +92,9 @@ class Communicator {
 
   // Collective over the ranks in `ranks` (sorted, distinct, must include this rank); only
   // those ranks call it. `tag` must be unique per group in the job ("shard0", "replica1").
-  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& tag);
+  // `options` default to this communicator's.
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& tag,
+                                         const CommOptions* options = nullptr);
 
   struct Impl;
 
@@ -108,6 +110,10 @@ struct HybridGroups {
   std::unique_ptr<Communicator> replica;  // across nodes
 };
 HybridGroups make_hybrid_groups(Communicator& world, int ranks_per_node);
+
+// True on every rank iff every rank passed true (an all-reduce of one flag); with no group,
+// `ok` itself. Collective.
+bool all_ranks_agree(Communicator* group, bool ok);
 
 // Human name of a dtype as the bench prints it ("float", "bfloat16", "half", "int64").
 std::string dtype_name(at::ScalarType type);

@@ -53,6 +53,7 @@ std::vector<Field> config_fields(Config& c) {
       {"train.log_interval", &c.train.log_interval},
       {"train.eval_interval", &c.train.eval_interval},
       {"train.eval_batches", &c.train.eval_batches},
+      {"train.stop_at", &c.train.stop_at},
       {"parallel.strategy", &c.parallel.strategy},
       {"parallel.shard_group_size", &c.parallel.shard_group_size},
       {"parallel.mixed_precision.param_dtype", &c.parallel.mixed_precision.param_dtype},
@@ -64,6 +65,8 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint.interval", &c.checkpoint.interval},
       {"checkpoint.keep", &c.checkpoint.keep},
       {"checkpoint.dir", &c.checkpoint.dir},
+      {"checkpoint.resume", &c.checkpoint.resume},
+      {"checkpoint.async", &c.checkpoint.async},
       {"run.dir", &c.run.dir},
   };
 }
@@ -244,6 +247,9 @@ void config_validate(const Config& c) {
 
   CADRE_CONFIG_CHECK(c.checkpoint.interval >= 0, "checkpoint.interval must be >= 0");
   CADRE_CONFIG_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
+  CADRE_CONFIG_CHECK(!c.checkpoint.resume.empty(), "checkpoint.resume must be none, auto or a checkpoint path");
+  CADRE_CONFIG_CHECK(c.train.stop_at >= 0 && c.train.stop_at <= c.train.steps, "train.stop_at must be in [0, train.steps=",
+                     c.train.steps, "], got ", c.train.stop_at);
   CADRE_CONFIG_CHECK(!c.run.dir.empty(), "run.dir must not be empty");
 }
 

@@ -48,6 +48,9 @@ struct TrainConfig {
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables validation
   int64_t eval_batches = 8;
+  // Stop after this step as if interrupted (a checkpoint is written); the LR schedule still
+  // spans `steps`. 0: run to `steps`.
+  int64_t stop_at = 0;
 };
 
 struct MixedPrecisionConfig {
@@ -71,8 +74,12 @@ struct ParallelConfig {
 
 struct CheckpointConfig {
   int64_t interval = 0;         // steps between checkpoints; 0: only at the end
-  int64_t keep = 3;
+  int64_t keep = 3;             // complete checkpoints kept; older ones are deleted
   std::string dir;              // default: <run.dir>/checkpoints
+  // none: start fresh (refused when the directory already holds checkpoints); auto: the
+  // newest complete checkpoint, or fresh when there is none; else the path of a checkpoint.
+  std::string resume = "none";
+  bool async = true;            // write in a background thread while training goes on
 };
 
 struct RunConfig {

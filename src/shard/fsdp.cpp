@@ -109,6 +109,7 @@ ShardedModel::ShardedModel(Llama& model, ShardOptions options, comm::Communicato
       pieces_.push_back(piece);
       piece_decay_.push_back(f.params[i].dim() >= 2);  // no decay on norms
       piece_where_.emplace_back(u, lo - f.shard_offset);
+      piece_layout_.push_back({u, f.names[i], f.params[i].sizes().vec(), lo - f.offsets[i]});
     }
     // Sharded at rest (with a one-rank group the gradient buffer is the shard's: it stays).
     if (free_after_backward_ && !f.master_is_full()) f.full_free();

@@ -50,6 +50,15 @@ struct ShardMemory {
   int64_t units = 0;         // FSDP units including the root
 };
 
+// Where one optimizer piece sits: elements [start, start + numel) of parameter `name`
+// (flattened, global shape `shape`), inside unit `unit`'s shard on this rank.
+struct ShardPiece {
+  size_t unit = 0;
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t start = 0;
+};
+
 class ShardedModel {
  public:
   // `shard` shards the units (null: not sharded); `replica` all-reduces gradients between
@@ -79,6 +88,11 @@ class ShardedModel {
   // (a view of the master shard with .grad a view of the reduced gradient).
   const std::vector<at::Tensor>& optimizer_params() const { return pieces_; }
   const std::vector<bool>& optimizer_decay() const { return piece_decay_; }
+  const std::vector<ShardPiece>& piece_layout() const { return piece_layout_; }
+  // Ranks holding the same shard (replicas under NO_SHARD and HYBRID_SHARD), and this
+  // rank's index among them: checkpoints write each shard once, spread over the replicas.
+  int replica_count() const { return replica_ ? replica_->size() : 1; }
+  int replica_index() const { return replica_ ? replica_->rank() : 0; }
   // After the optimizer step: compute copies are refreshed at the next gather.
   void mark_updated();
 
@@ -113,6 +127,7 @@ class ShardedModel {
   std::vector<at::Tensor> pieces_;
   std::vector<bool> piece_decay_;
   std::vector<std::pair<size_t, int64_t>> piece_where_;  // (unit, offset in the shard)
+  std::vector<ShardPiece> piece_layout_;
   std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
   bool reduce_now_ = true;
   int64_t peak_working_ = 0;

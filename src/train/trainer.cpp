@@ -1,5 +1,6 @@
-// The training loop, top to bottom: check inputs, build the model and optimizer, then for
-// each step run the micro-batches, clip, update, log, and evaluate; save at the end.
+// The training loop, top to bottom: check inputs, build the model and optimizer, resume from
+// a checkpoint, then for each step run the micro-batches, clip, update, log, evaluate and
+// checkpoint (in the background); wait for the last save at the end.
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -12,8 +13,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_saver.h"
 #include "comm/comm.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/json_log.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -25,7 +29,8 @@
 #include "optim/lr_schedule.h"
 #include "shard/fsdp.h"
 #include "shard/memory_report.h"
-#include "train/tensor_file.h"
+#include "train/checkpointing.h"
+#include "train/resume.h"
 
 namespace fs = std::filesystem;
 
@@ -131,6 +136,22 @@ double evaluate(ShardedModel& model, TokenLoader& val, const Config& c, int rank
   return total / double(c.train.eval_batches * world);
 }
 
+// After a resume, metrics.jsonl keeps the records up to the resumed step: steps the crashed
+// run did after its last checkpoint are done again and logged again.
+void metrics_truncate(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.value("step", int64_t{0}) > step) continue;
+    kept += line + "\n";
+  }
+  file_write_atomic(path, kept);
+}
+
+
 }  // namespace
 
 TrainSummary train_run(const Config& c) {
@@ -178,6 +199,27 @@ TrainSummary train_run(const Config& c) {
   std::unique_ptr<TokenLoader> val_data;
   if (c.train.eval_interval > 0) val_data = std::make_unique<TokenLoader>(c.data.dir, Split::Val, 0);
 
+  // --- checkpoints: resume, then a saver with its own communicator ---------------------------
+  const std::string checkpoint_dir = c.checkpoint.dir.empty() ? c.run.dir + "/checkpoints" : c.checkpoint.dir;
+  Resumed resumed = resume_training(c, checkpoint_dir, sharded, optimizer, train_data, rank, group);
+  std::unique_ptr<comm::Communicator> checkpoint_group;
+  if (group) {
+    // Saves agree from a background thread: a communicator of their own keeps those
+    // collectives out of training's order. A rank may wait here while a slow peer still
+    // writes its part, hence the long timeout.
+    std::vector<int> all(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) all[r] = r;
+    comm::CommOptions options = group->options();
+    options.timeout = std::chrono::minutes(30);
+    checkpoint_group = group->subgroup(all, "checkpoint", &options);
+  }
+  CheckpointSaver saver({checkpoint_dir, rank, world, c.checkpoint.keep, c.checkpoint.async},
+                        [g = checkpoint_group.get()](bool ok) { return comm::all_ranks_agree(g, ok); });
+  const int64_t end_step = c.train.stop_at > 0 ? c.train.stop_at : c.train.steps;
+  auto checkpoint_due = [&](int64_t done) {
+    return done == end_step || (c.checkpoint.interval > 0 && done % c.checkpoint.interval == 0);
+  };
+
   const int64_t B = c.data.batch_size, T = manifest.seq_len, accum = c.optim.grad_accum_steps;
   const int64_t tokens_per_step = B * T * accum * world;
   const int64_t n_params = llama_param_count(c.model);
@@ -187,17 +229,20 @@ TrainSummary train_run(const Config& c) {
                 tokens_per_step, " tokens per step"));
 
   std::unique_ptr<JsonLog> metrics;
-  if (lead) metrics = std::make_unique<JsonLog>(c.run.dir + "/metrics.jsonl", /*append=*/false);
+  if (lead) {
+    if (resumed.step > 0) metrics_truncate(c.run.dir + "/metrics.jsonl", resumed.step);
+    metrics = std::make_unique<JsonLog>(c.run.dir + "/metrics.jsonl", /*append=*/resumed.step > 0);
+  }
   std::vector<int64_t> tokens(B * (T + 1));
   std::vector<double> rates;
   TrainSummary summary;
   summary.run_dir = c.run.dir;
   std::unique_ptr<Progress> progress;
-  if (lead) progress = std::make_unique<Progress>("train: step", c.train.steps, "step", 0.5);
+  if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5);
   std::string progress_text;
 
   // --- the loop ---------------------------------------------------------------------------
-  for (int64_t step = 0; step < c.train.steps; ++step) {
+  for (int64_t step = resumed.step; step < end_step; ++step) {
     auto t0 = Clock::now();
     sharded.zero_grad();
     double loss_sum = 0;
@@ -229,19 +274,37 @@ TrainSummary train_run(const Config& c) {
     double loss = loss_sum / double(accum);
     CADRE_CHECK(std::isfinite(loss), "step ", step + 1, ": loss is ", loss, " (diverged; lower optim.lr?)");
     double rate = tokens_per_step / step_s;
-    if (step > 0) rates.push_back(rate);
+    if (step > resumed.step) rates.push_back(rate);
     nlohmann::json record = {{"step", step + 1},        {"loss", loss},       {"lr", lr},
                              {"grad_norm", grad_norm},  {"tokens_per_s", rate}, {"step_time_s", step_s},
                              {"rss_bytes", process_rss_bytes()}};
     summary.final_loss = loss;
 
-    bool last = step + 1 == c.train.steps;
+    bool last = step + 1 == end_step;
     if (val_data && ((step + 1) % c.train.eval_interval == 0 || last)) {
       double val_loss = evaluate(sharded, *val_data, c, rank, world, group);
       record["val_loss"] = val_loss;
       summary.final_val_loss = val_loss;
       if (lead) log::info(str("train: step ", step + 1, " val_loss ", val_loss));
     }
+    if (checkpoint_due(step + 1)) {
+      // Staging copies this rank's part (waiting first if the previous save still runs);
+      // the writing happens in the background.
+      auto t_stage = Clock::now();
+      Snapshot& snapshot = saver.stage();
+      stage_train_state(snapshot, sharded, optimizer, rank);
+      CheckpointManifest header;
+      header.step = step + 1;
+      header.world_size = world;
+      header.strategy = c.parallel.strategy;
+      header.state = {{"data_position", static_cast<int64_t>(train_data.position())},
+                      {"optimizer_steps", optimizer.steps()}};
+      header.config_yaml = config_to_yaml(c);
+      saver.submit(std::move(header));
+      record["checkpoint_stage_s"] = std::chrono::duration<double>(Clock::now() - t_stage).count();
+      record["checkpoint_wait_s"] = saver.last_stage_wait_s();
+    }
+    saver.check();  // a failed background save stops training here, on every rank
     if (metrics) metrics->write(record);
     // The progress line redraws at most twice a second; its numbers refresh every log_interval.
     if ((step + 1) % c.train.log_interval == 0 || step == 0) {
@@ -251,9 +314,16 @@ TrainSummary train_run(const Config& c) {
     }
     if (progress && !last) progress->update(step + 1, progress_text);
   }
+  saver.wait();
+  const SaveStats saved = saver.last_stats();
+  if (lead && saved.step > 0)
+    log::info(str("checkpoint: step ", saved.step, " saved in ", checkpoint_dir, "/", checkpoint_name(saved.step), " (",
+                  saved.bytes / 1e6, " MB from this rank, written in ", saved.write_s, " s)"));
   std::sort(rates.begin(), rates.end());
   summary.tokens_per_s = rates.empty() ? 0 : rates[rates.size() / 2];
-  summary.steps = c.train.steps;
+  summary.steps = end_step;
+  summary.resumed_from = resumed.path;
+  summary.checkpoint = saved.step > 0 ? checkpoint_dir + "/" + checkpoint_name(saved.step) : "";
   {
     char line[160];
     std::snprintf(line, sizeof line, "loss %.4f, median %.0f tok/s", summary.final_loss, summary.tokens_per_s);
@@ -267,8 +337,6 @@ TrainSummary train_run(const Config& c) {
   MemoryReport memory = memory_report(sharded.memory(), optimizer_bytes, resident_copy, 2);
   if (lead) log::info("train: " + memory.to_text());
   std::map<std::string, at::Tensor> full_params = sharded.gather_full();
-  std::map<std::string, at::Tensor> exp_avg = sharded.gather_full(&optimizer.exp_avg());
-  std::map<std::string, at::Tensor> exp_avg_sq = sharded.gather_full(&optimizer.exp_avg_sq());
   bool identical = true;
   if (group) {
     // Every rank gathered the parameters; they must agree bit for bit (max over ranks equals
@@ -288,18 +356,10 @@ TrainSummary train_run(const Config& c) {
     return summary;
   }
 
-  // --- final checkpoint (model in float32, optimizer state, position) -----------------------
-  TensorDict state;
-  for (auto& [name, t] : full_params) {
-    state["model." + name] = t;
-    state["optim.exp_avg." + name] = exp_avg[name];
-    state["optim.exp_avg_sq." + name] = exp_avg_sq[name];
-  }
-  state["meta.step"] = at::scalar_tensor(static_cast<int64_t>(c.train.steps), at::kLong);
-  state["meta.data_position"] = at::scalar_tensor(static_cast<int64_t>(train_data.position()), at::kLong);
-  tensor_file_save(c.run.dir + "/checkpoint.pt", state);
-
   nlohmann::json s = {{"steps", summary.steps},
+                      {"resumed_from", resumed.path},
+                      {"resumed_step", resumed.step},
+                      {"checkpoint", summary.checkpoint},
                       {"world_size", world},
                       {"final_loss", summary.final_loss},
                       {"final_val_loss", summary.final_val_loss},

@@ -14,10 +14,13 @@ struct TrainSummary {
   double tokens_per_s = 0;    // median over steps after the first
   std::string run_dir;
   bool lead = true;           // this process wrote the run directory (rank 0)
+  std::string resumed_from;   // checkpoint the run resumed from ("" when it started fresh)
+  std::string checkpoint;     // the last checkpoint written
 };
 
 // Checks the configuration against the data (ConfigError before any work), then trains,
-// writing <run.dir>/{config.yaml, metrics.jsonl, checkpoint.pt, summary.json}.
+// writing <run.dir>/{config.yaml, metrics.jsonl, summary.json} and checkpoints (by default in
+// <run.dir>/checkpoints/step-NNNNNNNN/), resuming from one as checkpoint.resume says.
 TrainSummary train_run(const Config& config);
 
 }  // namespace cadre

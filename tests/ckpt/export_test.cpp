@@ -8,6 +8,8 @@
 
 #include <filesystem>
 
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/hf_export.h"
 #include "ckpt/safetensors.h"
 #include "core/config.h"
@@ -15,7 +17,7 @@
 #include "models/llama/llama.h"
 #include "support/tiny_dataset.h"
 #include "support/process.h"
-#include "train/tensor_file.h"
+#include "ckpt/tensor_file.h"
 
 namespace {
 
@@ -36,10 +38,10 @@ class Export : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     cadre::Config config = cadre::config_load(run + "/config.yaml", {});
     cadre::Llama model(config.model);
-    cadre::TensorDict state = cadre::tensor_file_load(run + "/checkpoint.pt");
+    cadre::CheckpointReader reader(cadre::checkpoint_locate(run));
     {
       at::NoGradGuard no_grad;
-      for (auto& p : model.named_parameters()) p.value().copy_(state.at("model." + p.key()));
+      for (auto& p : model.named_parameters()) p.value().copy_(reader.read_tensor("model." + p.key()));
     }
     at::Tensor tokens = at::randint(config.model.vocab_size, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
     at::NoGradGuard no_grad;
@@ -90,6 +92,6 @@ TEST(ExportErrors, MissingCheckpointAndBadFormatAreConfigErrors) {
     }
     return std::string();
   };
-  EXPECT_NE(message({dir.path(), "hf", dir / "out", ""}).find("checkpoint.pt"), std::string::npos);
+  EXPECT_NE(message({dir.path(), "hf", dir / "out", ""}).find("no complete checkpoint in"), std::string::npos);
   EXPECT_NE(message({dir.path(), "onnx", dir / "out", ""}).find("--format"), std::string::npos);
 }

@@ -20,7 +20,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "support/process.h"
-#include "train/tensor_file.h"
+#include "ckpt/tensor_file.h"
 
 namespace {
 

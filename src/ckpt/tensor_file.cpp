@@ -1,5 +1,5 @@
 // Tensor dictionary files through libtorch's pickler (the one TU that includes it).
-#include "train/tensor_file.h"
+#include "ckpt/tensor_file.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>

@@ -1,0 +1,49 @@
+// The layout of a checkpoint directory and its life cycle on disk:
+//   <dir>/step-00000040/            a complete checkpoint: rank files, manifest.json, COMMITTED
+//   <dir>/.step-00000060.partial/   being written; never loaded, removed when found stale
+// A checkpoint counts only once COMMITTED exists, which is written after the directory was
+// renamed into place, so a crash at any moment leaves every older checkpoint loadable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+std::string checkpoint_name(int64_t step);           // "step-00000040"
+std::string checkpoint_partial_name(int64_t step);   // ".step-00000040.partial"
+std::string checkpoint_rank_file(int64_t rank, int64_t world);  // "rank-00001-of-00004.bin"
+std::string checkpoint_rank_index(int64_t rank);     // "rank-00001.index.json"
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kCommittedFile = "COMMITTED";
+
+struct CheckpointEntry {
+  int64_t step = 0;
+  std::string path;
+  bool committed = false;
+};
+
+// step-* directories of `dir`, newest first (none when `dir` does not exist).
+std::vector<CheckpointEntry> checkpoint_list(const std::string& dir);
+// Committed ones only, newest first.
+std::vector<CheckpointEntry> checkpoint_list_complete(const std::string& dir);
+
+// Removes partial directories and step directories without COMMITTED (left by a crash).
+// Returns what it removed.
+std::vector<std::string> checkpoint_remove_incomplete(const std::string& dir);
+
+// Publishes a fully written partial directory as step `step`: manifest already inside and
+// synced; rename into place (replacing an older directory of the same step), write COMMITTED,
+// sync the parent. Then deletes all but the newest `keep` complete checkpoints.
+void checkpoint_publish(const std::string& dir, int64_t step, int64_t keep);
+
+// The checkpoint `path` names: a checkpoint directory itself, or the newest complete one in a
+// checkpoint directory, or in a run directory's checkpoint.dir (default <run>/checkpoints).
+// ConfigError saying what was looked at when there is none.
+std::string checkpoint_locate(const std::string& path);
+
+// fsync of a directory, so renames and new entries in it survive a power loss.
+void fsync_directory(const std::string& path);
+
+}  // namespace cadre

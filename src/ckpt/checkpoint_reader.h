@@ -1,0 +1,59 @@
+// Reads a committed sharded checkpoint: any slice of any tensor, from whichever rank files
+// hold it, so a job of another size or strategy loads only its own part (no rank ever
+// assembles the whole model). Every piece read is checked against its CRC-32C.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ckpt/manifest.h"
+
+namespace cadre {
+
+class CheckpointReader {
+ public:
+  // Opens <dir>: COMMITTED and manifest.json must exist, every rank file must be there with
+  // its recorded size. CheckpointError naming the directory and file otherwise.
+  explicit CheckpointReader(std::string dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const CheckpointManifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+  bool has(const std::string& tensor) const { return manifest_.tensors.count(tensor) > 0; }
+  const TensorRecord& tensor(const std::string& name) const;  // CheckpointError if absent
+
+  // Copies elements [start, start + count) of the flattened tensor into `out` (count elements
+  // of the tensor's dtype). Each stored piece overlapping the range is read whole and its
+  // checksum verified; CheckpointError names the tensor, file and byte range on a mismatch.
+  void read(const std::string& tensor, int64_t start, int64_t count, void* out) const;
+
+  // The whole tensor, assembled (for export and tools, not for training: a training rank
+  // reads only its slices).
+  at::Tensor read_tensor(const std::string& tensor) const;
+
+  // Reads every piece of every tensor and checks its checksum. Returns one line per problem
+  // (empty: the checkpoint is intact). `bytes_read` receives the bytes checked.
+  std::vector<std::string> verify(int64_t* bytes_read = nullptr) const;
+
+  // Bytes read from the rank files so far, and their total size: how much of the checkpoint
+  // this process touched.
+  int64_t bytes_read() const { return bytes_read_; }
+  int64_t bytes_total() const;
+
+ private:
+  void open_files();
+  void read_piece(const std::string& tensor, const TensorRecord& t, const PieceRecord& p, std::vector<char>& buf) const;
+
+  std::string dir_;
+  CheckpointManifest manifest_;
+  std::vector<int> fds_;  // one per manifest file
+  mutable std::atomic<int64_t> bytes_read_{0};
+};
+
+}  // namespace cadre

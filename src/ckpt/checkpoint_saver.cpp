@@ -1,0 +1,181 @@
+// The save protocol (write, agree, merge, publish, agree) and the background thread running it.
+#include "ckpt/checkpoint_saver.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/rank_writer.h"
+#include "core/error.h"
+#include "core/file_util.h"
+#include "core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace cadre {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str("cannot read '", path.string(), "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+CheckpointSaver::CheckpointSaver(SaverOptions options, AgreeFn agree)
+    : options_(std::move(options)), agree_(std::move(agree)) {
+  if (options_.async) thread_ = std::thread([this] { run(); });
+}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (!thread_.joinable()) return;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return !pending_ && !busy_; });
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  if (error_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      log::error(str("checkpoint: ", e.what()));
+    }
+  }
+}
+
+Snapshot& CheckpointSaver::stage() {
+  auto t0 = Clock::now();
+  wait();
+  last_stage_wait_s_ = seconds_since(t0);
+  snapshot_.clear();
+  return snapshot_;
+}
+
+void CheckpointSaver::submit(CheckpointManifest header) {
+  if (!options_.async) {
+    save(header);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    CADRE_CHECK(!pending_ && !busy_, "checkpoint: submit() without stage() while a save is running");
+    header_ = std::move(header);
+    pending_ = true;
+  }
+  cv_.notify_all();
+}
+
+void CheckpointSaver::check() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) {
+    auto e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void CheckpointSaver::wait() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return !pending_ && !busy_; });
+  }
+  check();
+}
+
+SaveStats CheckpointSaver::last_stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CheckpointSaver::run() {
+  for (;;) {
+    CheckpointManifest header;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return pending_ || stopping_; });
+      if (!pending_) return;
+      header = header_;
+      pending_ = false;
+      busy_ = true;
+    }
+    std::exception_ptr error;
+    try {
+      save(header);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+      if (error) error_ = error;
+    }
+    cv_.notify_all();
+  }
+}
+
+void CheckpointSaver::save(const CheckpointManifest& header) {
+  const auto t0 = Clock::now();
+  const std::string partial = options_.dir + "/" + checkpoint_partial_name(header.step);
+  std::string error;
+  SaveStats stats;
+  stats.step = header.step;
+  try {
+    fs::create_directories(partial);
+    CheckpointManifest index = rank_write(partial, options_.rank, snapshot_, header);
+    stats.bytes = index.files.at(0).bytes;
+    stats.write_s = seconds_since(t0);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!agree_(error.empty())) {
+    std::error_code ec;
+    if (options_.rank == 0) fs::remove_all(partial, ec);  // every rank is past writing
+    throw Error(str("checkpoint step ", header.step, " was not saved: ",
+                    error.empty() ? "another rank failed to write its part (its log says why)" : error,
+                    "; earlier checkpoints in ", options_.dir, " are intact"));
+  }
+  if (options_.rank == 0) {
+    try {
+      commit(header);
+    } catch (const std::exception& e) {
+      error = e.what();
+      std::error_code ec;
+      fs::remove_all(partial, ec);
+    }
+  }
+  if (!agree_(error.empty())) {
+    throw Error(str("checkpoint step ", header.step, " was not committed: ",
+                    error.empty() ? "the lead rank failed to publish it (its log says why)" : error,
+                    "; earlier checkpoints in ", options_.dir, " are intact"));
+  }
+  stats.total_s = seconds_since(t0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_ = stats;
+}
+
+void CheckpointSaver::commit(const CheckpointManifest& header) {
+  const fs::path partial = fs::path(options_.dir) / checkpoint_partial_name(header.step);
+  std::vector<CheckpointManifest> indexes;
+  for (int64_t r = 0; r < options_.world_size; ++r) {
+    const fs::path path = partial / checkpoint_rank_index(r);
+    indexes.push_back(manifest_parse(read_file(path), path.string()));
+  }
+  CheckpointManifest manifest = manifest_merge(indexes);
+  file_write_atomic((partial / kManifestFile).string(), manifest_to_json(manifest));
+  for (int64_t r = 0; r < options_.world_size; ++r) fs::remove(partial / checkpoint_rank_index(r));
+  fsync_directory(partial.string());
+  checkpoint_publish(options_.dir, header.step, options_.keep);
+}
+
+}  // namespace cadre

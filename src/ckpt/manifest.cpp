@@ -1,0 +1,116 @@
+// manifest.json: writing, parsing with structural checks, and merging the ranks' indexes.
+#include "ckpt/manifest.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint_error.h"
+#include "core/error.h"
+
+namespace cadre {
+
+int64_t TensorRecord::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t dtype_element_size(const std::string& dtype) {
+  if (dtype == "float32" || dtype == "int32") return 4;
+  if (dtype == "bfloat16" || dtype == "float16") return 2;
+  if (dtype == "int64" || dtype == "float64") return 8;
+  if (dtype == "uint8") return 1;
+  throw Error(str("unknown checkpoint dtype '", dtype, "'"));
+}
+
+std::string manifest_to_json(const CheckpointManifest& m) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"rank", f.rank}});
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [name, t] : m.tensors) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const auto& p : t.pieces)
+      pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"start", p.start}, {"count", p.count}, {"crc32c", p.crc32c}});
+    tensors[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces}};
+  }
+  nlohmann::json j = {{"format", "cadre-checkpoint"}, {"version", m.version},     {"step", m.step},
+                      {"world_size", m.world_size},    {"strategy", m.strategy},   {"state", m.state},
+                      {"files", files},                {"tensors", tensors},       {"config_yaml", m.config_yaml}};
+  return j.dump(1) + "\n";
+}
+
+CheckpointManifest manifest_parse(const std::string& text, const std::string& source) {
+  CheckpointManifest m;
+  std::string where = "the header";
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    if (j.value("format", "") != "cadre-checkpoint") throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
+    m.version = j.at("version").get<int>();
+    if (m.version != CheckpointManifest::kVersion)
+      throw CheckpointError(str(source, ": manifest version ", m.version, ", this build reads ", CheckpointManifest::kVersion));
+    m.step = j.at("step").get<int64_t>();
+    m.world_size = j.at("world_size").get<int64_t>();
+    m.strategy = j.at("strategy").get<std::string>();
+    m.state = j.at("state").get<std::map<std::string, int64_t>>();
+    m.config_yaml = j.at("config_yaml").get<std::string>();
+    where = "files";
+    for (const auto& f : j.at("files"))
+      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("rank").get<int64_t>()});
+    for (const auto& [name, t] : j.at("tensors").items()) {
+      where = "tensor '" + name + "'";
+      TensorRecord r;
+      r.dtype = t.at("dtype").get<std::string>();
+      r.shape = t.at("shape").get<std::vector<int64_t>>();
+      const int64_t elem = dtype_element_size(r.dtype);
+      for (const auto& p : t.at("pieces")) {
+        PieceRecord pr{p.at("file").get<int64_t>(), p.at("offset").get<int64_t>(), p.at("start").get<int64_t>(),
+                       p.at("count").get<int64_t>(), p.at("crc32c").get<uint32_t>()};
+        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || pr.start < 0 || pr.count <= 0 ||
+            pr.start + pr.count > r.numel() || pr.offset < 0 || pr.offset + pr.count * elem > m.files[pr.file].bytes)
+          throw CheckpointError(str(source, ": ", where, " has a piece outside its tensor or file"));
+        r.pieces.push_back(pr);
+      }
+      m.tensors.emplace(name, std::move(r));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(str(source, ": malformed manifest (", where, "): ", e.what()));
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(str(source, ": ", where, ": ", e.what()));
+  }
+  return m;
+}
+
+CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks) {
+  CADRE_CHECK(!ranks.empty(), "manifest_merge: no rank indexes");
+  CheckpointManifest out = ranks.front();
+  out.files.clear();
+  out.tensors.clear();
+  for (const auto& r : ranks) {
+    const int64_t base = static_cast<int64_t>(out.files.size());
+    out.files.insert(out.files.end(), r.files.begin(), r.files.end());
+    for (const auto& [name, t] : r.tensors) {
+      auto [it, fresh] = out.tensors.emplace(name, TensorRecord{t.dtype, t.shape, {}});
+      CADRE_CHECK(fresh || (it->second.dtype == t.dtype && it->second.shape == t.shape), "checkpoint tensor '", name,
+                  "': ranks disagree on its dtype or shape");
+      for (PieceRecord p : t.pieces) {
+        p.file += base;
+        it->second.pieces.push_back(p);
+      }
+    }
+  }
+  for (auto& [name, t] : out.tensors) {
+    std::sort(t.pieces.begin(), t.pieces.end(), [](const PieceRecord& a, const PieceRecord& b) { return a.start < b.start; });
+    int64_t next = 0;
+    for (const auto& p : t.pieces) {
+      CADRE_CHECK(p.start == next, "checkpoint tensor '", name, "': elements ", std::min(next, p.start), "..",
+                  std::max(next, p.start), p.start > next ? " are missing" : " are written twice");
+      next = p.start + p.count;
+    }
+    CADRE_CHECK(next == t.numel(), "checkpoint tensor '", name, "': elements ", next, "..", t.numel(), " are missing");
+  }
+  return out;
+}
+
+}  // namespace cadre

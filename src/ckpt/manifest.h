@@ -1,0 +1,59 @@
+// The manifest of a sharded checkpoint (manifest.json): for every tensor its global shape and
+// dtype and which byte ranges of which rank files hold which slice of it, with a CRC-32C per
+// slice; plus the training state (step, data position, ...) and the run's config. A rank's own
+// index (what it wrote) uses the same structure with one file; the lead merges them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+// Elements [start, start + count) of the flattened tensor, stored at `offset` in file `file`.
+struct PieceRecord {
+  int64_t file = 0;  // index into CheckpointManifest::files
+  int64_t offset = 0;
+  int64_t start = 0;
+  int64_t count = 0;
+  uint32_t crc32c = 0;
+};
+
+struct TensorRecord {
+  std::string dtype;  // "float32", "uint8", ... (dtype_element_size knows them)
+  std::vector<int64_t> shape;
+  std::vector<PieceRecord> pieces;  // sorted by start, disjoint, covering every element
+  int64_t numel() const;
+};
+
+struct FileRecord {
+  std::string name;  // relative to the checkpoint directory
+  int64_t bytes = 0;
+  int64_t rank = 0;  // the rank that wrote it
+};
+
+struct CheckpointManifest {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  int64_t step = 0;
+  int64_t world_size = 1;
+  std::string strategy;                 // sharding strategy of the writing job
+  std::map<std::string, int64_t> state; // trainer state: data_position, optimizer_steps, ...
+  std::string config_yaml;              // the run's config, for export and for humans
+  std::vector<FileRecord> files;
+  std::map<std::string, TensorRecord> tensors;
+};
+
+int64_t dtype_element_size(const std::string& dtype);  // Error on an unknown name
+
+std::string manifest_to_json(const CheckpointManifest& manifest);
+// Parses and checks structure (versions, file indices, piece bounds); CheckpointError naming
+// `source` and the offending field otherwise.
+CheckpointManifest manifest_parse(const std::string& text, const std::string& source);
+
+// Folds rank indexes into one manifest: files appended, pieces renumbered, then every tensor
+// checked to be covered exactly once (Error naming the tensor and the gap or overlap).
+CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks);
+
+}  // namespace cadre

@@ -1,0 +1,41 @@
+// A rank's staged checkpoint data: copies of the slices it writes (model shard, optimizer
+// moments, RNG state), packed in one reusable buffer so training can go on changing the
+// originals while a background thread writes the copy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+struct SnapshotPiece {
+  std::string tensor;           // full name, e.g. "model.layers.0.attention.wq.weight"
+  std::string dtype;            // "float32", "uint8", ...
+  std::vector<int64_t> shape;   // global shape of the tensor
+  int64_t start = 0, count = 0; // elements of the flattened tensor
+  size_t offset = 0;            // where the bytes are in Snapshot::bytes
+};
+
+class Snapshot {
+ public:
+  void clear() {
+    pieces_.clear();
+    size_ = 0;
+  }
+  // Reserves room for a piece and returns where its bytes go (valid until the next add()).
+  char* add(SnapshotPiece piece);
+  const std::vector<SnapshotPiece>& pieces() const { return pieces_; }
+  const char* data(const SnapshotPiece& p) const { return bytes_.data() + p.offset; }
+  size_t size() const { return size_; }       // bytes staged
+  size_t capacity() const { return bytes_.size(); }
+
+ private:
+  std::vector<SnapshotPiece> pieces_;
+  std::vector<char> bytes_;  // grows once to the largest snapshot, then reused
+  size_t size_ = 0;
+};
+
+size_t snapshot_piece_bytes(const SnapshotPiece& piece);
+
+}  // namespace cadre

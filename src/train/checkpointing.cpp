@@ -1,0 +1,105 @@
+// Staging the trainer's state into checkpoint slices, and loading it back under any layout.
+#include "train/checkpointing.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace cadre {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void stage_float(Snapshot& snapshot, const std::string& name, const ShardPiece& where, const at::Tensor& values) {
+  CADRE_CHECK(values.scalar_type() == at::kFloat && values.is_contiguous(), "checkpoint: '", name,
+              "' is not a contiguous float32 tensor");
+  char* out = snapshot.add({name, "float32", where.shape, where.start, values.numel(), 0});
+  std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.numel()) * sizeof(float));
+}
+
+at::Tensor rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+}  // namespace
+
+void stage_train_state(Snapshot& snapshot, const ShardedModel& model, AdamW& optimizer, int rank) {
+  const auto& layout = model.piece_layout();
+  const auto& pieces = model.optimizer_params();
+  for (size_t k = 0; k < layout.size(); ++k) {
+    const ShardPiece& where = layout[k];
+    // A shard that several replicas hold is written once; units are spread over the replicas
+    // so they share the writing.
+    if (static_cast<int>(where.unit % model.replica_count()) != model.replica_index()) continue;
+    stage_float(snapshot, "model." + where.name, where, pieces[k]);
+    stage_float(snapshot, "optim.exp_avg." + where.name, where, optimizer.exp_avg()[k]);
+    stage_float(snapshot, "optim.exp_avg_sq." + where.name, where, optimizer.exp_avg_sq()[k]);
+  }
+  at::Tensor rng = rng_state();
+  char* out = snapshot.add({str("rng.cpu.rank", rank), "uint8", {rng.numel()}, 0, rng.numel(), 0});
+  std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
+}
+
+void check_checkpoint_fits(const CheckpointReader& reader, const ShardedModel& model) {
+  std::map<std::string, std::vector<int64_t>> expected;
+  for (const auto& unit : model.units())
+    for (size_t i = 0; i < unit->names.size(); ++i) expected[unit->names[i]] = unit->params[i].sizes().vec();
+  const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
+  for (const auto& [name, shape] : expected) {
+    for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."}) {
+      auto it = reader.manifest().tensors.find(prefix + name);
+      CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor '", prefix, name, "'");
+      CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", prefix, name,
+                         "' is ", it->second.dtype, " ", shape_text(it->second.shape), " there and float32 ",
+                         shape_text(shape), " here (check model.* in the config)");
+    }
+  }
+  for (const auto& [name, record] : reader.manifest().tensors) {
+    if (name.rfind("model.", 0) != 0) continue;
+    CADRE_CONFIG_CHECK(expected.count(name.substr(6)), where, "it has tensor '", name,
+                       "' that this model lacks (check model.* in the config)");
+  }
+}
+
+void load_train_state(const CheckpointReader& reader, ShardedModel& model, AdamW& optimizer, int rank) {
+  const auto& layout = model.piece_layout();
+  const auto& pieces = model.optimizer_params();
+  {
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < layout.size(); ++k) {
+      const ShardPiece& where = layout[k];
+      const int64_t n = pieces[k].numel();
+      reader.read("model." + where.name, where.start, n, pieces[k].data_ptr());
+      reader.read("optim.exp_avg." + where.name, where.start, n, optimizer.exp_avg()[k].data_ptr());
+      reader.read("optim.exp_avg_sq." + where.name, where.start, n, optimizer.exp_avg_sq()[k].data_ptr());
+    }
+  }
+  model.mark_updated();
+  const auto& state = reader.manifest().state;
+  auto steps = state.find("optimizer_steps");
+  CADRE_CHECK(steps != state.end(), "checkpoint '", reader.dir(), "' has no optimizer_steps in its state");
+  optimizer.set_steps(steps->second);
+  // The writer's rank r restores into rank r; a grown job reuses states of the old ranks.
+  const int64_t old_world = reader.manifest().world_size;
+  const std::string rng_name = str("rng.cpu.rank", rank % old_world);
+  if (reader.has(rng_name)) {
+    const TensorRecord& r = reader.tensor(rng_name);
+    at::Tensor rng = at::empty({r.numel()}, at::kByte);
+    reader.read(rng_name, 0, r.numel(), rng.data_ptr());
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  }
+}
+
+}  // namespace cadre

@@ -1,0 +1,31 @@
+// Choosing and loading the checkpoint a run resumes from (checkpoint.resume):
+//   none  start fresh; refused when the checkpoint directory already holds checkpoints, so a
+//         rerun never mixes two histories in one directory
+//   auto  the newest complete checkpoint that loads on every rank; damaged ones (checksum,
+//         missing or truncated shard) are skipped with a warning and renamed *.corrupt
+//   PATH  that checkpoint, or an error
+// Collective: every rank calls it, and all agree on the checkpoint they loaded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "data/loader.h"
+#include "optim/adamw.h"
+#include "shard/fsdp.h"
+
+namespace cadre {
+
+struct Resumed {
+  int64_t step = 0;          // steps already done (0: fresh start)
+  std::string path;          // the checkpoint loaded ("" when fresh)
+  double load_s = 0;         // seconds to find, read and verify it
+  int64_t skipped = 0;       // damaged checkpoints passed over
+};
+
+Resumed resume_training(const Config& config, const std::string& checkpoint_dir, ShardedModel& model, AdamW& optimizer,
+                        TokenLoader& train_data, int rank, comm::Communicator* group);
+
+}  // namespace cadre

@@ -1,0 +1,261 @@
+// Resume and reshard with real training processes: 20 steps + resume + 20 equals 40 straight
+// (bit for bit at the same world size), a checkpoint of 2 FULL_SHARD ranks continues on 1, 3
+// and 4 ranks under other strategies (each rank reading only its part), and damaged or
+// foreign checkpoints are skipped or refused without harm, including a full disk.
+#include <gtest/gtest.h>
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "support/process.h"
+#include "support/rank_processes.h"
+#include "support/tiny_dataset.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int exit_code = 0;  // the first non-zero exit code of any rank
+  std::string output;
+};
+
+class Resume : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new cadre::test::TempDir("resume");
+    cadre::test::prepare_tiny_dataset(dir_->path(), 8, 30000);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // `cadre train` of the tiny model for 40 steps, checkpointing every 10, as `world` ranks.
+  static Outcome train(const std::string& run, int world, std::vector<std::string> sets) {
+    std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+                                     "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + path(run),
+                                     "--set", "train.steps=40", "--set", "checkpoint.interval=10",
+                                     "--set", "train.threads=1", "--set", "train.eval_interval=0"};
+    // "key=value" items become --set overrides; a "--flag" passes through with the item after it.
+    for (size_t i = 0; i < sets.size(); ++i) {
+      if (sets[i].rfind("--", 0) == 0 && i + 1 < sets.size()) {
+        argv.push_back(sets[i]);
+        argv.push_back(sets[++i]);
+      } else {
+        argv.push_back("--set");
+        argv.push_back(sets[i]);
+      }
+    }
+    Outcome out;
+    if (world == 1) {
+      auto r = cadre::test::run_process(argv, {}, 300);
+      return {r.exit_code, r.output};
+    }
+    auto results = cadre::testing::run_ranks(world, argv);
+    for (const auto& r : results)
+      if (r.exit_code != 0 && out.exit_code == 0) out.exit_code = r.exit_code;
+    out.output = cadre::testing::describe(results);
+    return out;
+  }
+
+  static std::string path(const std::string& run) { return *dir_ / run; }
+
+  // step -> loss from a run's metrics.jsonl.
+  static std::map<int64_t, double> losses(const std::string& run) {
+    std::map<int64_t, double> out;
+    std::ifstream in(path(run) + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto r = nlohmann::json::parse(line);
+      EXPECT_EQ(out.count(r["step"].get<int64_t>()), 0u) << "step logged twice in " << run;
+      out[r["step"].get<int64_t>()] = r["loss"].get<double>();
+    }
+    return out;
+  }
+
+  // A straight 40-step run, computed once per configuration and shared by the tests.
+  static const std::map<int64_t, double>& straight(const std::string& name, int world, const std::vector<std::string>& sets) {
+    static std::map<std::string, std::map<int64_t, double>> cache;
+    auto it = cache.find(name);
+    if (it != cache.end()) return it->second;
+    Outcome r = train(name, world, sets);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return cache[name] = losses(name);
+  }
+
+  static cadre::test::RunResult cadre_cli(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {CADRE_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return cadre::test::run_process(argv, {}, 120);
+  }
+
+  static cadre::test::TempDir* dir_;
+};
+cadre::test::TempDir* Resume::dir_ = nullptr;
+
+const std::vector<std::string> kTwoRanks = {"parallel.strategy=FULL_SHARD", "data.batch_size=6"};
+
+void flip_byte(const std::string& file, int64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(offset);
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_F(Resume, TwentyStepsThenResumeEqualsFortyStraightBitForBit) {
+  for (int world : {1, 2}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    std::vector<std::string> sets = world == 1 ? std::vector<std::string>{"data.batch_size=12"} : kTwoRanks;
+    const auto& whole = straight("straight" + std::to_string(world), world, sets);
+    const std::string run = "split" + std::to_string(world);
+    auto first = sets;
+    first.push_back("train.stop_at=20");
+    Outcome a = train(run, world, first);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_TRUE(fs::exists(path(run) + "/checkpoints/step-00000020/COMMITTED"));
+    auto second = sets;
+    second.push_back("--resume");
+    second.push_back("auto");
+    Outcome b = train(run, world, second);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(b.output.find("resumed from " + path(run) + "/checkpoints/step-00000020 at step 20"), std::string::npos)
+        << b.output;
+    auto resumed = losses(run);
+    ASSERT_EQ(resumed.size(), 40u);
+    ASSERT_EQ(whole.size(), 40u);
+    for (int64_t step = 1; step <= 40; ++step) EXPECT_EQ(resumed.at(step), whole.at(step)) << "step " << step;
+  }
+}
+
+TEST_F(Resume, TwoRankFullShardCheckpointContinuesOnOneThreeAndFourRanks) {
+  const auto& whole = straight("straight2", 2, kTwoRanks);
+  auto first = kTwoRanks;
+  first.push_back("train.stop_at=20");
+  Outcome a = train("source", 2, first);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string checkpoint = path("source") + "/checkpoints/step-00000020";
+  // The global batch stays 12 samples; only its split over ranks and the strategy change.
+  struct Target {
+    int world;
+    std::vector<std::string> sets;
+  };
+  for (const Target& t : {Target{1, {"parallel.strategy=NO_SHARD", "data.batch_size=12"}},
+                          Target{3, {"parallel.strategy=SHARD_GRAD_OP", "data.batch_size=4"}},
+                          Target{4, {"parallel.strategy=HYBRID_SHARD", "parallel.shard_group_size=2", "data.batch_size=3"}}}) {
+    SCOPED_TRACE(t.sets[0] + " on " + std::to_string(t.world) + " ranks");
+    const std::string run = "reshard" + std::to_string(t.world);
+    auto sets = t.sets;
+    sets.push_back("--resume");
+    sets.push_back(checkpoint);
+    Outcome r = train(run, t.world, sets);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto resumed = losses(run);
+    ASSERT_EQ(resumed.size(), 20u);
+    // Sums over ranks change order with the world size, so agreement is to float32 rounding:
+    // measured up to 2e-7 relative.
+    for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, whole.at(step), 1e-5 * whole.at(step)) << "step " << step;
+    // No rank gathers the checkpoint: under 4 ranks each reads the stored halves that
+    // overlap its quarter, never the whole.
+    std::regex read_line(R"(resume: rank (\d+) read (\d+) of (\d+) bytes)");
+    int ranks_seen = 0;
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), read_line), end; it != end; ++it) {
+      ++ranks_seen;
+      const double share = std::stod((*it)[2]) / std::stod((*it)[3]);
+      if (t.world == 4) {
+        EXPECT_LT(share, 0.75) << it->str();
+      }
+    }
+    EXPECT_EQ(ranks_seen, t.world) << r.output;
+  }
+}
+
+TEST_F(Resume, DamagedNewestCheckpointIsSkippedForTheOneBefore) {
+  const auto& whole = straight("straight2", 2, kTwoRanks);
+  for (const char* damage : {"flipped byte", "missing shard"}) {
+    SCOPED_TRACE(damage);
+    const std::string run = std::string("damaged-") + (damage[0] == 'f' ? "flip" : "missing");
+    auto first = kTwoRanks;
+    first.push_back("train.stop_at=20");
+    ASSERT_EQ(train(run, 2, first).exit_code, 0);
+    const std::string newest = path(run) + "/checkpoints/step-00000020";
+    if (damage[0] == 'f') flip_byte(newest + "/rank-00001-of-00002.bin", 1000);
+    else fs::remove(newest + "/rank-00001-of-00002.bin");
+
+    auto verify = cadre_cli({"ckpt", "verify", path(run)});
+    EXPECT_EQ(verify.exit_code, 1) << verify.output;
+    EXPECT_NE(verify.output.find("DAMAGED  " + newest), std::string::npos) << verify.output;
+    EXPECT_NE(verify.output.find("rank-00001-of-00002.bin"), std::string::npos) << verify.output;
+    EXPECT_NE(verify.output.find("ok       " + path(run) + "/checkpoints/step-00000010"), std::string::npos) << verify.output;
+
+    auto resume = kTwoRanks;
+    resume.push_back("--resume");
+    resume.push_back("auto");
+    Outcome r = train(run, 2, resume);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("skipping damaged checkpoint " + newest), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("at step 10"), std::string::npos) << r.output;
+    EXPECT_TRUE(fs::exists(newest + ".corrupt"));
+    auto resumed = losses(run);
+    ASSERT_EQ(resumed.size(), 40u);
+    for (int64_t step = 11; step <= 40; ++step) EXPECT_EQ(resumed.at(step), whole.at(step)) << "step " << step;
+  }
+}
+
+TEST_F(Resume, LeftoversOfACrashedSaveAreRemovedAndIgnored) {
+  auto first = std::vector<std::string>{"data.batch_size=12", "train.stop_at=20"};
+  ASSERT_EQ(train("crashed", 1, first).exit_code, 0);
+  const std::string dir = path("crashed") + "/checkpoints";
+  // What a crash leaves: a partial directory, and a renamed one whose marker never came.
+  fs::copy(dir + "/step-00000020", dir + "/.step-00000030.partial");
+  fs::copy(dir + "/step-00000020", dir + "/step-00000030");
+  fs::remove(dir + "/step-00000030/COMMITTED");
+  Outcome r = train("crashed", 1, {"data.batch_size=12", "--resume", "auto"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("removed incomplete checkpoint " + dir + "/step-00000030"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("at step 20"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/.step-00000030.partial"));
+}
+
+TEST_F(Resume, ForeignShapeAndUnrequestedResumeAreRefusedAndTouchNothing) {
+  ASSERT_EQ(train("foreign", 1, {"data.batch_size=12", "train.stop_at=10"}).exit_code, 0);
+  Outcome wide = train("foreign", 1, {"data.batch_size=12", "model.dim=128", "--resume", "auto"});
+  EXPECT_EQ(wide.exit_code, 2) << wide.output;
+  EXPECT_NE(wide.output.find("does not fit this model: tensor 'model.layers.0.attention.wk.weight' is float32 [32, 64] "
+                             "there and float32 [64, 128] here"),
+            std::string::npos)
+      << wide.output;
+  Outcome fresh = train("foreign", 1, {"data.batch_size=12"});
+  EXPECT_EQ(fresh.exit_code, 2) << fresh.output;
+  EXPECT_NE(fresh.output.find("already holds checkpoints (newest step-00000010)"), std::string::npos) << fresh.output;
+  auto verify = cadre_cli({"ckpt", "verify", path("foreign")});
+  EXPECT_EQ(verify.exit_code, 0) << verify.output;
+}
+
+// A full disk (a 3 MB tmpfs; one checkpoint of this model is 2 MB) fails the second save
+// with the system's message, on every rank, and leaves the first one loadable.
+TEST_F(Resume, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
+  ASSERT_EQ(geteuid(), 0u) << "this test mounts a tmpfs and needs root (CI runs as root)";
+  const std::string mnt = path("small-disk");
+  fs::create_directories(mnt);
+  ASSERT_EQ(mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=3m"), 0) << "mount tmpfs: " << std::strerror(errno);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  Outcome r = train("full-disk", 2, {"parallel.strategy=FULL_SHARD", "data.batch_size=6", "checkpoint.dir=" + mnt});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoint step 20 was not saved"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(mnt + "/step-00000010/COMMITTED"));
+  EXPECT_FALSE(fs::exists(mnt + "/.step-00000020.partial"));
+  auto verify = cadre_cli({"ckpt", "verify", mnt});
+  EXPECT_EQ(verify.exit_code, 0) << verify.output;
+  EXPECT_NE(verify.output.find("ok       " + mnt + "/step-00000010"), std::string::npos) << verify.output;
+}
