@@ -17,10 +17,12 @@ bool MetricsWatch::poll() {
   text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);  // complete lines only
   auto now = Clock::now();
   std::string fresh;
-  if (text.compare(0, seen_.size(), seen_) == 0 && text.size() >= seen_.size()) {
+  if (text.size() >= seen_.size() && text.compare(0, seen_.size(), seen_) == 0) {
     fresh = text.substr(seen_.size());
+  } else if (seen_.compare(0, text.size(), text) == 0) {
+    new_segment_ = true;  // cut back to a checkpoint's step (resume): nothing new yet
   } else {
-    fresh = text;  // the file was truncated and rewritten by a new round
+    fresh = text;  // rewritten from the start by a new round
     new_segment_ = true;
   }
   seen_ = text;

@@ -1,7 +1,9 @@
 // Follows a run's metrics.jsonl while a job runs and splits it into segments, one per stretch of
-// training: each restarted round either rewrites the file from its first step or appends steps
-// that do not continue the previous ones (a resume). Every record keeps the time the watcher first
-// saw it, which is how the fault tests measure recovery time to within the polling interval.
+// training: a restarted round either rewrites the file from step 1 (fresh start) or cuts it back
+// to its checkpoint's step and appends from there (resume); a record that does not follow the
+// previous one, a rewrite, a cut or start_segment() (the caller saw a new round) begins a new
+// segment. Every record keeps the time the watcher first saw it, which is how the fault tests
+// measure recovery time to within the polling interval.
 #pragma once
 
 #include <chrono>
@@ -31,6 +33,8 @@ class MetricsWatch {
   explicit MetricsWatch(std::string path) : path_(std::move(path)) {}
   // Reads what is new in the file; returns true when something was added. Call often.
   bool poll();
+  // The next record begins a new segment.
+  void start_segment() { new_segment_ = true; }
   const std::vector<Segment>& segments() const { return segments_; }
   std::vector<Segment>& segments() { return segments_; }
 

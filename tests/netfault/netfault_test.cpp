@@ -14,17 +14,21 @@
 //     still waits on the store (store_timeout longer than the outage): its pending request goes
 //     through on TCP's next retransmission, it sees the round ended without it, stops its worker
 //     and rejoins at the next round without being restarted.
+// Training checkpoints every kCheckpointInterval steps and runs with `--resume auto`, so a
+// re-formed group continues from the newest complete checkpoint (steps lost = fault step - that
+// step, fewer than the interval).
 // Every stretch of training (metrics.jsonl segment) must match a fault-free run: "same loss at the
 // same step" means, here, the same trajectory as a fault-free run *at the same world size from
-// the same starting state*. A different world size changes the global batch (batch_size per rank
-// times ranks), so losses after 3 -> 2 hosts are compared with a fault-free 2-rank run, not with
-// the 3-rank one. Until checkpoints resume (issue #6), every round starts from step 0 and the same
-// initial weights, so the reference is a fault-free run from scratch at that world size (one per
-// size, shared by the tests). Each test prints recovery time (fault to first step of the re-formed
-// group, seen by polling metrics.jsonl every 20 ms) and steps lost.
+// the same checkpoint*. A different world size changes the global batch (batch_size per rank
+// times ranks), so the steps after 3 -> 2 hosts are compared with a fault-free 2-rank run resumed
+// from the checkpoint the re-formed group loaded, not with the 3-rank run. The first stretch is
+// compared with a fault-free 3-rank run from scratch (cached per build). Each test prints
+// recovery time (fault to first step of the re-formed group, seen by polling metrics.jsonl every
+// 20 ms) and steps lost.
 // Needs root (CI has it); without root the tests fail and say so.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -48,7 +52,8 @@ using launch_test::read_file;
 namespace {
 
 constexpr int kSteps = 30;              // per training run
-constexpr int kFaultAfterStep = 6;      // faults are injected once this step is done
+constexpr int kCheckpointInterval = 5;
+constexpr int kFaultAfterStep = 8;      // faults are injected once this step is done
 constexpr double kLossTolerance = 1e-6;  // same world size, same start: the same arithmetic
 const char* kStorePort = "29400";
 
@@ -69,24 +74,45 @@ std::vector<std::string> train_args(const std::string& data_dir, const std::stri
   for (const std::string& s : std::vector<std::string>{
            "parallel.strategy=FULL_SHARD", "train.threads=1", "train.eval_interval=0",
            "train.steps=" + std::to_string(kSteps), "parallel.comm_timeout=" + std::to_string(comm_timeout_s),
+           "checkpoint.interval=" + std::to_string(kCheckpointInterval), "checkpoint.keep=100",
            "data.dir=" + data_dir, "run.dir=" + run_dir}) {
     a.push_back("--set");
     a.push_back(s);
   }
+  a.push_back("--resume");
+  a.push_back("auto");
   return a;
 }
 
-std::vector<double> losses_of(const std::string& metrics_path) {
-  std::vector<double> out;
+using Losses = std::map<int64_t, double>;  // step -> loss
+
+Losses losses_of(const std::string& metrics_path) {
+  Losses out;
   std::ifstream in(metrics_path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
   return out;
+}
+
+// Newest step with a complete (COMMITTED) checkpoint under <run_dir>/checkpoints, 0 if none.
+int64_t newest_committed_step(const std::string& run_dir) {
+  int64_t newest = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && std::filesystem::exists(e.path() / "COMMITTED"))
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+  }
+  return newest;
 }
 
 // What the test saw around one fault, for the report.
 struct FaultReport {
   std::string scenario;
   int64_t fault_step = 0;        // last step completed before the fault
+  int64_t committed = 0;         // newest complete checkpoint when the fault hit
   int64_t resumed_step = 0;      // first step the re-formed group completed
   double detect_s = -1;          // fault -> a surviving agent ends the round
   double resume_s = -1;          // fault -> first step of the re-formed group
@@ -117,13 +143,13 @@ class NetFault : public ::testing::Test {
   // workers: the same ranks, batches and collectives as `world` hosts. Computed once per build:
   // kept next to the test binary, keyed by the binaries' and the config's identity, so the
   // tests (separate processes under ctest) share it.
-  static const std::vector<double>& reference(int world) {
-    static std::map<int, std::vector<double>> cache;
+  static const Losses& reference(int world) {
+    static std::map<int, Losses> cache;
     auto it = cache.find(world);
     if (it != cache.end()) return it->second;
     auto train = train_args(data_dir_, *shared_ / ("reference-" + std::to_string(world)), Timeouts{}.comm_s);
     std::string stored = reference_file(world);
-    if (std::filesystem::exists(stored)) return cache[world] = nlohmann::json::parse(read_file(stored)).get<std::vector<double>>();
+    if (std::filesystem::exists(stored)) return cache[world] = nlohmann::json::parse(read_file(stored)).get<Losses>();
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
                                      *shared_ / ("reference-logs-" + std::to_string(world)), "--"};
     argv.insert(argv.end(), train.begin(), train.end());
@@ -132,12 +158,12 @@ class NetFault : public ::testing::Test {
     if (r.exit_code != 0)
       throw std::runtime_error("reference run at world size " + std::to_string(world) + " failed:\n" + r.output);
     std::printf("[netfault] fault-free reference run, world size %d: %.1f s\n", world, seconds(Clock::now() - t0));
-    std::vector<double> losses = losses_of(*shared_ / ("reference-" + std::to_string(world)) + "/metrics.jsonl");
+    Losses losses = losses_of(*shared_ / ("reference-" + std::to_string(world)) + "/metrics.jsonl");
     if (losses.size() != static_cast<size_t>(kSteps))
       throw std::runtime_error("reference run at world size " + std::to_string(world) + " logged " +
                                std::to_string(losses.size()) + " steps, not " + std::to_string(kSteps));
     std::string tmp = stored + ".tmp." + std::to_string(::getpid());
-    cadre::test::write_text(tmp, nlohmann::json(losses).dump());
+    cadre::test::write_text(tmp, nlohmann::json(losses).dump());  // [[step, loss], ...]
     std::filesystem::rename(tmp, stored);  // atomic: a parallel test may race us
     return cache[world] = losses;
   }
@@ -152,6 +178,30 @@ class NetFault : public ::testing::Test {
                       std::to_string(kSteps);
     return std::filesystem::path(exe).parent_path().string() + "/netfault-reference-" + std::to_string(world) + "-" +
            std::to_string(std::hash<std::string>{}(key)) + ".json";
+  }
+
+  // Loss per step of a fault-free run at this world size resumed from the faulted run's own
+  // checkpoint of `step` (copied: a fresh run directory holding only that checkpoint).
+  Losses resumed_reference(int world, int64_t step) {
+    std::string name = "reference-" + std::to_string(world) + "-from-" + std::to_string(step);
+    std::string from = run_dir_ + "/checkpoints/step-" + step_digits(step);
+    std::filesystem::create_directories(dir_ / (name + "/checkpoints"));
+    std::filesystem::copy(from, dir_ / (name + "/checkpoints/step-" + step_digits(step)),
+                          std::filesystem::copy_options::recursive);
+    std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
+                                     dir_ / (name + "-logs"), "--"};
+    auto train = train_args(data_dir_, dir_ / name, Timeouts{}.comm_s);
+    argv.insert(argv.end(), train.begin(), train.end());
+    auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
+    if (r.exit_code != 0) throw std::runtime_error("reference run " + name + " failed:\n" + r.output);
+    if (r.output.find("train: resumed from") == std::string::npos)
+      throw std::runtime_error("reference run " + name + " did not resume:\n" + r.output);
+    return losses_of(dir_ / (name + "/metrics.jsonl"));
+  }
+  static std::string step_digits(int64_t step) {
+    char digits[24];
+    std::snprintf(digits, sizeof digits, "%08lld", static_cast<long long>(step));
+    return digits;
   }
 
   void SetUp() override {
@@ -198,8 +248,13 @@ class NetFault : public ::testing::Test {
   bool wait_for(const std::function<bool()>& cond, double timeout_s) {
     return launch_test::wait_until([&] {
       watch_->poll();
+      RoundLine round = last_round();
+      if (round.number != round_seen_) {  // records from now on belong to the new round
+        round_seen_ = round.number;
+        watch_->start_segment();
+      }
       for (auto& s : watch_->segments())
-        if (s.world_size == 0) s.world_size = current_world_size();
+        if (s.world_size == 0) s.world_size = round.world_size;
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second()) {
           events_[it->first] = Clock::now();
@@ -214,15 +269,15 @@ class NetFault : public ::testing::Test {
   // The newest round host 0's agent started ("round k: group rank g of n nodes, ranks a..b of W,
   // restart count c, ...").
   struct RoundLine {
-    int64_t world_size = 0, restart_count = -1;
+    int64_t number = -1, world_size = 0, restart_count = -1;
   };
   RoundLine last_round() const {
     static const std::regex round_line(
-        R"(round \d+: group rank \d+ of \d+ nodes, ranks \d+\.\.\d+ of (\d+), restart count (\d+))");
+        R"(round (\d+): group rank \d+ of \d+ nodes, ranks \d+\.\.\d+ of (\d+), restart count (\d+))");
     std::string out = output(0);
     RoundLine last;
     for (auto it = std::sregex_iterator(out.begin(), out.end(), round_line); it != std::sregex_iterator(); ++it)
-      last = {std::stoll((*it)[1]), std::stoll((*it)[2])};
+      last = {std::stoll((*it)[1]), std::stoll((*it)[2]), std::stoll((*it)[3])};
     return last;
   }
   int64_t current_world_size() const { return last_round().world_size; }
@@ -256,30 +311,42 @@ class NetFault : public ::testing::Test {
     return {segments().back().last_step(), {{0, output(0).size()}, {1, output(1).size()}}};
   }
 
-  // Every segment matches the fault-free run at its world size, step for step.
+  // Every segment matches a fault-free run at its world size from the same starting point (step 0,
+  // or the checkpoint it resumed from), step for step.
   void expect_segments_match_reference() {
     for (size_t i = 0; i < segments().size(); ++i) {
       const Segment& s = segments()[i];
       ASSERT_GT(s.world_size, 0) << "segment " << i;
-      const auto& ref = reference(static_cast<int>(s.world_size));
+      const int world = static_cast<int>(s.world_size);
+      const Losses ref = s.first_step() == 1 ? reference(world) : resumed_reference(world, s.first_step() - 1);
+      double max_diff = 0;
       for (const auto& r : s.steps) {
-        ASSERT_LE(r.step, static_cast<int64_t>(ref.size()));
-        EXPECT_NEAR(r.loss, ref[r.step - 1], kLossTolerance)
-            << "segment " << i << " (world size " << s.world_size << "), step " << r.step;
+        ASSERT_TRUE(ref.count(r.step)) << "segment " << i << ": the reference has no step " << r.step;
+        EXPECT_NEAR(r.loss, ref.at(r.step), kLossTolerance)
+            << "segment " << i << " (world size " << s.world_size << ", from step " << s.first_step() << "), step "
+            << r.step;
+        max_diff = std::max(max_diff, std::abs(r.loss - ref.at(r.step)));
       }
+      std::printf("[netfault] segment %zu: world size %lld, steps %lld..%lld; fault-free reference from %s: max |loss "
+                  "difference| %.3g\n",
+                  i, static_cast<long long>(s.world_size), static_cast<long long>(s.first_step()),
+                  static_cast<long long>(s.last_step()),
+                  s.first_step() == 1 ? "scratch" : ("step " + std::to_string(s.first_step() - 1)).c_str(), max_diff);
     }
   }
 
-  // ---- Checkpoint resume (issue #6) -------------------------------------------------------
-  // Today a re-formed group starts again from step 0, so steps lost = fault step. When the
-  // trainer resumes (`--resume auto`, "train: resumed from <path> at step N"), add here:
-  //   - the re-formed group's first step is N + 1 with N the newest checkpoint at or before the
-  //     fault (N = fault_step - fault_step % checkpoint.interval), read from rank 0's log line;
-  //   - steps lost = fault_step - N < checkpoint.interval;
-  //   - its losses match a fault-free run at the new world size resumed from that same
-  //     checkpoint (copy <reference-3>/checkpoints/step_N into a fresh run.dir, resume with 2 ranks).
+  // Checkpoint resume (issue #6): the re-formed group continued from the newest complete
+  // checkpoint at the fault (or one committed in the moment around it), and said so.
   void expect_resume(const FaultReport& report) {
-    EXPECT_EQ(report.resumed_step, 1) << "no resume yet: the re-formed group starts from step 0";
+    const int64_t resumed_from = report.resumed_step - 1;
+    EXPECT_GE(resumed_from, report.committed) << "resumed from an older checkpoint than the newest complete one";
+    EXPECT_LE(resumed_from, report.fault_step);
+    EXPECT_GT(resumed_from, 0) << "the re-formed group started from scratch";
+    EXPECT_EQ(resumed_from % kCheckpointInterval, 0);
+    EXPECT_LE(report.fault_step - resumed_from, kCheckpointInterval) << "steps lost";
+    std::string line = "train: resumed from " + run_dir_ + "/checkpoints/step-" + step_digits(resumed_from) +
+                       " at step " + std::to_string(resumed_from);
+    EXPECT_NE((output(0) + output(1)).find(line), std::string::npos) << "no '" << line << "' in the survivors' logs";
   }
 
   std::string dump() const {
@@ -304,6 +371,7 @@ class NetFault : public ::testing::Test {
   std::unique_ptr<MetricsWatch> watch_;
   Clock::time_point started_;
   Timeouts timeouts_;
+  int64_t round_seen_ = -1;
   std::map<std::string, std::function<bool()>> pending_;
   std::map<std::string, Clock::time_point> events_;
 };
@@ -317,6 +385,7 @@ TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
   FaultReport report;
   report.scenario = "SIGKILL host 2";
   report.fault_step = fault_step;
+  report.committed = newest_committed_step(run_dir_);
   size_t before = segments().size();
   watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
   auto t_fault = Clock::now();
@@ -350,6 +419,7 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
   FaultReport report;
   report.scenario = "link of host 2 cut";
   report.fault_step = fault_step;
+  report.committed = newest_committed_step(run_dir_);
   size_t before = segments().size();
   watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
   watch_event("cut agent exited", [&] { return agents_[2]->wait_exit(0); });
@@ -410,6 +480,7 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
   FaultReport report;
   report.scenario = "link of host 2 cut, comm timeout first";
   report.fault_step = fault_step;
+  report.committed = newest_committed_step(run_dir_);
   size_t before = segments().size();
   watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
   auto t_fault = Clock::now();
@@ -451,6 +522,7 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   FaultReport report;
   report.scenario = "link of host 2 cut, healed while its agent waits";
   report.fault_step = fault_step;
+  report.committed = newest_committed_step(run_dir_);
   size_t before = segments().size();
   watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
   const size_t cut_host_offset = output(2).size();
