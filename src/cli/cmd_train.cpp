@@ -26,6 +26,10 @@ int cmd_train(const Args& args) {
   Config config = config_load(config_path, overrides);
   TrainSummary s = train_run(config);
   if (!s.lead) return 0;  // rank 0 reports for the job
+  if (s.nothing_to_train) {
+    std::printf("nothing to train: %s is at step %lld\n", s.checkpoint.c_str(), static_cast<long long>(s.steps));
+    return 0;
+  }
   std::printf("trained %lld steps: loss %.4f", static_cast<long long>(s.steps), s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val_loss %.4f", s.final_val_loss);
   std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, summary.json)\n", s.tokens_per_s, s.run_dir.c_str());

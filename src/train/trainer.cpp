@@ -218,6 +218,20 @@ TrainSummary train_run(const Config& c) {
     return done == end_step || (c.checkpoint.interval > 0 && done % c.checkpoint.interval == 0);
   };
 
+  TrainSummary summary;
+  summary.run_dir = c.run.dir;
+  summary.lead = lead;
+  summary.resumed_from = resumed.path;
+  if (resumed.step >= end_step) {
+    // E.g. a restart after the last checkpoint was written: done is done.
+    if (lead) log::info(str("train: the run is already at step ", resumed.step, "; nothing to train"));
+    summary.steps = resumed.step;
+    summary.checkpoint = resumed.path;
+    summary.nothing_to_train = true;
+    if (group) group->barrier();
+    return summary;
+  }
+
   const int64_t B = c.data.batch_size, T = manifest.seq_len, accum = c.optim.grad_accum_steps;
   const int64_t tokens_per_step = B * T * accum * world;
   const int64_t n_params = llama_param_count(c.model);
@@ -233,8 +247,6 @@ TrainSummary train_run(const Config& c) {
   }
   std::vector<int64_t> tokens(B * (T + 1));
   std::vector<double> rates;
-  TrainSummary summary;
-  summary.run_dir = c.run.dir;
   std::unique_ptr<Progress> progress;
   if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5);
   std::string progress_text;
@@ -320,7 +332,6 @@ TrainSummary train_run(const Config& c) {
   std::sort(rates.begin(), rates.end());
   summary.tokens_per_s = rates.empty() ? 0 : rates[rates.size() / 2];
   summary.steps = end_step;
-  summary.resumed_from = resumed.path;
   summary.checkpoint = saved.step > 0 ? checkpoint_dir + "/" + checkpoint_name(saved.step) : "";
   {
     char line[160];
