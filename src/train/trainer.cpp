@@ -248,7 +248,7 @@ TrainSummary train_run(const Config& c) {
   std::vector<int64_t> tokens(B * (T + 1));
   std::vector<double> rates;
   std::unique_ptr<Progress> progress;
-  if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5);
+  if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5, resumed.step);
   std::string progress_text;
 
   // --- the loop ---------------------------------------------------------------------------
