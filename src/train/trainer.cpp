@@ -149,7 +149,6 @@ void metrics_truncate(const std::string& path, int64_t step) {
   file_write_atomic(path, kept);
 }
 
-
 }  // namespace
 
 TrainSummary train_run(const Config& c) {
@@ -203,12 +202,12 @@ TrainSummary train_run(const Config& c) {
   std::unique_ptr<comm::Communicator> checkpoint_group;
   if (group) {
     // Saves agree from a background thread: a communicator of their own keeps those
-    // collectives out of training's order. A rank may wait here while a slow peer still
-    // writes its part, hence the long timeout.
+    // collectives out of training's order. A rank waits there while its slowest peer still
+    // writes its part, hence a timeout of its own.
     std::vector<int> all(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) all[r] = r;
     comm::CommOptions options = group->options();
-    options.timeout = std::chrono::minutes(30);
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.checkpoint.timeout_s * 1000));
     checkpoint_group = group->subgroup(all, "checkpoint", &options);
   }
   CheckpointSaver saver({checkpoint_dir, rank, world, c.checkpoint.keep, c.checkpoint.async},
