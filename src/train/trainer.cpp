@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,7 @@
 #include "shard/memory_report.h"
 #include "train/checkpointing.h"
 #include "train/resume.h"
+#include "train/stop_signal.h"
 
 namespace fs = std::filesystem;
 
@@ -249,9 +251,11 @@ TrainSummary train_run(const Config& c) {
   std::unique_ptr<Progress> progress;
   if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5, resumed.step);
   std::string progress_text;
+  StopSignal stop_signal;
+  int stopping = 0;  // the signal every rank agreed to stop on
 
   // --- the loop ---------------------------------------------------------------------------
-  for (int64_t step = resumed.step; step < end_step; ++step) {
+  for (int64_t step = resumed.step; step < end_step && !stopping; ++step) {
     auto t0 = Clock::now();
     sharded.zero_grad();
     double loss_sum = 0;
@@ -268,11 +272,16 @@ TrainSummary train_run(const Config& c) {
       sharded.finish_backward();
       loss_sum += loss.item<double>();
     }
+    stopping = stop_signal.received();
     if (group) {
-      // The loss, for the log, is the mean over ranks.
-      at::Tensor l = at::scalar_tensor(loss_sum, at::kFloat).reshape({1});
+      // The loss, for the log, is the mean over ranks; a stop signal on any rank rides along,
+      // so all ranks stop after the same step at no extra cost.
+      at::Tensor l = at::empty({2}, at::kFloat);
+      l[0] = loss_sum;
+      l[1] = stopping;
       group->all_reduce(l, comm::ReduceOp::Avg);
-      loss_sum = l.item<double>();
+      loss_sum = l[0].item<double>();
+      if (l[1].item<double>() > 0 && !stopping) stopping = SIGTERM;  // another rank's
     }
     double grad_norm = sharded.clip_grad_norm(c.optim.grad_clip);
     double lr = schedule.at(step);
@@ -296,7 +305,7 @@ TrainSummary train_run(const Config& c) {
       summary.final_val_loss = val_loss;
       if (lead) log::info(str("train: step ", step + 1, " val_loss ", val_loss));
     }
-    if (checkpoint_due(step + 1)) {
+    if (checkpoint_due(step + 1) || stopping) {
       // Staging copies this rank's part (waiting first if the previous save still runs);
       // the writing happens in the background.
       auto t_stage = Clock::now();
@@ -325,6 +334,17 @@ TrainSummary train_run(const Config& c) {
   }
   saver.wait();
   const SaveStats saved = saver.last_stats();
+  if (stopping) {
+    progress.reset();  // clears the line; the log line below says where training stopped
+    if (lead)
+      log::info(str("train: stopped after step ", saved.step, " on signal ", stopping, "; checkpoint ", checkpoint_dir, "/",
+                    checkpoint_name(saved.step), " holds it (resume with --resume auto)"));
+    summary.steps = saved.step;
+    summary.checkpoint = checkpoint_dir + "/" + checkpoint_name(saved.step);
+    summary.stopped_by_signal = stopping;
+    if (group) group->barrier();  // rank 0 hosts the store: leave together
+    return summary;
+  }
   if (lead && saved.step > 0)
     log::info(str("checkpoint: step ", saved.step, " saved in ", checkpoint_dir, "/", checkpoint_name(saved.step), " (",
                   saved.bytes / 1e6, " MB from this rank, written in ", saved.write_s, " s)"));
