@@ -25,7 +25,18 @@ int cmd_train(const Args& args) {
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   Config config = config_load(config_path, overrides);
   TrainSummary s = train_run(config);
+  if (s.stopped_by_signal) {
+    // Not a success: an agent must not take a stopped run for a finished one.
+    if (s.lead)
+      std::printf("stopped after step %lld on signal %d; checkpoint %s\n", static_cast<long long>(s.steps),
+                  s.stopped_by_signal, s.checkpoint.c_str());
+    return 128 + s.stopped_by_signal;
+  }
   if (!s.lead) return 0;  // rank 0 reports for the job
+  if (s.nothing_to_train) {
+    std::printf("nothing to train: %s is at step %lld\n", s.checkpoint.c_str(), static_cast<long long>(s.steps));
+    return 0;
+  }
   std::printf("trained %lld steps: loss %.4f", static_cast<long long>(s.steps), s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val_loss %.4f", s.final_val_loss);
   std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, summary.json)\n", s.tokens_per_s, s.run_dir.c_str());

@@ -67,6 +67,7 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.resume", &c.checkpoint.resume},
       {"checkpoint.async", &c.checkpoint.async},
+      {"checkpoint.timeout_s", &c.checkpoint.timeout_s},
       {"run.dir", &c.run.dir},
   };
 }
@@ -247,6 +248,7 @@ void config_validate(const Config& c) {
 
   CADRE_CONFIG_CHECK(c.checkpoint.interval >= 0, "checkpoint.interval must be >= 0");
   CADRE_CONFIG_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
+  CADRE_CONFIG_CHECK(c.checkpoint.timeout_s > 0, "checkpoint.timeout_s must be > 0");
   CADRE_CONFIG_CHECK(!c.checkpoint.resume.empty(), "checkpoint.resume must be none, auto or a checkpoint path");
   CADRE_CONFIG_CHECK(c.train.stop_at >= 0 && c.train.stop_at <= c.train.steps, "train.stop_at must be in [0, train.steps=",
                      c.train.steps, "], got ", c.train.stop_at);

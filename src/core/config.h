@@ -80,6 +80,8 @@ struct CheckpointConfig {
   // newest complete checkpoint, or fresh when there is none; else the path of a checkpoint.
   std::string resume = "none";
   bool async = true;            // write in a background thread while training goes on
+  // How long ranks wait for each other to finish writing their parts of one checkpoint.
+  double timeout_s = 600;
 };
 
 struct RunConfig {

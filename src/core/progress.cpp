@@ -39,8 +39,8 @@ void progress_clear_line() {
   if (g_line_showing.exchange(false)) write_stderr("\r\033[K");
 }
 
-Progress::Progress(std::string label, int64_t total, std::string unit, double min_interval_s)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total),
+Progress::Progress(std::string label, int64_t total, std::string unit, double min_interval_s, int64_t initial)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), done_(initial), initial_(initial),
       min_interval_s_(min_interval_s), start_(std::chrono::steady_clock::now()),
       last_draw_(start_), tty_(isatty(STDERR_FILENO) != 0) {
   // Plain lines in logs are kept sparse: one every 10 s at most.
@@ -70,7 +70,7 @@ void Progress::finish(const std::string& extra) {
 
 void Progress::draw(bool final_line) {
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  double rate = elapsed > 0 ? done_ / elapsed : 0;
+  double rate = elapsed > 0 ? (done_ - initial_) / elapsed : 0;
   std::string line = label_ + " " + std::to_string(done_);
   if (total_ > 0) {
     char pct[16];

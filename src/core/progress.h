@@ -11,7 +11,9 @@ namespace cadre {
 class Progress {
  public:
   // `unit` names what is counted ("tok", "step"); `min_interval_s` throttles redraws.
-  Progress(std::string label, int64_t total, std::string unit, double min_interval_s = 0.5);
+  // `initial`: already done before this process started (a resumed run); the rate and ETA
+  // count only what is done from here.
+  Progress(std::string label, int64_t total, std::string unit, double min_interval_s = 0.5, int64_t initial = 0);
   ~Progress();
 
   // Sets the absolute count and an optional free-form suffix (e.g. "loss 3.21").
@@ -22,7 +24,7 @@ class Progress {
   void draw(bool final_line);
 
   std::string label_, unit_, extra_;
-  int64_t total_, done_ = 0;
+  int64_t total_, done_ = 0, initial_ = 0;
   double min_interval_s_;
   std::chrono::steady_clock::time_point start_, last_draw_;
   bool tty_, finished_ = false, drew_ = false;

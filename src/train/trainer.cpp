@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,7 @@
 #include "shard/memory_report.h"
 #include "train/checkpointing.h"
 #include "train/resume.h"
+#include "train/stop_signal.h"
 
 namespace fs = std::filesystem;
 
@@ -151,7 +153,6 @@ void metrics_truncate(const std::string& path, int64_t step) {
   file_write_atomic(path, kept);
 }
 
-
 }  // namespace
 
 TrainSummary train_run(const Config& c) {
@@ -205,12 +206,12 @@ TrainSummary train_run(const Config& c) {
   std::unique_ptr<comm::Communicator> checkpoint_group;
   if (group) {
     // Saves agree from a background thread: a communicator of their own keeps those
-    // collectives out of training's order. A rank may wait here while a slow peer still
-    // writes its part, hence the long timeout.
+    // collectives out of training's order. A rank waits there while its slowest peer still
+    // writes its part, hence a timeout of its own.
     std::vector<int> all(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) all[r] = r;
     comm::CommOptions options = group->options();
-    options.timeout = std::chrono::minutes(30);
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.checkpoint.timeout_s * 1000));
     checkpoint_group = group->subgroup(all, "checkpoint", &options);
   }
   CheckpointSaver saver({checkpoint_dir, rank, world, c.checkpoint.keep, c.checkpoint.async},
@@ -219,6 +220,20 @@ TrainSummary train_run(const Config& c) {
   auto checkpoint_due = [&](int64_t done) {
     return done == end_step || (c.checkpoint.interval > 0 && done % c.checkpoint.interval == 0);
   };
+
+  TrainSummary summary;
+  summary.run_dir = c.run.dir;
+  summary.lead = lead;
+  summary.resumed_from = resumed.path;
+  if (resumed.step >= end_step) {
+    // E.g. a restart after the last checkpoint was written: done is done.
+    if (lead) log::info(str("train: the run is already at step ", resumed.step, "; nothing to train"));
+    summary.steps = resumed.step;
+    summary.checkpoint = resumed.path;
+    summary.nothing_to_train = true;
+    if (group) group->barrier();
+    return summary;
+  }
 
   const int64_t B = c.data.batch_size, T = manifest.seq_len, accum = c.optim.grad_accum_steps;
   const int64_t tokens_per_step = B * T * accum * world;
@@ -235,14 +250,14 @@ TrainSummary train_run(const Config& c) {
   }
   std::vector<int64_t> tokens(B * (T + 1));
   std::vector<double> rates;
-  TrainSummary summary;
-  summary.run_dir = c.run.dir;
   std::unique_ptr<Progress> progress;
-  if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5);
+  if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5, resumed.step);
   std::string progress_text;
+  StopSignal stop_signal;
+  int stopping = 0;  // the signal every rank agreed to stop on
 
   // --- the loop ---------------------------------------------------------------------------
-  for (int64_t step = resumed.step; step < end_step; ++step) {
+  for (int64_t step = resumed.step; step < end_step && !stopping; ++step) {
     auto t0 = Clock::now();
     sharded.zero_grad();
     double loss_sum = 0;
@@ -259,11 +274,16 @@ TrainSummary train_run(const Config& c) {
       sharded.finish_backward();
       loss_sum += loss.item<double>();
     }
+    stopping = stop_signal.received();
     if (group) {
-      // The loss, for the log, is the mean over ranks.
-      at::Tensor l = at::scalar_tensor(loss_sum, at::kFloat).reshape({1});
+      // The loss, for the log, is the mean over ranks; a stop signal on any rank rides along,
+      // so all ranks stop after the same step at no extra cost.
+      at::Tensor l = at::empty({2}, at::kFloat);
+      l[0] = loss_sum;
+      l[1] = stopping;
       group->all_reduce(l, comm::ReduceOp::Avg);
-      loss_sum = l.item<double>();
+      loss_sum = l[0].item<double>();
+      if (l[1].item<double>() > 0 && !stopping) stopping = SIGTERM;  // another rank's
     }
     double grad_norm = sharded.clip_grad_norm(c.optim.grad_clip);
     double lr = schedule.at(step);
@@ -287,7 +307,7 @@ TrainSummary train_run(const Config& c) {
       summary.final_val_loss = val_loss;
       if (lead) log::info(str("train: step ", step + 1, " val_loss ", val_loss));
     }
-    if (checkpoint_due(step + 1)) {
+    if (checkpoint_due(step + 1) || stopping) {
       // Staging copies this rank's part (waiting first if the previous save still runs);
       // the writing happens in the background.
       auto t_stage = Clock::now();
@@ -316,13 +336,23 @@ TrainSummary train_run(const Config& c) {
   }
   saver.wait();
   const SaveStats saved = saver.last_stats();
+  if (stopping) {
+    progress.reset();  // clears the line; the log line below says where training stopped
+    if (lead)
+      log::info(str("train: stopped after step ", saved.step, " on signal ", stopping, "; checkpoint ", checkpoint_dir, "/",
+                    checkpoint_name(saved.step), " holds it (resume with --resume auto)"));
+    summary.steps = saved.step;
+    summary.checkpoint = checkpoint_dir + "/" + checkpoint_name(saved.step);
+    summary.stopped_by_signal = stopping;
+    if (group) group->barrier();  // rank 0 hosts the store: leave together
+    return summary;
+  }
   if (lead && saved.step > 0)
     log::info(str("checkpoint: step ", saved.step, " saved in ", checkpoint_dir, "/", checkpoint_name(saved.step), " (",
                   saved.bytes / 1e6, " MB from this rank, written in ", saved.write_s, " s)"));
   std::sort(rates.begin(), rates.end());
   summary.tokens_per_s = rates.empty() ? 0 : rates[rates.size() / 2];
   summary.steps = end_step;
-  summary.resumed_from = resumed.path;
   summary.checkpoint = saved.step > 0 ? checkpoint_dir + "/" + checkpoint_name(saved.step) : "";
   {
     char line[160];

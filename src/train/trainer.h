@@ -15,7 +15,9 @@ struct TrainSummary {
   std::string run_dir;
   bool lead = true;           // this process wrote the run directory (rank 0)
   std::string resumed_from;   // checkpoint the run resumed from ("" when it started fresh)
-  std::string checkpoint;     // the last checkpoint written
+  std::string checkpoint;     // the last checkpoint written (or resumed from)
+  bool nothing_to_train = false;  // resumed at or past the step to stop at
+  int stopped_by_signal = 0;      // SIGTERM/SIGINT: stopped early after checkpointing `steps`
 };
 
 // Checks the configuration against the data (ConfigError before any work), then trains,

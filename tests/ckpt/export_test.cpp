@@ -29,12 +29,17 @@ class Export : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // Trains a few steps and writes Cadre's own logits for a fixed batch beside the run.
+  // Trains a few steps on 2 FULL_SHARD ranks (so the checkpoint is two shard files) and writes
+  // Cadre's own logits for a fixed batch beside the run. (That the shards assemble into the
+  // trained model is the resume tests' business: a 1-rank run resumed from them continues the
+  // 2-rank run's losses.)
   static std::string train_run(const std::string& name, bool tied) {
     std::string run = *dir_ / name;
-    auto r = cadre::test::run_process({CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set",
-                                       "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + run, "--set",
-                                       "train.steps=3", "--set", std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
+    auto r = cadre::test::run_process({CADRE_BIN, "run", "--nproc-per-node", "2", "--", CADRE_BIN, "train", "--config",
+                                       CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set", "data.dir=" + (*dir_ / "data"),
+                                       "--set", "run.dir=" + run, "--set", "train.steps=3", "--set", "train.threads=1",
+                                       "--set", "parallel.strategy=FULL_SHARD", "--set",
+                                       std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
     EXPECT_EQ(r.exit_code, 0) << r.output;
     cadre::Config config = cadre::config_load(run + "/config.yaml", {});
     cadre::Llama model(config.model);

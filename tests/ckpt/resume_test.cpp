@@ -1,16 +1,21 @@
 // Resume and reshard with real training processes: 20 steps + resume + 20 equals 40 straight
 // (bit for bit at the same world size), a checkpoint of 2 FULL_SHARD ranks continues on 1, 3
-// and 4 ranks under other strategies (each rank reading only its part), and damaged or
-// foreign checkpoints are skipped or refused without harm, including a full disk.
+// and 4 ranks under other strategies (each rank reading only its part), SIGTERM checkpoints
+// the step it arrives at, and damaged or foreign checkpoints are skipped or refused without
+// harm, including a full disk.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 
 #include "support/process.h"
 #include "support/rank_processes.h"
@@ -35,6 +40,22 @@ class Resume : public ::testing::Test {
 
   // `cadre train` of the tiny model for 40 steps, checkpointing every 10, as `world` ranks.
   static Outcome train(const std::string& run, int world, std::vector<std::string> sets) {
+    std::vector<std::string> argv = train_argv(run, sets);
+    Outcome out;
+    if (world == 1) {
+      auto r = cadre::test::run_process(argv, {}, 300);
+      return {r.exit_code, r.output};
+    }
+    auto results = cadre::testing::run_ranks(world, argv);
+    for (const auto& r : results)
+      if (r.exit_code != 0 && out.exit_code == 0) out.exit_code = r.exit_code;
+    out.output = cadre::testing::describe(results);
+    return out;
+  }
+
+  static std::string path(const std::string& run) { return *dir_ / run; }
+
+  static std::vector<std::string> train_argv(const std::string& run, const std::vector<std::string>& sets) {
     std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
                                      "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + path(run),
                                      "--set", "train.steps=40", "--set", "checkpoint.interval=10",
@@ -49,19 +70,8 @@ class Resume : public ::testing::Test {
         argv.push_back(sets[i]);
       }
     }
-    Outcome out;
-    if (world == 1) {
-      auto r = cadre::test::run_process(argv, {}, 300);
-      return {r.exit_code, r.output};
-    }
-    auto results = cadre::testing::run_ranks(world, argv);
-    for (const auto& r : results)
-      if (r.exit_code != 0 && out.exit_code == 0) out.exit_code = r.exit_code;
-    out.output = cadre::testing::describe(results);
-    return out;
+    return argv;
   }
-
-  static std::string path(const std::string& run) { return *dir_ / run; }
 
   // step -> loss from a run's metrics.jsonl.
   static std::map<int64_t, double> losses(const std::string& run) {
@@ -117,6 +127,7 @@ TEST_F(Resume, TwentyStepsThenResumeEqualsFortyStraightBitForBit) {
     const std::string run = "split" + std::to_string(world);
     auto first = sets;
     first.push_back("train.stop_at=20");
+    if (world == 1) first.push_back("checkpoint.async=false");  // the synchronous path writes the same
     Outcome a = train(run, world, first);
     ASSERT_EQ(a.exit_code, 0) << a.output;
     ASSERT_TRUE(fs::exists(path(run) + "/checkpoints/step-00000020/COMMITTED"));
@@ -174,6 +185,62 @@ TEST_F(Resume, TwoRankFullShardCheckpointContinuesOnOneThreeAndFourRanks) {
     }
     EXPECT_EQ(ranks_seen, t.world) << r.output;
   }
+}
+
+// A stop signal (preemption, an agent stopping its workers) lands mid-run: every rank
+// finishes the same step, checkpoints it and exits 143; the resumed run loses no step.
+TEST_F(Resume, SigtermCheckpointsTheCurrentStepAndResumeLosesNothing) {
+  const auto& whole = straight("straight2", 2, kTwoRanks);
+  const std::string run = "sigterm";
+  const std::string metrics = path(run) + "/metrics.jsonl";
+  const int port = cadre::testing::free_port();
+  cadre::testing::ChildGuard ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
+                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+    ranks.pids.push_back(cadre::testing::spawn(train_argv(run, kTwoRanks), cadre::testing::base_environment(env),
+                                               path(run + "-rank" + std::to_string(r) + ".log")));
+  }
+  // Once step 3 is logged, freeze both ranks, signal both, and let them go: the signal is
+  // handled before either runs another step, so the run cannot finish first.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto lines_logged = [&] {  // complete lines only: the writer may be mid-line
+    std::ifstream in(metrics);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  while (lines_logged() < 3) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no third step logged in " << metrics;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the condition
+  }
+  for (pid_t p : ranks.pids) kill(p, SIGSTOP);
+  for (pid_t p : ranks.pids) kill(p, SIGTERM);
+  for (pid_t p : ranks.pids) kill(p, SIGCONT);
+  for (pid_t& p : ranks.pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(p, &status, 0), p);
+    p = 0;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << "status " << status;
+  }
+  std::ifstream log0(path(run + "-rank0.log"));
+  const std::string out0((std::istreambuf_iterator<char>(log0)), std::istreambuf_iterator<char>());
+  auto before = losses(run);
+  const int64_t stopped = before.rbegin()->first;
+  ASSERT_GE(stopped, 3);
+  ASSERT_LT(stopped, 40) << out0;
+  EXPECT_NE(out0.find("stopped after step " + std::to_string(stopped) + " on signal 15"), std::string::npos) << out0;
+  const std::string checkpoint = path(run) + "/checkpoints/" + (stopped < 10 ? "step-0000000" : "step-000000") +
+                                 std::to_string(stopped);
+  ASSERT_TRUE(fs::exists(checkpoint + "/COMMITTED")) << out0;
+
+  auto resume = kTwoRanks;
+  resume.push_back("--resume");
+  resume.push_back("auto");
+  Outcome r = train(run, 2, resume);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step " + std::to_string(stopped) + " "), std::string::npos) << r.output;
+  auto after = losses(run);
+  ASSERT_EQ(after.size(), 40u);
+  for (int64_t step = 1; step <= 40; ++step) EXPECT_EQ(after.at(step), whole.at(step)) << "step " << step;
 }
 
 TEST_F(Resume, DamagedNewestCheckpointIsSkippedForTheOneBefore) {
