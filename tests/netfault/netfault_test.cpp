@@ -51,7 +51,7 @@ using launch_test::read_file;
 
 namespace {
 
-constexpr int kSteps = 30;              // per training run
+constexpr int kSteps = 30;              // per training run (60 where a host comes back: time to rejoin)
 constexpr int kCheckpointInterval = 5;
 constexpr int kFaultAfterStep = 8;      // faults are injected once this step is done
 constexpr double kLossTolerance = 1e-6;  // same world size, same start: the same arithmetic
@@ -69,11 +69,12 @@ struct Timeouts {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The trainer's command line (without the launcher), writing to run_dir.
-std::vector<std::string> train_args(const std::string& data_dir, const std::string& run_dir, int comm_timeout_s) {
+std::vector<std::string> train_args(const std::string& data_dir, const std::string& run_dir, int steps,
+                                    int comm_timeout_s) {
   std::vector<std::string> a = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml"};
   for (const std::string& s : std::vector<std::string>{
            "parallel.strategy=FULL_SHARD", "train.threads=1", "train.eval_interval=0",
-           "train.steps=" + std::to_string(kSteps), "parallel.comm_timeout=" + std::to_string(comm_timeout_s),
+           "train.steps=" + std::to_string(steps), "parallel.comm_timeout=" + std::to_string(comm_timeout_s),
            "checkpoint.interval=" + std::to_string(kCheckpointInterval), "checkpoint.keep=100",
            "data.dir=" + data_dir, "run.dir=" + run_dir}) {
     a.push_back("--set");
@@ -143,41 +144,42 @@ class NetFault : public ::testing::Test {
   // workers: the same ranks, batches and collectives as `world` hosts. Computed once per build:
   // kept next to the test binary, keyed by the binaries' and the config's identity, so the
   // tests (separate processes under ctest) share it.
-  static const Losses& reference(int world) {
-    static std::map<int, Losses> cache;
-    auto it = cache.find(world);
+  static const Losses& reference(int world, int steps) {
+    static std::map<std::pair<int, int>, Losses> cache;
+    const auto id = std::make_pair(world, steps);
+    auto it = cache.find(id);
     if (it != cache.end()) return it->second;
-    auto train = train_args(data_dir_, *shared_ / ("reference-" + std::to_string(world)), Timeouts{}.comm_s);
-    std::string stored = reference_file(world);
-    if (std::filesystem::exists(stored)) return cache[world] = nlohmann::json::parse(read_file(stored)).get<Losses>();
+    const std::string name = "reference-" + std::to_string(world) + "-" + std::to_string(steps);
+    auto train = train_args(data_dir_, *shared_ / name, steps, Timeouts{}.comm_s);
+    std::string stored = reference_file(world, steps);
+    if (std::filesystem::exists(stored)) return cache[id] = nlohmann::json::parse(read_file(stored)).get<Losses>();
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
-                                     *shared_ / ("reference-logs-" + std::to_string(world)), "--"};
+                                     *shared_ / (name + "-logs"), "--"};
     argv.insert(argv.end(), train.begin(), train.end());
     auto t0 = Clock::now();
     auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
     if (r.exit_code != 0)
       throw std::runtime_error("reference run at world size " + std::to_string(world) + " failed:\n" + r.output);
     std::printf("[netfault] fault-free reference run, world size %d: %.1f s\n", world, seconds(Clock::now() - t0));
-    Losses losses = losses_of(*shared_ / ("reference-" + std::to_string(world)) + "/metrics.jsonl");
-    if (losses.size() != static_cast<size_t>(kSteps))
-      throw std::runtime_error("reference run at world size " + std::to_string(world) + " logged " +
-                               std::to_string(losses.size()) + " steps, not " + std::to_string(kSteps));
+    Losses losses = losses_of(*shared_ / (name + "/metrics.jsonl"));
+    if (losses.size() != static_cast<size_t>(steps))
+      throw std::runtime_error("reference run " + name + " logged " + std::to_string(losses.size()) + " steps, not " +
+                               std::to_string(steps));
     std::string tmp = stored + ".tmp." + std::to_string(::getpid());
     cadre::test::write_text(tmp, nlohmann::json(losses).dump());  // [[step, loss], ...]
     std::filesystem::rename(tmp, stored);  // atomic: a parallel test may race us
-    return cache[world] = losses;
+    return cache[id] = losses;
   }
-  static std::string reference_file(int world) {
+  static std::string reference_file(int world, int steps) {
     auto identity = [](const std::string& path) {
       std::error_code ec;
       auto stamp = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
       return path + ":" + std::to_string(stamp) + ":" + std::to_string(std::filesystem::file_size(path, ec));
     };
     std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::string key = identity(CADRE_BIN) + identity(exe) + read_file(CADRE_SOURCE_DIR "/configs/tiny.yaml") +
-                      std::to_string(kSteps);
-    return std::filesystem::path(exe).parent_path().string() + "/netfault-reference-" + std::to_string(world) + "-" +
-           std::to_string(std::hash<std::string>{}(key)) + ".json";
+    std::string key = identity(CADRE_BIN) + identity(exe) + read_file(CADRE_SOURCE_DIR "/configs/tiny.yaml");
+    return std::filesystem::path(exe).parent_path().string() + "/netfault-reference-" + std::to_string(world) + "x" +
+           std::to_string(steps) + "-" + std::to_string(std::hash<std::string>{}(key)) + ".json";
   }
 
   // Loss per step of a fault-free run at this world size resumed from the faulted run's own
@@ -190,7 +192,7 @@ class NetFault : public ::testing::Test {
                           std::filesystem::copy_options::recursive);
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
                                      dir_ / (name + "-logs"), "--"};
-    auto train = train_args(data_dir_, dir_ / name, Timeouts{}.comm_s);
+    auto train = train_args(data_dir_, dir_ / name, steps_, Timeouts{}.comm_s);
     argv.insert(argv.end(), train.begin(), train.end());
     auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
     if (r.exit_code != 0) throw std::runtime_error("reference run " + name + " failed:\n" + r.output);
@@ -228,7 +230,7 @@ class NetFault : public ::testing::Test {
                                      hosts_->address(0) + ":" + kStorePort, "--rdzv-id", "netfault",
                                      "--max-restarts", "3", "--monitor-interval", "0.05", "--stop-timeout", "3",
                                      "--rdzv-conf", rdzv_conf(), "--log-dir", dir_ / ("logs-" + name), "--"};
-    auto train = train_args(data_dir_, run_dir_, timeouts_.comm_s);
+    auto train = train_args(data_dir_, run_dir_, steps_, timeouts_.comm_s);
     argv.insert(argv.end(), train.begin(), train.end());
     agents_[host] = std::make_unique<Proc>(hosts_->command(host, argv, {"OMP_NUM_THREADS=1"}), dir_ / ("agent-" + name + ".out"));
   }
@@ -318,7 +320,7 @@ class NetFault : public ::testing::Test {
       const Segment& s = segments()[i];
       ASSERT_GT(s.world_size, 0) << "segment " << i;
       const int world = static_cast<int>(s.world_size);
-      const Losses ref = s.first_step() == 1 ? reference(world) : resumed_reference(world, s.first_step() - 1);
+      const Losses ref = s.first_step() == 1 ? reference(world, steps_) : resumed_reference(world, s.first_step() - 1);
       double max_diff = 0;
       for (const auto& r : s.steps) {
         ASSERT_TRUE(ref.count(r.step)) << "segment " << i << ": the reference has no step " << r.step;
@@ -349,6 +351,14 @@ class NetFault : public ::testing::Test {
     EXPECT_NE((output(0) + output(1)).find(line), std::string::npos) << "no '" << line << "' in the survivors' logs";
   }
 
+  // A scale-up stops the workers with SIGTERM: they finish the step, checkpoint it and exit, so
+  // the bigger group goes on from the next step.
+  void expect_scale_up_lost_no_step() {
+    ASSERT_GE(segments().size(), 2u);
+    const Segment& before = segments()[segments().size() - 2];
+    EXPECT_EQ(segments().back().first_step(), before.last_step() + 1) << "steps lost in the scale-up";
+  }
+
   std::string dump() const {
     std::string out;
     for (const auto& [host, agent] : agents_) {
@@ -371,6 +381,7 @@ class NetFault : public ::testing::Test {
   std::unique_ptr<MetricsWatch> watch_;
   Clock::time_point started_;
   Timeouts timeouts_;
+  int steps_ = kSteps;
   int64_t round_seen_ = -1;
   std::map<std::string, std::function<bool()>> pending_;
   std::map<std::string, Clock::time_point> events_;
@@ -405,7 +416,7 @@ TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
   }
   watch_->poll();
   ASSERT_EQ(segments().back().world_size, 2);
-  EXPECT_EQ(segments().back().last_step(), kSteps) << "the 2-node group did not train to the end";
+  EXPECT_EQ(segments().back().last_step(), steps_) << "the 2-node group did not train to the end";
   expect_segments_match_reference();
   expect_resume(report);
   std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
@@ -413,6 +424,7 @@ TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
 }
 
 TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
+  steps_ = 2 * kSteps;  // the 2-node group must still be training when the host is back
   auto [fault_step, survivor_offsets] = train_until_fault_point();
   ASSERT_FALSE(HasFailure());
   const std::map<int, size_t> offsets = survivor_offsets;
@@ -454,6 +466,7 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
   start_agent(2, "-restarted");
   ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
   double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
+  expect_scale_up_lost_no_step();
   EXPECT_NE(output(0).find("scale-up: 1 node(s) waiting to join"), std::string::npos) << output(0);
 
   for (int h : {0, 1, 2}) {
@@ -462,7 +475,7 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
   }
   watch_->poll();
   ASSERT_EQ(segments().back().world_size, 3);
-  EXPECT_EQ(segments().back().last_step(), kSteps) << "the 3-node group did not train to the end";
+  EXPECT_EQ(segments().back().last_step(), steps_) << "the 3-node group did not train to the end";
   expect_segments_match_reference();
   expect_resume(report);
   std::printf("%s; cut agent exited after %.2f s; host back -> training with 3 nodes after %.2f s; test %.1f s\n",
@@ -507,7 +520,7 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
   }
   watch_->poll();
   ASSERT_EQ(segments().back().world_size, 2);
-  EXPECT_EQ(segments().back().last_step(), kSteps) << "the 2-node group did not train to the end";
+  EXPECT_EQ(segments().back().last_step(), steps_) << "the 2-node group did not train to the end";
   expect_segments_match_reference();
   expect_resume(report);
   std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
@@ -516,6 +529,7 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
 
 TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   timeouts_.store_s = 30;  // the cut host's agent outlives the outage
+  steps_ = 2 * kSteps;     // the 2-node group must still be training when the host is back
   auto [fault_step, survivor_offsets] = train_until_fault_point();
   ASSERT_FALSE(HasFailure());
   const std::map<int, size_t> offsets = survivor_offsets;
@@ -541,6 +555,7 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   watch_event("cut host noticed", [&] { return output(2).find(" ended: ", cut_host_offset) != std::string::npos; });
   ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
   double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
+  expect_scale_up_lost_no_step();
   ASSERT_TRUE(seen("cut host noticed")) << output(2);
   double noticed_s = event_s("cut host noticed", t_back);
 
@@ -550,7 +565,7 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   }
   watch_->poll();
   ASSERT_EQ(segments().back().world_size, 3);
-  EXPECT_EQ(segments().back().last_step(), kSteps) << "the 3-node group did not train to the end";
+  EXPECT_EQ(segments().back().last_step(), steps_) << "the 3-node group did not train to the end";
   EXPECT_EQ(last_round().restart_count, 0);
   expect_segments_match_reference();
   expect_resume(report);
