@@ -1,7 +1,13 @@
 // The save protocol (write, agree, merge, publish, agree) and the background thread running it.
 #include "ckpt/checkpoint_saver.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -99,6 +105,10 @@ SaveStats CheckpointSaver::last_stats() const {
 }
 
 void CheckpointSaver::run() {
+  // Writing is not urgent and training is: on a machine whose cores the compute threads fill,
+  // the writer yields to them (Linux niceness is per thread).
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10) != 0)
+    log::debug(str("checkpoint: could not lower the writer thread's priority: ", std::strerror(errno)));
   for (;;) {
     CheckpointManifest header;
     {

@@ -16,8 +16,8 @@ int cmd_train(const Args& args) {
   Flags flags("cadre train --config <yaml> [--resume auto|none|PATH] [--set section.key=value ...]");
   flags.add("--config", &config_path, "YAML config (see configs/)");
   flags.add("--resume", &resume,
-            "auto: newest complete checkpoint (fresh start if none); none; or a checkpoint path "
-            "(same as --set checkpoint.resume=...)");
+            "auto (default): newest complete checkpoint, fresh start if none; none: fresh start, "
+            "refused if checkpoints exist; or a checkpoint path (same as --set checkpoint.resume=...)");
   flags.add("--set", &overrides, "override a config key, e.g. --set train.steps=100 (repeatable)");
   auto rest = flags.parse(args);
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());

@@ -76,9 +76,10 @@ struct CheckpointConfig {
   int64_t interval = 0;         // steps between checkpoints; 0: only at the end
   int64_t keep = 3;             // complete checkpoints kept; older ones are deleted
   std::string dir;              // default: <run.dir>/checkpoints
-  // none: start fresh (refused when the directory already holds checkpoints); auto: the
-  // newest complete checkpoint, or fresh when there is none; else the path of a checkpoint.
-  std::string resume = "none";
+  // auto: the newest complete checkpoint, or a fresh start when there is none (so a worker
+  // the launcher restarts goes on where the job was); none: start fresh, refused when the
+  // directory already holds checkpoints; else the path of a checkpoint.
+  std::string resume = "auto";
   bool async = true;            // write in a background thread while training goes on
   // How long ranks wait for each other to finish writing their parts of one checkpoint.
   double timeout_s = 600;

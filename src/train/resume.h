@@ -1,8 +1,9 @@
 // Choosing and loading the checkpoint a run resumes from (checkpoint.resume):
+//   auto  (default) the newest complete checkpoint that loads on every rank, or a fresh start
+//         when there is none; damaged ones (checksum, missing or truncated shard) are skipped
+//         with a warning and renamed *.corrupt
 //   none  start fresh; refused when the checkpoint directory already holds checkpoints, so a
 //         rerun never mixes two histories in one directory
-//   auto  the newest complete checkpoint that loads on every rank; damaged ones (checksum,
-//         missing or truncated shard) are skipped with a warning and renamed *.corrupt
 //   PATH  that checkpoint, or an error
 // Collective: every rank calls it, and all agree on the checkpoint they loaded.
 #pragma once

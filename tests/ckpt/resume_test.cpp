@@ -298,7 +298,7 @@ TEST_F(Resume, ForeignShapeAndUnrequestedResumeAreRefusedAndTouchNothing) {
                              "there and float32 [64, 128] here"),
             std::string::npos)
       << wide.output;
-  Outcome fresh = train("foreign", 1, {"data.batch_size=12"});
+  Outcome fresh = train("foreign", 1, {"data.batch_size=12", "--resume", "none"});
   EXPECT_EQ(fresh.exit_code, 2) << fresh.output;
   EXPECT_NE(fresh.output.find("already holds checkpoints (newest step-00000010)"), std::string::npos) << fresh.output;
   auto verify = cadre_cli({"ckpt", "verify", path("foreign")});
