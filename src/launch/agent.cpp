@@ -60,7 +60,8 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
     // Workers bind their collectives' sockets to the address peers reach this node at. Left to
     // themselves they would use the hostname, which often resolves to loopback (Debian maps it to
     // 127.0.1.1): peers on other machines would then be told to connect to their own loopback.
-    if (!std::getenv("CADRE_COMM_HOST")) s.env.emplace_back("CADRE_COMM_HOST", node_addr);
+    const char* exported = std::getenv("CADRE_COMM_HOST");
+    if (!exported || !*exported) s.env.emplace_back("CADRE_COMM_HOST", node_addr);
     // As torchrun: several workers per node each get one OpenMP thread unless told otherwise.
     if (cfg.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) s.env.emplace_back("OMP_NUM_THREADS", "1");
     specs.push_back(std::move(s));
