@@ -8,15 +8,15 @@
 //     gives up on the unreachable store within store_timeout; the link comes back, its agent is
 //     restarted (as a cluster manager would) and it rejoins at the next round (scale-up to 3).
 //   CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow: same cut with heartbeat_timeout above the
-//     workers' parallel.comm_timeout: the survivors' collectives time out naming the missing rank,
-//     which ends the round as a failure (counted by --max-restarts); same outcome.
+//     workers' parallel.comm_timeout: a survivor's collective times out, which ends the round as a
+//     failure (counted by --max-restarts); same outcome.
 //   ShortPartitionHealsAndTheHostRejoinsByItself: the link comes back while the cut host's agent
 //     still waits on the store (store_timeout longer than the outage): its pending request goes
 //     through on TCP's next retransmission, it sees the round ended without it, stops its worker
 //     and rejoins at the next round without being restarted.
 // Training checkpoints every kCheckpointInterval steps and runs with `--resume auto`, so a
 // re-formed group continues from the newest complete checkpoint (steps lost = fault step - that
-// step, fewer than the interval).
+// step, at most the interval); a scale-up stops workers gracefully and loses no step.
 // Every stretch of training (metrics.jsonl segment) must match a fault-free run: "same loss at the
 // same step" means, here, the same trajectory as a fault-free run *at the same world size from
 // the same checkpoint*. A different world size changes the global batch (batch_size per rank
