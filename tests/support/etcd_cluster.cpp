@@ -1,0 +1,160 @@
+// Starting and stopping etcd members for tests (see etcd_cluster.h).
+#include "support/etcd_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <httplib.h>
+
+extern char** environ;
+
+namespace cadre::test {
+namespace {
+
+// A port the kernel just handed out on host (ephemeral range: never etcd's 2379/2380).
+int free_port(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error("etcd test cluster: cannot bind a port on " + host + ": " + std::strerror(errno));
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(listen_host) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "cadre-etcd-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("etcd test cluster: mkdtemp failed");
+  dir_ = tmpl;
+  std::string initial;
+  for (int i = 0; i < members; ++i) {
+    Member m;
+    m.name = "m" + std::to_string(i);
+    m.client_port = free_port(host_);
+    m.peer_port = free_port(host_);
+    while (m.peer_port == m.client_port) m.peer_port = free_port(host_);
+    initial += (i ? "," : "") + m.name + "=http://" + host_ + ":" + std::to_string(m.peer_port);
+    members_.push_back(m);
+  }
+  // The environment without ETCD_*/ETCDCTL_* (etcd would take them as flags).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "ETCD", 4) != 0) env_strings.push_back(*e);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& m : members_) {
+    std::string client = "http://" + host_ + ":" + std::to_string(m.client_port);
+    std::string peer = "http://" + host_ + ":" + std::to_string(m.peer_port);
+    std::vector<std::string> args = {
+        "etcd", "--name", m.name, "--data-dir", dir_ + "/" + m.name, "--listen-client-urls", client,
+        "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+        "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
+        "cadre-test-" + std::to_string(::getpid()) + "-" + std::to_string(m.client_port),
+        // Fast elections: a killed leader is replaced in about a second.
+        "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::string log_path = dir_ + "/" + m.name + ".log";
+    pid_t parent = ::getpid();
+    m.pid = ::fork();
+    if (m.pid < 0) throw std::runtime_error("etcd test cluster: fork failed");
+    if (m.pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the test died without its destructor: take etcd along
+      if (::getppid() != parent) ::_exit(1);
+      ::setpgid(0, 0);
+      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execvpe("etcd", argv.data(), envp.data());
+      ::_exit(127);
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int i = 0; i < size(); ++i) {
+    while (!healthy(i)) {
+      int status = 0;
+      bool exited = ::waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid;
+      if (exited) members_[i].pid = -1;
+      if (exited || std::chrono::steady_clock::now() > deadline) {
+        std::string text = logs();
+        stop();
+        throw std::runtime_error("etcd test cluster did not come up (is etcd-server installed?):\n" + text);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+EtcdCluster::~EtcdCluster() { stop(); }
+
+void EtcdCluster::stop() {
+  for (int i = 0; i < size(); ++i) kill(i);
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  dir_.clear();
+}
+
+bool EtcdCluster::healthy(int i) const {
+  httplib::Client client(host_, members_[i].client_port);
+  client.set_connection_timeout(std::chrono::milliseconds(500));
+  client.set_read_timeout(std::chrono::seconds(2));
+  auto res = client.Get("/health");
+  return res && res->status == 200 && res->body.find("\"true\"") != std::string::npos;
+}
+
+std::string EtcdCluster::endpoint(int i) const { return host_ + ":" + std::to_string(members_[i].client_port); }
+
+std::string EtcdCluster::endpoints() const {
+  std::string out;
+  for (int i = 0; i < size(); ++i) out += (i ? "," : "") + endpoint(i);
+  return out;
+}
+
+void EtcdCluster::kill(int i) {
+  Member& m = members_[i];
+  if (m.pid <= 0) return;
+  ::kill(m.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(m.pid, &status, 0);
+  m.pid = -1;
+}
+
+std::string EtcdCluster::log(int i) const { return read_all(dir_ + "/" + members_[i].name + ".log"); }
+
+std::string EtcdCluster::logs() const {
+  std::string out;
+  for (int i = 0; i < size(); ++i) out += "--- etcd member " + members_[i].name + " ---\n" + log(i);
+  return out;
+}
+
+}  // namespace cadre::test
