@@ -246,6 +246,9 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
       if (answer.is_discarded())
         throw Error(str("etcd ", where, ": ", what, ": answer is not JSON (HTTP ", a.status, "): ", a.body.substr(0, 200)));
       if (a.status == 200 && !answer.contains("error")) {
+        if (i != first || pass > 0)
+          log::warn(str("etcd: ", options_.endpoints[first].str(), " did not answer (", errors[first].empty() ? last_error : errors[first],
+                        "); now using ", where));
         preferred_ = i;
         return answer;
       }

@@ -71,6 +71,8 @@ EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(li
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
+  // One token for the whole cluster (members with different tokens refuse each other).
+  const std::string token = "cadre-test-" + std::to_string(::getpid()) + "-" + std::to_string(members_[0].client_port);
   for (auto& m : members_) {
     std::string client = "http://" + host_ + ":" + std::to_string(m.client_port);
     std::string peer = "http://" + host_ + ":" + std::to_string(m.peer_port);
@@ -78,7 +80,7 @@ EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(li
         "etcd", "--name", m.name, "--data-dir", dir_ + "/" + m.name, "--listen-client-urls", client,
         "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
         "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
-        "cadre-test-" + std::to_string(::getpid()) + "-" + std::to_string(m.client_port),
+        token,
         // Fast elections: a killed leader is replaced in about a second.
         "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"};
     std::vector<char*> argv;
@@ -130,6 +132,27 @@ bool EtcdCluster::healthy(int i) const {
   client.set_read_timeout(std::chrono::seconds(2));
   auto res = client.Get("/health");
   return res && res->status == 200 && res->body.find("\"true\"") != std::string::npos;
+}
+
+int EtcdCluster::leader() const {
+  for (int i = 0; i < size(); ++i) {
+    if (members_[i].pid <= 0) continue;
+    httplib::Client client(host_, members_[i].client_port);
+    client.set_connection_timeout(std::chrono::milliseconds(500));
+    client.set_read_timeout(std::chrono::seconds(2));
+    auto res = client.Post("/v3/maintenance/status", "{}", "application/json");
+    if (!res || res->status != 200) continue;
+    // {"header":{"member_id":"..."},"leader":"..."}: ids are JSON strings; compare them as text.
+    auto field = [&](const std::string& body, const std::string& name, size_t from) {
+      auto at = body.find("\"" + name + "\":\"", from);
+      if (at == std::string::npos) return std::string();
+      at += name.size() + 4;
+      return body.substr(at, body.find('"', at) - at);
+    };
+    std::string id = field(res->body, "member_id", 0), leader = field(res->body, "leader", 0);
+    if (!id.empty() && id == leader) return i;
+  }
+  return -1;
 }
 
 std::string EtcdCluster::endpoint(int i) const { return host_ + ":" + std::to_string(members_[i].client_port); }

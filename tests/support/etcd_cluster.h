@@ -28,6 +28,7 @@ class EtcdCluster {
   std::string endpoint(int i) const;   // "host:port" of member i's client URL
   std::string endpoints() const;       // all of them, comma-separated (for --rdzv-endpoint)
   void kill(int i);                    // SIGKILL member i and reap it
+  int leader() const;                  // index of the current raft leader, -1 if none answers
   bool alive(int i) const { return members_[i].pid > 0; }
   std::string log(int i) const;        // member i's output
   std::string logs() const;            // every member's output, for failure messages
