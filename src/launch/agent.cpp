@@ -202,7 +202,7 @@ int agent_run(const AgentConfig& cfg) {
       if (!status.dead.empty()) {
         const auto& node = round.nodes[status.dead.front()];
         std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
-                                 ") stopped heartbeating");
+                                 ") ", status.dead_why);
         log::warn(reason + "; re-forming the group");
         group.stop(SIGTERM, cfg.stop_timeout_s);
         rendezvous.end_round(round, reason, false, "");

@@ -38,6 +38,17 @@ void set_timeout(httplib::Client& client, double seconds) {
   client.set_connection_timeout(std::chrono::microseconds(std::min<int64_t>(us.count(), 1000000)));
 }
 
+// cpp-httplib's error names ("Connection", "Read") say little on their own.
+std::string transport_error(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "cannot connect (refused or unreachable)";
+    case httplib::Error::ConnectionTimeout: return "connect timed out";
+    case httplib::Error::Read: return "no answer (read timed out or connection closed)";
+    case httplib::Error::Write: return "sending the request failed";
+    default: return "HTTP error: " + httplib::to_string(e);
+  }
+}
+
 // gRPC status codes that mean "this member cannot serve right now; another may".
 bool retryable_code(int code) {
   return code == 14 /*UNAVAILABLE*/ || code == 4 /*DEADLINE_EXCEEDED*/ || code == 10 /*ABORTED*/;
@@ -186,7 +197,7 @@ EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& pa
     a.status = status;
     return a;
   }
-  a.error = httplib::to_string(error);
+  a.error = transport_error(error);
   if (status > 0) a.error += str(" (HTTP ", status, ", partial answer '", a.body.substr(0, 200), "')");
   return a;
 }

@@ -229,7 +229,13 @@ class EtcdStore : public KvStore {
 }  // namespace
 
 std::unique_ptr<KvStore> etcd_store_open(const EtcdOptions& options, double session_ttl_s) {
-  return std::make_unique<EtcdStore>(options, session_ttl_s);
+  try {
+    return std::make_unique<EtcdStore>(options, session_ttl_s);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(str("cannot open the rendezvous store in etcd: ", e.what()));
+  }
 }
 
 int64_t etcd_store_lease(const KvStore& store) {

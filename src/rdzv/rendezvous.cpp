@@ -262,6 +262,13 @@ std::pair<std::string, uint16_t> Rendezvous::wait_master(const Round& round, con
     }
     if (interrupted()) throw Interrupted{};
     if (current_round() != round.number) throw RoundEnded{};
+    if (auto gone = gone_member(round.number, round.group_world_size())) {
+      // E.g. a killed job's agent still counted in the round we closed: it will never publish
+      // or run. End the round so the living re-form without it.
+      std::string reason = str("the agent with join index ", *gone, " is gone (session expired) before the round started");
+      end_round(round, reason, false, "");
+      throw RoundEnded{};
+    }
     CADRE_CHECK(now_s() < deadline, "rendezvous round ", round.number, ": group rank 0 (",
                 round.nodes[0].hostname, ") never published the master address");
     wait_for_change(deadline - now_s());
@@ -297,7 +304,10 @@ RoundStatus Rendezvous::poll(const Round& round) {
     int64_t index = round.join_indices[g];
     if (index == round.join_index) continue;
     if (store_->has_sessions()) {
-      if (!store_->try_get(round_key(round.number, "alive/" + std::to_string(index)))) status.dead.push_back(g);
+      if (!store_->try_get(round_key(round.number, "alive/" + std::to_string(index)))) {
+        status.dead.push_back(g);
+        status.dead_why = str("lost its session (", store_->describe(), " lease expired or revoked)");
+      }
       continue;
     }
     int64_t value = store_->add(round_key(round.number, "hb/" + std::to_string(index)), 0);
@@ -307,6 +317,7 @@ RoundStatus Rendezvous::poll(const Round& round) {
       beat.changed_at = now;
     } else if (now - beat.changed_at > config_.heartbeat_timeout_s) {
       status.dead.push_back(g);
+      status.dead_why = "stopped heartbeating";
     }
   }
   return status;

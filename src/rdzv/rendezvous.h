@@ -54,7 +54,8 @@ struct RoundStatus {
   bool ended = false;          // someone ended it: stop workers and join the next round
   std::string end_reason;
   int64_t waiting_nodes = 0;   // agents that arrived late, waiting for the next round
-  std::vector<int64_t> dead;   // group ranks whose heartbeats stalled
+  std::vector<int64_t> dead;   // group ranks whose heartbeats stalled (or sessions expired)
+  std::string dead_why;        // how they were found dead, for the log
 };
 
 class Rendezvous {

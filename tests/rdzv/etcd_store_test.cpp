@@ -262,3 +262,34 @@ TEST(EtcdRendezvous, APeerWhoseLeaseEndsIsReportedDead) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EtcdRendezvous, AGoneAgentCountedInAFormingRoundDoesNotBlockTheMasterWait) {
+  EtcdCluster etcd;
+  RendezvousConfig c = one_node("ghost");
+  c.min_nodes = c.max_nodes = 2;
+  {
+    // An agent of a killed job took join slot 0 of round 0 and wrote its records, then died.
+    auto ghost = etcd_store_open(options(etcd.endpoints()), 2);
+    Rendezvous layout(etcd_store_open(options(etcd.endpoints()), 2), c);  // creates gen and round
+    ghost->add("cadre/ghost/g0/r0/joined", 1);
+    ghost->set_session_key("cadre/ghost/g0/r0/alive/0", "ghost");
+    ghost->set("cadre/ghost/g0/r0/node/0", node_info_to_json(node("ghost")));
+  }
+  Rendezvous a(etcd_store_open(options(etcd.endpoints()), 2), c);
+  Round r = a.join_next_round(node("a"), kNever);  // closes round 0 with the ghost as group rank 0
+  ASSERT_EQ(r.number, 0);
+  ASSERT_EQ(r.group_rank, 1);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(a.wait_master(r, kNever), Rendezvous::RoundEnded);
+  EXPECT_LT(seconds_since(start), 2);
+  // The next round forms with living agents only.
+  Rendezvous b(etcd_store_open(options(etcd.endpoints()), 2), c);
+  auto fb = std::async(std::launch::async, [&] { return b.join_next_round(node("b"), kNever); });
+  Round r1 = a.join_next_round(node("a"), kNever);
+  EXPECT_EQ(r1.number, 1);
+  EXPECT_EQ(fb.get().number, 1);
+}
+
+}  // namespace
