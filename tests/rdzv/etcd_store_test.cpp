@@ -1,5 +1,6 @@
 // EtcdStore against a real etcd: session keys vanish when their owner dies (lease expiry) and
-// stay while it lives (keep-alive); watches wake waiters; a dead first endpoint fails over;
+// stay while it lives (keep-alive); watches wake waiters; a dead first endpoint fails over; an
+// add whose answer is lost and which is repeated on another endpoint counts once;
 // unreachable clusters and bad credentials give clear errors; and rendezvous over etcd starts a
 // fresh job generation after a finished job and skips a stale round whose agents are gone.
 #include <gtest/gtest.h>
@@ -8,8 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -290,6 +295,72 @@ TEST(EtcdRendezvous, AGoneAgentCountedInAFormingRoundDoesNotBlockTheMasterWait) 
   Round r1 = a.join_next_round(node("a"), kNever);
   EXPECT_EQ(r1.number, 1);
   EXPECT_EQ(fb.get().number, 1);
+}
+
+}  // namespace
+
+namespace {
+
+// An HTTP proxy in front of etcd that forwards every request, but for the first transaction it
+// applies the request and then never answers (until it is destroyed): the client times out, as
+// when an answer is lost in the network, and repeats the request on its next endpoint.
+class LoseFirstTxnAnswer {
+ public:
+  explicit LoseFirstTxnAnswer(const cadre::rdzv::Endpoint& etcd) : etcd_(etcd) {
+    server_.Post(R"(/v3/(.*))", [this](const httplib::Request& req, httplib::Response& res) {
+      httplib::Client client(etcd_.host, etcd_.port);
+      auto answer = client.Post(req.path.c_str(), req.body, "application/json");
+      if (!answer) {
+        res.status = 502;
+        return;
+      }
+      res.status = answer->status;
+      res.set_content(answer->body, "application/json");
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (req.path == "/v3/kv/txn" && !lost_) {
+        lost_ = true;
+        stop_cv_.wait(lock, [&] { return stopping_; });  // the answer never arrives in time
+      }
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~LoseFirstTxnAnswer() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    server_.stop();
+    thread_.join();
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  bool lost() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lost_;
+  }
+
+ private:
+  cadre::rdzv::Endpoint etcd_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool lost_ = false, stopping_ = false;
+};
+
+TEST(EtcdStore, AnAddWhoseAnswerIsLostAndWhichIsRepeatedElsewhereCountsOnce) {
+  EtcdCluster etcd;
+  LoseFirstTxnAnswer proxy(etcd_endpoints_parse(etcd.endpoint(0))[0]);
+  EtcdOptions o = options(proxy.endpoint() + "," + etcd.endpoint(0));
+  o.request_timeout_s = 1;
+  auto store = etcd_store_open(o, 5);
+  EXPECT_EQ(store->add("lost/n", 5), 5);  // applied via the proxy, answer lost, repeated on etcd
+  EXPECT_TRUE(proxy.lost());
+  auto direct = etcd_store_open(options(etcd.endpoints()), 5);
+  EXPECT_EQ(direct->try_get("lost/n"), "5");  // not 10
+  EXPECT_EQ(store->add("lost/n", 1), 6);
 }
 
 }  // namespace
