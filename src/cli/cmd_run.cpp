@@ -50,6 +50,12 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
       (key == "user" ? cfg.store.user : cfg.store.password) = value;
       continue;
     }
+    if (key == "cacert" || key == "cert" || key == "key") {
+      CADRE_CONFIG_CHECK(std::filesystem::is_regular_file(value), "--rdzv-conf ", key, "=", value,
+                         ": no such file");
+      (key == "cacert" ? cfg.store.ca_file : key == "cert" ? cfg.store.cert_file : cfg.store.key_file) = value;
+      continue;
+    }
     size_t used = 0;
     double v = -1;
     try { v = std::stod(value, &used); } catch (const std::exception&) { used = 0; }
@@ -64,7 +70,7 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
     else
       throw ConfigError(str("--rdzv-conf: unknown key '", key,
                             "' (known: join_timeout, last_call_timeout, heartbeat_timeout, store_timeout, exit_linger, "
-                            "session_ttl, user, password)"));
+                            "session_ttl, user, password, cacert, cert, key)"));
   }
 }
 
@@ -81,13 +87,13 @@ int cmd_run(const Args& args) {
   flags.add("--rdzv-backend", &backend,
             "c10d (embedded store, elastic), static, or etcd (external etcd v3 cluster; default c10d)");
   flags.add("--rdzv-endpoint", &endpoint,
-            "host:port of the rendezvous store (default 127.0.0.1:29500); etcd: host:port[,host:port...] "
+            "host:port of the rendezvous store (default 127.0.0.1:29500); etcd: [https://]host:port[,...] "
             "(default 127.0.0.1:2379)");
   flags.add("--rdzv-id", &run_id, "job id shared by all nodes (default none)");
   flags.add("--rdzv-conf", &rdzv_conf,
             "join_timeout=600,last_call_timeout=30,heartbeat_timeout=30,store_timeout=60,exit_linger=10 (seconds); "
             "etcd: heartbeat_timeout (alias session_ttl) is the lease TTL, default 5; user=..,password=.. "
-            "(or env CADRE_ETCD_USER, CADRE_ETCD_PASSWORD)");
+            "(or env CADRE_ETCD_USER, CADRE_ETCD_PASSWORD); https endpoints: cacert=FILE[,cert=FILE,key=FILE]");
   flags.add("--standalone", &standalone, "single node: host the store on a free local port");
   flags.add("--max-restarts", &max_restarts, "group restarts allowed after worker failures (default 0)");
   flags.add("--monitor-interval", &monitor_interval, "seconds between worker checks and heartbeats (default 0.1)");
@@ -138,17 +144,22 @@ int cmd_run(const Args& args) {
                        "must be at least 2 s (etcd's minimum lease TTL), got ", cfg.rendezvous.heartbeat_timeout_s);
     CADRE_CONFIG_CHECK(cfg.store.user.empty() == cfg.store.password.empty(),
                        "etcd authentication needs both user and password (--rdzv-conf user=..,password=..)");
+    CADRE_CONFIG_CHECK(cfg.store.cert_file.empty() == cfg.store.key_file.empty(),
+                       "an etcd TLS client certificate needs both --rdzv-conf cert=.. and key=..");
     cfg.store.session_ttl_s = cfg.rendezvous.heartbeat_timeout_s;
   } else {
-    CADRE_CONFIG_CHECK(cfg.store.user.empty() && cfg.store.password.empty(),
-                       "--rdzv-conf user/password only apply to --rdzv-backend etcd");
+    CADRE_CONFIG_CHECK(cfg.store.user.empty() && cfg.store.password.empty() && cfg.store.ca_file.empty() &&
+                       cfg.store.cert_file.empty(), "--rdzv-conf user/password/cacert/cert/key only apply to "
+                       "--rdzv-backend etcd");
   }
 
   cfg.store.backend = backend;
   cfg.store.node_rank = node_rank;
   cfg.store.standalone = backend != "etcd" && (standalone || (endpoint.empty() && max_nodes == 1));
   if (backend == "etcd") {
-    cfg.store.endpoints = rdzv::etcd_endpoints_parse(endpoint.empty() ? "127.0.0.1:2379" : endpoint);
+    cfg.store.endpoints = rdzv::etcd_endpoints_parse(endpoint.empty() ? "127.0.0.1:2379" : endpoint, &cfg.store.tls);
+    CADRE_CONFIG_CHECK(cfg.store.tls || (cfg.store.ca_file.empty() && cfg.store.cert_file.empty()),
+                       "--rdzv-conf cacert/cert/key need https:// etcd endpoints, got '", endpoint, "'");
     cfg.store.endpoint = cfg.store.endpoints.front();
   } else if (!endpoint.empty()) {
     cfg.store.endpoint = rdzv::endpoint_parse(endpoint, 29500);

@@ -38,6 +38,20 @@ void set_timeout(httplib::Client& client, double seconds) {
   client.set_connection_timeout(std::chrono::microseconds(std::min<int64_t>(us.count(), 1000000)));
 }
 
+// One HTTP(S) connection to one endpoint, with the TLS settings applied.
+std::unique_ptr<httplib::Client> make_client(const EtcdOptions& o, const Endpoint& e, double timeout_s) {
+  std::unique_ptr<httplib::Client> client;
+  if (o.tls) {
+    client = std::make_unique<httplib::Client>("https://" + e.str(), o.cert_file, o.key_file);
+    if (!o.ca_file.empty()) client->set_ca_cert_path(o.ca_file);
+    client->enable_server_certificate_verification(true);
+  } else {
+    client = std::make_unique<httplib::Client>(e.host, e.port);
+  }
+  set_timeout(*client, timeout_s);
+  return client;
+}
+
 // cpp-httplib's error names ("Connection", "Read") say little on their own.
 std::string transport_error(httplib::Error e) {
   switch (e) {
@@ -45,6 +59,10 @@ std::string transport_error(httplib::Error e) {
     case httplib::Error::ConnectionTimeout: return "connect timed out";
     case httplib::Error::Read: return "no answer (read timed out or connection closed)";
     case httplib::Error::Write: return "sending the request failed";
+    case httplib::Error::SSLConnection: return "TLS handshake failed (is it an https endpoint?)";
+    case httplib::Error::SSLLoadingCerts: return "cannot load the TLS CA or client certificate files";
+    case httplib::Error::SSLServerVerification:
+      return "the server's TLS certificate did not verify (wrong --rdzv-conf cacert?)";
     default: return "HTTP error: " + httplib::to_string(e);
   }
 }
@@ -115,23 +133,29 @@ std::string etcd_prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-std::vector<Endpoint> etcd_endpoints_parse(const std::string& text) {
+std::vector<Endpoint> etcd_endpoints_parse(const std::string& text, bool* tls) {
   std::vector<Endpoint> out;
+  int https = -1;  // unknown until an item names a scheme
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     start = comma == std::string::npos ? text.size() + 1 : comma + 1;
     CADRE_CONFIG_CHECK(!item.empty(), "--rdzv-endpoint '", text, "': empty endpoint in the list (expected host:port,host:port)");
-    CADRE_CONFIG_CHECK(item.rfind("https://", 0) != 0, "--rdzv-endpoint '", item,
-                       "': https (TLS) endpoints are not supported yet; use http:// with user/password auth");
-    if (item.rfind("http://", 0) == 0) item = item.substr(7);
+    int scheme = item.rfind("https://", 0) == 0 ? 1 : item.rfind("http://", 0) == 0 ? 0 : -1;
+    if (scheme >= 0) {
+      CADRE_CONFIG_CHECK(https < 0 || https == scheme, "--rdzv-endpoint '", text,
+                         "': mixes http:// and https:// endpoints; use one scheme for the whole cluster");
+      https = scheme;
+      item = item.substr(scheme ? 8 : 7);
+    }
     CADRE_CONFIG_CHECK(item.find('/') == std::string::npos, "--rdzv-endpoint '", item,
                        "': expected host:port (no path)");
     Endpoint e = endpoint_parse(item, 2379);
     CADRE_CONFIG_CHECK(e.port != 0, "--rdzv-endpoint '", item, "': port 0 is not an etcd client port");
     out.push_back(e);
   }
+  if (tls) *tls = https == 1;
   return out;
 }
 
@@ -149,26 +173,27 @@ EtcdKv etcd_kv_from_json(const json& kv) {
 struct EtcdClient::Attempt {
   int status = -1;          // HTTP status, -1 on a transport error
   std::string body, error;  // error: transport failure text
+  bool fatal = false;       // retrying cannot help (TLS certificates that do not verify or load)
 };
 
 EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
   CADRE_CONFIG_CHECK(!options_.endpoints.empty(), "etcd: no endpoints given");
+  CADRE_CONFIG_CHECK(options_.cert_file.empty() == options_.key_file.empty(),
+                     "etcd: a TLS client certificate needs both cert and key files");
   CADRE_CONFIG_CHECK(options_.user.empty() == options_.password.empty(),
                      "etcd: give both user and password (or neither); got only the ",
                      options_.user.empty() ? "password" : "user");
 }
 
 std::string EtcdClient::describe() const {
-  std::string out = "etcd ";
+  std::string out = options_.tls ? "etcd https://" : "etcd ";
   for (size_t i = 0; i < options_.endpoints.size(); ++i) out += (i ? "," : "") + options_.endpoints[i].str();
   return out;
 }
 
 EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& path, const std::string& body,
                                           double timeout_s) {
-  const Endpoint& e = options_.endpoints[endpoint];
-  httplib::Client client(e.host, e.port);
-  set_timeout(client, timeout_s);
+  auto client = make_client(options_, options_.endpoints[endpoint], timeout_s);
   httplib::Request req;
   req.method = "POST";
   req.path = path;
@@ -192,12 +217,13 @@ EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& pa
   };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  client.send(req, res, error);
+  client->send(req, res, error);
   if (complete || (error == httplib::Error::Success && status > 0)) {
     a.status = status;
     return a;
   }
   a.error = transport_error(error);
+  a.fatal = error == httplib::Error::SSLServerVerification || error == httplib::Error::SSLLoadingCerts;
   if (status > 0) a.error += str(" (HTTP ", status, ", partial answer '", a.body.substr(0, 200), "')");
   return a;
 }
@@ -250,6 +276,7 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
       }
       Attempt a = post_once(i, "/v3/" + path, text, std::min(options_.request_timeout_s, std::max(left, 0.5)));
       if (a.status < 0) {
+        if (a.fatal) throw Error(str("etcd ", where, ": ", what, ": ", a.error));
         last_error = errors[i] = str(where, ": ", a.error);
         continue;
       }
@@ -341,9 +368,7 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
   const std::string body = json{{"create_request", create}}.dump();
   const size_t i = preferred_.load() % options_.endpoints.size();
-  const Endpoint& e = options_.endpoints[i];
-  httplib::Client client(e.host, e.port);
-  set_timeout(client, timeout_s);
+  auto client = make_client(options_, options_.endpoints[i], timeout_s);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v3/watch";
@@ -372,7 +397,7 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
   double started = now_s();
-  client.send(req, res, error);
+  client->send(req, res, error);
   if (changed) return true;
   if (error == httplib::Error::Read || error == httplib::Error::Success) return false;  // quiet until the timeout
   // The endpoint is gone: let the next call fail over, and report a (spurious) change so the

@@ -1,7 +1,8 @@
 // A small client for etcd's v3 API through its JSON gateway (HTTP/1.1 + JSON over cpp-httplib).
 // It hides the gateway's encoding (base64 keys and values, int64 as JSON strings, omitted zero
-// values), fails over between endpoints, authenticates with user/password, and offers the lease
-// and watch calls the rendezvous store needs. The KvStore adapter on top is etcd_store.h.
+// values), fails over between endpoints, authenticates with user/password, speaks https when
+// asked (CA file, optional client certificate), and offers the lease and watch calls the
+// rendezvous store needs. The KvStore adapter on top is etcd_store.h.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,9 @@ namespace cadre::rdzv {
 
 struct EtcdOptions {
   std::vector<Endpoint> endpoints;
+  bool tls = false;             // https to every endpoint
+  std::string ca_file;          // TLS: CA bundle that signed the servers ("" = system CAs)
+  std::string cert_file, key_file;  // TLS: client certificate (optional, both or neither)
   std::string user, password;   // both empty: no authentication
   double timeout_s = 60;        // one operation keeps trying the endpoints this long
   double request_timeout_s = 5; // one HTTP request to one endpoint
@@ -29,8 +33,9 @@ struct EtcdKv {
   int64_t create_revision = 0, mod_revision = 0, version = 0, lease = 0;
 };
 
-// "a:p,b:p" with default port 2379; throws ConfigError naming the bad item.
-std::vector<Endpoint> etcd_endpoints_parse(const std::string& text);
+// "a:p,b:p" with default port 2379, each optionally prefixed http:// or https:// (one scheme
+// for all; *tls says which). Throws ConfigError naming the bad item.
+std::vector<Endpoint> etcd_endpoints_parse(const std::string& text, bool* tls = nullptr);
 
 std::string base64_encode(const std::string& bytes);
 std::string base64_decode(const std::string& text);  // throws Error on malformed input

@@ -25,6 +25,10 @@ OpenedStore store_open(const StoreOptions& o) {
     etcd.endpoints = o.endpoints.empty() ? std::vector<Endpoint>{o.endpoint} : o.endpoints;
     etcd.user = o.user;
     etcd.password = o.password;
+    etcd.tls = o.tls;
+    etcd.ca_file = o.ca_file;
+    etcd.cert_file = o.cert_file;
+    etcd.key_file = o.key_file;
     etcd.timeout_s = o.timeout_s;
     etcd.request_timeout_s = std::min(5.0, o.timeout_s);
     out.store = etcd_store_open(etcd, o.session_ttl_s);

@@ -20,6 +20,8 @@ struct StoreOptions {
   Endpoint endpoint{"127.0.0.1", 29500};  // etcd: the first of `endpoints`
   std::vector<Endpoint> endpoints;        // etcd: every member to try, in order
   std::string user, password;             // etcd authentication (optional)
+  bool tls = false;                       // etcd over https
+  std::string ca_file, cert_file, key_file;  // etcd TLS: CA bundle, client certificate
   double session_ttl_s = 5;               // etcd: lease TTL of the liveness keys
   bool standalone = false;
   int64_t node_rank = -1;

@@ -35,7 +35,7 @@ class EtcdRunTest : public ::testing::Test {
     std::vector<std::string> a = {CADRE_BIN, "run", "--nnodes", "2", "--rdzv-backend", "etcd",
                                   "--rdzv-endpoint", endpoints.empty() ? etcd->endpoints() : endpoints, "--rdzv-id", run_id,
                                   "--monitor-interval", "0.05", "--stop-timeout", "3", "--rdzv-conf",
-                                  "last_call_timeout=1,heartbeat_timeout=2,join_timeout=30,store_timeout=10",
+                                  "last_call_timeout=1,heartbeat_timeout=2,join_timeout=30,store_timeout=10" + conf_extra,
                                   "--log-dir", dir.path + "/logs" + tag};
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back("--");
@@ -68,6 +68,7 @@ class EtcdRunTest : public ::testing::Test {
   TempDir dir;
   std::string marker, script, outputs;
   std::string endpoints;  // --rdzv-endpoint when not every member in order
+  std::string conf_extra;  // appended to --rdzv-conf
   MarkerReaper reaper;
   std::unique_ptr<cadre::test::EtcdCluster> etcd;
 };
@@ -82,6 +83,18 @@ TEST_F(EtcdRunTest, WorkerCrashRestartsTheGroupWhichFinishes) {
   EXPECT_EQ(ranks_started(2, 2), std::set<int>{});
   EXPECT_NE(outputs.find("rank 1 failed with exit code 3"), std::string::npos) << outputs;
   EXPECT_NE(outputs.find("rendezvous: using etcd " + etcd->endpoints()), std::string::npos) << outputs;
+}
+
+TEST_F(EtcdRunTest, TwoAgentsOverHttpsWithTheClusterCa) {
+  cadre::test::EtcdClusterOptions o;
+  o.tls = true;
+  etcd = std::make_unique<cadre::test::EtcdCluster>(o);
+  conf_extra = ",cacert=" + etcd->ca_file();
+  auto [a, b] = run_pair("tls", "ok", "t");
+  EXPECT_EQ(a, 0) << outputs;
+  EXPECT_EQ(b, 0) << outputs;
+  EXPECT_EQ(ranks_started(2, 0), worker_all_ranks(2));
+  EXPECT_NE(outputs.find("rendezvous: using etcd https://"), std::string::npos) << outputs;
 }
 
 TEST_F(EtcdRunTest, SameRunIdRunsAgainAfterSuccessAndAfterGivingUp) {
@@ -181,7 +194,9 @@ TEST_F(EtcdRunTest, BadEndpointsAndCredentialsFailWithClearMessages) {
         "127.0.0.1:" + std::to_string(dead2) + " (", "last error"}},
       {{"--rdzv-endpoint", "127.0.0.1:2379,,127.0.0.1:2380"}, 2, {"empty endpoint in the list"}},
       {{"--rdzv-endpoint", "127.0.0.1:abc"}, 2, {"port must be a number"}},
-      {{"--rdzv-endpoint", "https://127.0.0.1:1"}, 2, {"https (TLS) endpoints are not supported"}},
+      {{"--rdzv-endpoint", "https://127.0.0.1:1,http://127.0.0.1:2"}, 2, {"mixes http:// and https://"}},
+      {{"--rdzv-endpoint", "127.0.0.1:1", "--rdzv-conf", "cacert=" + script}, 2, {"need https:// etcd endpoints"}},
+      {{"--rdzv-endpoint", "https://127.0.0.1:1", "--rdzv-conf", "cacert=/no/such.pem"}, 2, {"no such file"}},
       {{"--rdzv-conf", "user=root"}, 2, {"needs both user and password"}},
       {{"--rdzv-conf", "heartbeat_timeout=1"}, 2, {"at least 2 s"}},
       {{"--standalone"}, 2, {"cannot be combined with --rdzv-backend etcd"}},

@@ -149,11 +149,17 @@ TEST(EtcdStore, UnreachableEndpointsNameEveryEndpointAndTheLastError) {
 TEST(EtcdStore, BadEndpointSyntaxIsAConfigError) {
   EXPECT_THROW(etcd_endpoints_parse("a:1,,b:2"), cadre::ConfigError);
   EXPECT_THROW(etcd_endpoints_parse("host:port"), cadre::ConfigError);
-  EXPECT_THROW(etcd_endpoints_parse("https://h:2379"), cadre::ConfigError);
+  EXPECT_THROW(etcd_endpoints_parse("https://h:2379,http://g:2379"), cadre::ConfigError);  // one scheme
   EXPECT_THROW(etcd_endpoints_parse("h:0"), cadre::ConfigError);
-  auto e = etcd_endpoints_parse("http://h1:1234,h2");
+  EXPECT_THROW(etcd_endpoints_parse("h:1/v3"), cadre::ConfigError);
+  bool tls = true;
+  auto e = etcd_endpoints_parse("http://h1:1234,h2", &tls);
   ASSERT_EQ(e.size(), 2u);
   EXPECT_EQ(e[0].str(), "h1:1234");
+  EXPECT_EQ(e[1].str(), "h2:2379");
+  EXPECT_FALSE(tls);
+  e = etcd_endpoints_parse("https://h1:1234,h2", &tls);
+  EXPECT_TRUE(tls);
   EXPECT_EQ(e[1].str(), "h2:2379");
 }
 
@@ -361,6 +367,41 @@ TEST(EtcdStore, AnAddWhoseAnswerIsLostAndWhichIsRepeatedElsewhereCountsOnce) {
   auto direct = etcd_store_open(options(etcd.endpoints()), 5);
   EXPECT_EQ(direct->try_get("lost/n"), "5");  // not 10
   EXPECT_EQ(store->add("lost/n", 1), 6);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(EtcdStore, HttpsEndpointsWorkWithTheRightCaAndFailClearlyWithoutIt) {
+  cadre::test::EtcdClusterOptions o;
+  o.tls = true;
+  EtcdCluster etcd(o);
+  bool tls = false;
+  EtcdOptions good = options(etcd.endpoints(), 3);
+  good.endpoints = etcd_endpoints_parse(etcd.endpoints(), &tls);
+  ASSERT_TRUE(tls);
+  good.tls = true;
+  good.ca_file = etcd.ca_file();
+  auto store = etcd_store_open(good, 2);
+  EXPECT_EQ(store->add("tls/n", 2), 2);
+  store->set_session_key("tls/alive", "x");
+  EXPECT_EQ(store->try_get("tls/alive"), "x");
+  EXPECT_EQ(store->compare_set("tls/c", "", "v"), "v");
+  EtcdOptions system_cas = good;
+  system_cas.ca_file.clear();  // the test CA is not among the system's: verification must fail, at once
+  auto start = std::chrono::steady_clock::now();
+  try {
+    etcd_store_open(system_cas, 2);
+    FAIL() << "expected a certificate error";
+  } catch (const cadre::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did not verify"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 2);
+  EtcdOptions plain = good;
+  plain.tls = false;  // http to an https port
+  plain.timeout_s = 1;
+  EXPECT_THROW(etcd_store_open(plain, 2), cadre::Error);
 }
 
 }  // namespace

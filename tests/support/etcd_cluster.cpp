@@ -20,6 +20,8 @@
 
 #include <httplib.h>
 
+#include "support/process.h"
+
 extern char** environ;
 
 namespace cadre::test {
@@ -50,7 +52,11 @@ std::string read_all(const std::string& path) {
 
 }  // namespace
 
-EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(listen_host) {
+EtcdCluster::EtcdCluster(int members, const std::string& listen_host)
+    : EtcdCluster(EtcdClusterOptions{members, std::vector<std::string>(members, listen_host), nullptr, false}) {}
+
+EtcdCluster::EtcdCluster(const EtcdClusterOptions& options) : tls_(options.tls) {
+  const int members = options.members;
   std::string tmpl = (std::filesystem::temp_directory_path() / "cadre-etcd-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("etcd test cluster: mkdtemp failed");
   dir_ = tmpl;
@@ -58,12 +64,14 @@ EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(li
   for (int i = 0; i < members; ++i) {
     Member m;
     m.name = "m" + std::to_string(i);
-    m.client_port = free_port(host_);
-    m.peer_port = free_port(host_);
-    while (m.peer_port == m.client_port) m.peer_port = free_port(host_);
-    initial += (i ? "," : "") + m.name + "=http://" + host_ + ":" + std::to_string(m.peer_port);
+    m.host = i < static_cast<int>(options.hosts.size()) ? options.hosts[i] : "127.0.0.1";
+    m.client_port = free_port(m.host);
+    m.peer_port = free_port(m.host);
+    while (m.peer_port == m.client_port) m.peer_port = free_port(m.host);
+    initial += (i ? "," : "") + m.name + "=http://" + m.host + ":" + std::to_string(m.peer_port);
     members_.push_back(m);
   }
+  if (tls_) make_certificates();
   // The environment without ETCD_*/ETCDCTL_* (etcd would take them as flags).
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e)
@@ -73,16 +81,20 @@ EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(li
   envp.push_back(nullptr);
   // One token for the whole cluster (members with different tokens refuse each other).
   const std::string token = "cadre-test-" + std::to_string(::getpid()) + "-" + std::to_string(members_[0].client_port);
-  for (auto& m : members_) {
-    std::string client = "http://" + host_ + ":" + std::to_string(m.client_port);
-    std::string peer = "http://" + host_ + ":" + std::to_string(m.peer_port);
-    std::vector<std::string> args = {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    Member& m = members_[i];
+    std::string client = (tls_ ? "https://" : "http://") + m.host + ":" + std::to_string(m.client_port);
+    std::string peer = "http://" + m.host + ":" + std::to_string(m.peer_port);
+    std::vector<std::string> args;
+    if (options.command_prefix) args = options.command_prefix(static_cast<int>(i));
+    args.insert(args.end(), {
         "etcd", "--name", m.name, "--data-dir", dir_ + "/" + m.name, "--listen-client-urls", client,
         "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
         "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
         token,
         // Fast elections: a killed leader is replaced in about a second.
-        "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"};
+        "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"});
+    if (tls_) args.insert(args.end(), {"--cert-file", dir_ + "/server.crt", "--key-file", dir_ + "/server.key"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -97,7 +109,7 @@ EtcdCluster::EtcdCluster(int members, const std::string& listen_host) : host_(li
       int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      ::execvpe("etcd", argv.data(), envp.data());
+      ::execvpe(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
   }
@@ -126,10 +138,46 @@ void EtcdCluster::stop() {
   dir_.clear();
 }
 
+// A CA and one server certificate for every member address, valid for a day.
+void EtcdCluster::make_certificates() {
+  std::string san = "subjectAltName=DNS:localhost";
+  for (const auto& m : members_) san += ",IP:" + m.host;
+  std::ofstream(dir_ + "/ext") << san << "\n";
+  auto openssl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "openssl");
+    RunResult r = run_process(args, {}, 60);
+    if (r.exit_code != 0) throw std::runtime_error("etcd test cluster: openssl failed: " + r.output);
+  };
+  const std::string d = dir_ + "/";
+  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "ca.key", "-out", d + "ca.crt", "-days",
+           "1", "-subj", "/CN=cadre-test-ca"});
+  openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "server.key", "-out", d + "server.csr", "-subj",
+           "/CN=cadre-test-etcd"});
+  openssl({"x509", "-req", "-in", d + "server.csr", "-CA", d + "ca.crt", "-CAkey", d + "ca.key", "-CAcreateserial",
+           "-out", d + "server.crt", "-days", "1", "-extfile", d + "ext"});
+}
+
+std::string EtcdCluster::ca_file() const { return tls_ ? dir_ + "/ca.crt" : ""; }
+
+// A client of member i (https with the test CA when TLS is on).
+static std::unique_ptr<httplib::Client> member_client(const std::string& host, int port, bool tls,
+                                                      const std::string& ca) {
+  std::unique_ptr<httplib::Client> c;
+  if (tls) {
+    c = std::make_unique<httplib::Client>("https://" + host + ":" + std::to_string(port));
+    c->set_ca_cert_path(ca);
+    c->enable_server_certificate_verification(true);
+  } else {
+    c = std::make_unique<httplib::Client>(host, port);
+  }
+  c->set_connection_timeout(std::chrono::milliseconds(500));
+  c->set_read_timeout(std::chrono::seconds(2));
+  return c;
+}
+
 bool EtcdCluster::healthy(int i) const {
-  httplib::Client client(host_, members_[i].client_port);
-  client.set_connection_timeout(std::chrono::milliseconds(500));
-  client.set_read_timeout(std::chrono::seconds(2));
+  auto client_ptr = member_client(members_[i].host, members_[i].client_port, tls_, ca_file());
+  httplib::Client& client = *client_ptr;
   auto res = client.Get("/health");
   return res && res->status == 200 && res->body.find("\"true\"") != std::string::npos;
 }
@@ -137,10 +185,8 @@ bool EtcdCluster::healthy(int i) const {
 int EtcdCluster::leader() const {
   for (int i = 0; i < size(); ++i) {
     if (members_[i].pid <= 0) continue;
-    httplib::Client client(host_, members_[i].client_port);
-    client.set_connection_timeout(std::chrono::milliseconds(500));
-    client.set_read_timeout(std::chrono::seconds(2));
-    auto res = client.Post("/v3/maintenance/status", "{}", "application/json");
+    auto client = member_client(members_[i].host, members_[i].client_port, tls_, ca_file());
+    auto res = client->Post("/v3/maintenance/status", "{}", "application/json");
     if (!res || res->status != 200) continue;
     // {"header":{"member_id":"..."},"leader":"..."}: ids are JSON strings; compare them as text.
     auto field = [&](const std::string& body, const std::string& name, size_t from) {
@@ -155,7 +201,9 @@ int EtcdCluster::leader() const {
   return -1;
 }
 
-std::string EtcdCluster::endpoint(int i) const { return host_ + ":" + std::to_string(members_[i].client_port); }
+std::string EtcdCluster::endpoint(int i) const {
+  return (tls_ ? "https://" : "") + members_[i].host + ":" + std::to_string(members_[i].client_port);
+}
 
 std::string EtcdCluster::endpoints() const {
   std::string out;

@@ -5,28 +5,42 @@
 // members also get PR_SET_PDEATHSIG). Reusable by any test that needs etcd, e.g. fault tests:
 //   cadre::test::EtcdCluster etcd(3);
 //   run ... --rdzv-backend etcd --rdzv-endpoint etcd.endpoints() ...
-//   etcd.kill(0);   // SIGKILL one member; the other two keep a quorum
+//   etcd.kill(etcd.leader());   // SIGKILL the leader; the other two keep a quorum
+// Members may listen on different addresses and run under a command prefix (e.g. inside a
+// network namespace: {"ip", "netns", "exec", "h1"}), and may serve clients over https with a
+// throwaway CA (pass ca_file() as --rdzv-conf cacert=).
 #pragma once
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace cadre::test {
 
+struct EtcdClusterOptions {
+  int members = 1;
+  std::vector<std::string> hosts;  // member i listens on hosts[i] (IPv4); default 127.0.0.1
+  // Words put before `etcd` for member i, e.g. {"ip", "netns", "exec", "h1"}; none by default.
+  std::function<std::vector<std::string>(int member)> command_prefix;
+  bool tls = false;                // clients speak https (a CA is made with the openssl CLI)
+};
+
 class EtcdCluster {
  public:
   // Throws std::runtime_error (with the members' logs) when the cluster is not up within 30 s.
-  // listen_host: the address members listen on (e.g. a namespace's address; default loopback).
+  // listen_host: the address every member listens on (default loopback).
   explicit EtcdCluster(int members = 1, const std::string& listen_host = "127.0.0.1");
+  explicit EtcdCluster(const EtcdClusterOptions& options);
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
   int size() const { return static_cast<int>(members_.size()); }
-  std::string endpoint(int i) const;   // "host:port" of member i's client URL
+  std::string endpoint(int i) const;   // member i's client address: "host:port" ("https://host:port" with TLS)
   std::string endpoints() const;       // all of them, comma-separated (for --rdzv-endpoint)
+  std::string ca_file() const;         // with TLS: the CA that signed the members' certificates
   void kill(int i);                    // SIGKILL member i and reap it
   int leader() const;                  // index of the current raft leader, -1 if none answers
   bool alive(int i) const { return members_[i].pid > 0; }
@@ -36,14 +50,16 @@ class EtcdCluster {
 
  private:
   struct Member {
-    std::string name;
+    std::string name, host;
     int client_port = 0, peer_port = 0;
     pid_t pid = -1;
   };
   bool healthy(int i) const;
+  void make_certificates();
   void stop();  // kill every member, remove the data dirs
 
-  std::string host_, dir_;
+  bool tls_ = false;
+  std::string dir_;
   std::vector<Member> members_;
 };
 
