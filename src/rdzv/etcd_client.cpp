@@ -257,7 +257,18 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
   const size_t n = options_.endpoints.size();
   std::vector<std::string> errors(n);  // the latest error per endpoint
   std::string last_error;
-  bool reauthenticated = false;
+  // Logs in at endpoint i; false (error recorded) when it cannot be reached; throws when the
+  // credentials are refused.
+  auto login = [&](size_t i) {
+    try {
+      authenticate(i);
+      return true;
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("authentication as user") != std::string::npos) throw;
+      last_error = errors[i] = e.what();
+      return false;
+    }
+  };
   for (int pass = 0;; ++pass) {
     size_t first = preferred_.load();
     for (size_t step = 0; step < n; ++step) {
@@ -265,16 +276,14 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
       const std::string where = options_.endpoints[i].str();
       double left = deadline - now_s();
       if (left <= 0 && pass > 0) break;
-      if (!options_.user.empty() && token().empty()) {
-        try {
-          authenticate(i);
-        } catch (const Error& e) {
-          last_error = errors[i] = e.what();
-          if (std::string(e.what()).find("authentication as user") != std::string::npos) throw;
-          continue;
-        }
+      double timeout = std::min(options_.request_timeout_s, std::max(left, 0.5));
+      if (!options_.user.empty() && token().empty() && !login(i)) continue;
+      Attempt a = post_once(i, "/v3/" + path, text, timeout);
+      if (!options_.user.empty() && a.status > 0 && auth_token_rejected(a.body)) {
+        // Simple tokens expire (after 5 idle minutes by default): log in again and repeat once.
+        if (!login(i)) continue;
+        a = post_once(i, "/v3/" + path, text, timeout);
       }
-      Attempt a = post_once(i, "/v3/" + path, text, std::min(options_.request_timeout_s, std::max(left, 0.5)));
       if (a.status < 0) {
         if (a.fatal) throw Error(str("etcd ", where, ": ", what, ": ", a.error));
         last_error = errors[i] = str(where, ": ", a.error);
@@ -285,20 +294,13 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
         throw Error(str("etcd ", where, ": ", what, ": answer is not JSON (HTTP ", a.status, "): ", a.body.substr(0, 200)));
       if (a.status == 200 && !answer.contains("error")) {
         if (i != first || pass > 0)
-          log::warn(str("etcd: ", options_.endpoints[first].str(), " did not answer (", errors[first].empty() ? last_error : errors[first],
-                        "); now using ", where));
+          log::warn(str("etcd: ", options_.endpoints[first].str(), " did not answer (",
+                        errors[first].empty() ? last_error : errors[first], "); now using ", where));
         preferred_ = i;
         return answer;
       }
       std::string message = answer.value("message", answer.value("error", a.body));
       int code = answer.value("code", 0);
-      if (auth_token_rejected(message) && !options_.user.empty() && !reauthenticated) {
-        reauthenticated = true;  // simple tokens expire (5 min by default): log in again once
-        std::lock_guard<std::mutex> lock(token_mutex_);
-        token_.clear();
-        --step;
-        continue;
-      }
       if (retryable_code(code) || a.status == 503) {
         last_error = errors[i] = str(where, ": ", message);
         continue;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -79,7 +80,9 @@ class EtcdStore : public KvStore {
     wake_.notify_all();
     keeper_.join();
     try {
-      client_.lease_revoke(lease());  // session keys go at once: peers need not wait for the TTL
+      // Session keys go at once, so peers need not wait for the TTL. Through the keep-alive
+      // client: its short retry budget keeps an exit quick when etcd is unreachable.
+      keeper_client_->lease_revoke(lease());
     } catch (const std::exception& e) {
       log::warn(str(client_.describe(), ": revoking the session lease on exit failed (its keys expire within ",
                     ttl_s_, " s): ", e.what()));
@@ -107,10 +110,13 @@ class EtcdStore : public KvStore {
       json compare = current ? json{{"key", base64_encode(key)}, {"target", "MOD"}, {"result", "EQUAL"},
                                     {"mod_revision", std::to_string(current->mod_revision)}}
                              : compare_absent(key);
-      json txn = {{"compare", json::array({compare})},
-                  {"success", json::array({put_op(key, std::to_string(next)), put_op(ops_key_, seq + " " + std::to_string(next), lease())})},
-                  {"failure", json::array({range_op(key), range_op(ops_key_)})}};
-      json answer = client_.call("kv/txn", txn, str("add(", key, ", ", delta, ")"));
+      auto txn = [&] {  // rebuilt per attempt: the lease may have been renewed meanwhile
+        return json{{"compare", json::array({compare})},
+                    {"success", json::array({put_op(key, std::to_string(next)),
+                                             put_op(ops_key_, seq + " " + std::to_string(next), lease())})},
+                    {"failure", json::array({range_op(key), range_op(ops_key_)})}};
+      };
+      json answer = with_lease([&] { return client_.call("kv/txn", txn(), str("add(", key, ", ", delta, ")")); });
       if (answer.value("succeeded", false)) return next;
       if (auto marker = range_result(answer, 1)) {
         auto space = marker->value.find(' ');
@@ -143,12 +149,10 @@ class EtcdStore : public KvStore {
       std::lock_guard<std::mutex> lock(mutex_);
       session_keys_[key] = value;
     }
-    try {
+    with_lease([&] {
       client_.put(key, value, lease());
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("lease not found") == std::string::npos) throw;
-      renew_lease("it was not found when writing " + key);
-    }
+      return json();
+    });
   }
 
   void wait_for_change(const std::string& prefix, double timeout_s, double) override {
@@ -173,6 +177,20 @@ class EtcdStore : public KvStore {
     return v;
   }
 
+  // Runs fn, which uses the session lease; if etcd no longer knows the lease (it expired while
+  // etcd was unreachable and the keep-alive thread has not renewed it yet), renews it and runs
+  // fn once more.
+  json with_lease(const std::function<json()>& fn) {
+    int64_t used = lease();
+    try {
+      return fn();
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("lease not found") == std::string::npos) throw;
+      renew_lease(used, str("etcd did not know lease ", used));
+      return fn();
+    }
+  }
+
   // A later watch must start at the first read since the previous wait: every change after it
   // may concern something the caller read.
   void note_read(int64_t revision) {
@@ -188,8 +206,8 @@ class EtcdStore : public KvStore {
       int64_t id = lease_;
       lock.unlock();
       try {
-        if (keeper_client_->lease_keep_alive(id) <= 0) renew_lease("it expired (no keep-alive got through for " +
-                                                                   std::to_string(ttl_s_) + " s)");
+        if (keeper_client_->lease_keep_alive(id) <= 0)
+          renew_lease(id, str("it expired: no keep-alive got through for ", ttl_s_, " s"));
       } catch (const std::exception& e) {
         log::warn(str(client_.describe(), ": keeping the session lease alive failed (retrying in ", ttl_s_ / 3.0,
                       " s): ", e.what()));
@@ -200,7 +218,10 @@ class EtcdStore : public KvStore {
 
   // The lease is gone: peers have seen this agent's session keys vanish. Take a new lease and
   // write the keys again; rendezvous sorts out the rest (the round was probably ended).
-  void renew_lease(const std::string& why) {
+  // `stale` is the lease found gone; if another thread renewed it already, nothing to do.
+  void renew_lease(int64_t stale, const std::string& why) {
+    std::lock_guard<std::mutex> renewing(renew_mutex_);
+    if (lease() != stale) return;
     int64_t id = keeper_client_->lease_grant(ttl_s_);
     std::map<std::string, std::string> keys;
     {
@@ -219,6 +240,7 @@ class EtcdStore : public KvStore {
   std::atomic<uint64_t> op_seq_{0};
   std::atomic<int64_t> first_read_revision_{0};
   mutable std::mutex mutex_;
+  std::mutex renew_mutex_;  // one lease renewal at a time
   std::condition_variable wake_;
   bool stopping_ = false;
   int64_t lease_ = 0;
