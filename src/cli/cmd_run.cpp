@@ -112,7 +112,7 @@ int cmd_run(const Args& args) {
                        " tasks on this node; run one `cadre run` per node (srun --ntasks-per-node=1)");
     if (!flags.given("--nnodes")) nnodes = std::to_string(slurm->nnodes);
     if (!flags.given("--node-rank")) node_rank = slurm->node_rank;
-    if (!flags.given("--rdzv-endpoint"))
+    if (!flags.given("--rdzv-endpoint") && backend != "etcd")  // etcd lives elsewhere: only the user knows where
       endpoint = launch::slurm_node_address(slurm->first_host) + ":" + std::to_string(slurm->port);
     if (!flags.given("--rdzv-id")) run_id = "slurm-" + slurm->job_id;
     log::info(str("slurm job ", slurm->job_id, ": node ", node_rank, " of ", nnodes, ", rendezvous at ", endpoint));
@@ -147,6 +147,8 @@ int cmd_run(const Args& args) {
     CADRE_CONFIG_CHECK(cfg.store.cert_file.empty() == cfg.store.key_file.empty(),
                        "an etcd TLS client certificate needs both --rdzv-conf cert=.. and key=..");
     cfg.store.session_ttl_s = cfg.rendezvous.heartbeat_timeout_s;
+    if (!flags.given("--rdzv-id") && run_id == "none")
+      log::warn("--rdzv-id not given: every job on this etcd without one shares the id 'none' (and its rounds)");
   } else {
     CADRE_CONFIG_CHECK(cfg.store.user.empty() && cfg.store.password.empty() && cfg.store.ca_file.empty() &&
                        cfg.store.cert_file.empty(), "--rdzv-conf user/password/cacert/cert/key only apply to "
