@@ -1,8 +1,8 @@
 // `cadre run --rdzv-backend etcd` end to end against real etcd members started by the test:
-// a worker crash restarts the group; the same run id runs again after a success and after giving
-// up; a SIGKILLed agent that restarts rejoins; two agents train (`cadre train`, tiny config)
-// while one member of a 3-member etcd cluster is SIGKILLed; bad endpoints and credentials fail
-// with clear messages.
+// a worker crash restarts the group; the same run id runs again after a success, after giving
+// up and after the whole job was SIGKILLed; a SIGKILLed agent that restarts rejoins; agents work
+// over https; two agents train (`cadre train`, tiny config) while the leader of a 3-member etcd
+// cluster is SIGKILLed; bad endpoints and credentials fail with clear messages.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -137,6 +137,25 @@ TEST_F(EtcdRunTest, SigkilledAgentThatRestartsRejoinsAndTheJobFinishes) {
   // The survivor saw the old session end, or the restarted agent ended the stale round first.
   EXPECT_TRUE(out.find("lost its session") != std::string::npos || out.find("stale round") != std::string::npos)
       << out;
+}
+
+TEST_F(EtcdRunTest, AJobKilledOutrightLeavesNoStateThatBlocksARerunWithTheSameId) {
+  start_etcd(1);
+  {
+    auto a = start_agent(agent_args("killed", "a", {}, shell("wait", "a")), "a");
+    auto b = start_agent(agent_args("killed", "b", {}, shell("wait", "b")), "b");
+    ASSERT_TRUE(wait_until([&] { return ranks_started(2) == worker_all_ranks(2); }, 30)) << a->output() << b->output();
+    a->signal(SIGKILL);
+    b->signal(SIGKILL);
+    ASSERT_TRUE(a->wait_exit(10) && b->wait_exit(10));
+  }
+  // Round 0 still looks "running" in etcd; its agents' sessions expire within the TTL (2 s).
+  write_file(dir.path + "/finish", "");
+  auto [a, b] = run_pair("killed", "wait", "r");
+  EXPECT_EQ(a, 0) << outputs;
+  EXPECT_EQ(b, 0) << outputs;
+  EXPECT_EQ(starts_with_world(2), 4u);
+  EXPECT_NE(outputs.find("stale round"), std::string::npos) << outputs;
 }
 
 TEST_F(EtcdRunTest, TwoAgentsTrainWhileAnEtcdMemberIsKilled) {
