@@ -380,7 +380,7 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
   if (!auth.empty()) req.set_header("Authorization", auth);
   // The stream is one JSON object per line: first {"result":{"created":true}}, then events.
   std::string buffer;
-  bool changed = false;
+  bool changed = false, failed = false;
   req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
     buffer.append(data, len);
     for (size_t nl; (nl = buffer.find('\n')) != std::string::npos;) {
@@ -388,10 +388,10 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
       buffer.erase(0, nl + 1);
       if (!line.is_object()) continue;
       const json& result = line.contains("result") ? line["result"] : line;
-      if (result.contains("error") || (result.contains("events") && !result["events"].empty()) ||
-          result.contains("compact_revision") || result.value("canceled", false)) {
+      failed = result.contains("error") || result.value("canceled", false);
+      if (failed || (result.contains("events") && !result["events"].empty()) || result.contains("compact_revision")) {
         changed = true;
-        return false;  // stop reading: the caller re-reads the store
+        return false;  // stop reading: the caller re-reads the store (and meets any error there)
       }
     }
     return true;
@@ -400,7 +400,11 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
   httplib::Error error = httplib::Error::Success;
   double started = now_s();
   client->send(req, res, error);
-  if (changed) return true;
+  if (changed && !failed) return true;
+  if (failed) {  // e.g. no permission to watch: pace the caller's re-reads instead of spinning
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(0.1, timeout_s)));
+    return true;
+  }
   if (error == httplib::Error::Read || error == httplib::Error::Success) return false;  // quiet until the timeout
   // The endpoint is gone: let the next call fail over, and report a (spurious) change so the
   // caller re-reads through call(), which handles failover and errors.
