@@ -177,6 +177,11 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       wait_for_change(deadline - now_s());
     }
     if (!late && !closed) continue;  // round abandoned
+    if (late && index >= 0 && !closed) {
+      // We took a slot past MAX, so the round is full: close it as its joiners would (they may be
+      // gone, e.g. a job killed while forming), so its members are known and can be checked.
+      closed = store_->compare_set(round_key(k, "closed"), "", str(config_.max_nodes, " ", store_->add(key("restarts"), 0)));
+    }
     int64_t members = 0, restarts = 0;
     if (closed) {
       auto space = closed->find(' ');

@@ -405,3 +405,26 @@ TEST(EtcdStore, HttpsEndpointsWorkWithTheRightCaAndFailClearlyWithoutIt) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EtcdRendezvous, AFullRoundThatNobodyClosedIsClosedAndSkippedByALateAgent) {
+  EtcdCluster etcd;
+  RendezvousConfig c = one_node("unclosed");
+  {
+    // The only slot of round 0 was taken by an agent that died before anyone closed the round.
+    auto ghost = etcd_store_open(options(etcd.endpoints()), 2);
+    Rendezvous layout(etcd_store_open(options(etcd.endpoints()), 2), c);
+    ghost->add("cadre/unclosed/g0/r0/joined", 1);
+    ghost->set_session_key("cadre/unclosed/g0/r0/alive/0", "ghost");
+    ghost->set("cadre/unclosed/g0/r0/node/0", node_info_to_json(node("ghost")));
+  }
+  Rendezvous a(etcd_store_open(options(etcd.endpoints()), 2), c);
+  auto start = std::chrono::steady_clock::now();
+  Round r = a.join_next_round(node("a"), kNever);
+  EXPECT_EQ(r.number, 1);
+  EXPECT_EQ(r.nodes[r.group_rank].hostname, "a");
+  EXPECT_LT(seconds_since(start), 3);
+}
+
+}  // namespace
