@@ -221,7 +221,8 @@ TEST_F(EtcdRunTest, BadEndpointsAndCredentialsFailWithClearMessages) {
       {{"--standalone"}, 2, {"cannot be combined with --rdzv-backend etcd"}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
-    std::vector<std::string> argv = {CADRE_BIN, "run", "--rdzv-backend", "etcd"};
+    std::vector<std::string> argv = {CADRE_BIN, "run", "--rdzv-backend", "etcd", "--log-dir",
+                                     dir.path + "/bad-logs" + std::to_string(i)};
     argv.insert(argv.end(), cases[i].args.begin(), cases[i].args.end());
     argv.insert(argv.end(), {"--", "/bin/true"});
     Proc p(argv, dir.path + "/bad" + std::to_string(i) + ".out");
