@@ -329,15 +329,6 @@ std::optional<EtcdKv> EtcdClient::get(const std::string& key, int64_t* revision)
   return etcd_kv_from_json(answer["kvs"][0]);
 }
 
-std::vector<EtcdKv> EtcdClient::get_prefix(const std::string& prefix, int64_t* revision) {
-  json answer = call("kv/range", {{"key", base64_encode(prefix)}, {"range_end", base64_encode(etcd_prefix_end(prefix))}},
-                     "get prefix " + prefix);
-  if (revision) *revision = int_field(answer["header"], "revision");
-  std::vector<EtcdKv> out;
-  for (const auto& kv : answer.value("kvs", json::array())) out.push_back(etcd_kv_from_json(kv));
-  return out;
-}
-
 void EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
   json body = {{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease) body["lease"] = std::to_string(lease);

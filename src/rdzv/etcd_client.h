@@ -56,7 +56,6 @@ class EtcdClient {
 
   // Decoded helpers over call().
   std::optional<EtcdKv> get(const std::string& key, int64_t* revision = nullptr);
-  std::vector<EtcdKv> get_prefix(const std::string& prefix, int64_t* revision = nullptr);
   void put(const std::string& key, const std::string& value, int64_t lease = 0);
   void erase_prefix(const std::string& prefix);
   int64_t lease_grant(int64_t ttl_s);

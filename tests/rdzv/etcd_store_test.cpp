@@ -1,8 +1,10 @@
 // EtcdStore against a real etcd: session keys vanish when their owner dies (lease expiry) and
-// stay while it lives (keep-alive); watches wake waiters; a dead first endpoint fails over; an
-// add whose answer is lost and which is repeated on another endpoint counts once;
-// unreachable clusters and bad credentials give clear errors; and rendezvous over etcd starts a
-// fresh job generation after a finished job and skips a stale round whose agents are gone.
+// stay while it lives (keep-alive); closing revokes at once; watches wake waiters (also for a
+// change between read and wait); a dead first endpoint fails over; an add whose answer is lost
+// and which is repeated on another endpoint counts once; https with the right CA works and a
+// wrong one fails clearly; unreachable clusters, bad endpoint syntax and bad credentials give
+// clear errors. Rendezvous over etcd: a reused run id starts a fresh job generation; stale,
+// unclosed and half-dead rounds are skipped; a peer whose lease ends is reported dead.
 #include <gtest/gtest.h>
 
 #include <signal.h>
