@@ -223,6 +223,8 @@ EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& pa
     return a;
   }
   a.error = transport_error(error);
+  if (options_.tls && error == httplib::Error::Read)  // TLS 1.3 refuses a client certificate after the handshake
+    a.error += " (over https this is also how a member refuses a missing or untrusted client certificate)";
   a.fatal = error == httplib::Error::SSLServerVerification || error == httplib::Error::SSLLoadingCerts;
   if (status > 0) a.error += str(" (HTTP ", status, ", partial answer '", a.body.substr(0, 200), "')");
   return a;

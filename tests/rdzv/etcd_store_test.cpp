@@ -430,3 +430,31 @@ TEST(EtcdRendezvous, AFullRoundThatNobodyClosedIsClosedAndSkippedByALateAgent) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EtcdStore, ClientCertificateAuthWorksAndNoCertificateIsRefused) {
+  cadre::test::EtcdClusterOptions o;
+  o.client_cert_auth = true;
+  EtcdCluster etcd(o);
+  EtcdOptions with_cert = options(etcd.endpoints(), 3);
+  with_cert.tls = true;
+  with_cert.ca_file = etcd.ca_file();
+  with_cert.cert_file = etcd.client_cert_file();
+  with_cert.key_file = etcd.client_key_file();
+  auto store = etcd_store_open(with_cert, 2);
+  EXPECT_EQ(store->add("cert/n", 1), 1);
+  EtcdOptions without = with_cert;
+  without.cert_file.clear();
+  without.key_file.clear();
+  without.timeout_s = 1;
+  try {
+    etcd_store_open(without, 2);
+    FAIL() << "expected the members to refuse a client without a certificate";
+  } catch (const cadre::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(etcd.endpoint(0).substr(8)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("client certificate"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -53,9 +53,10 @@ std::string read_all(const std::string& path) {
 }  // namespace
 
 EtcdCluster::EtcdCluster(int members, const std::string& listen_host)
-    : EtcdCluster(EtcdClusterOptions{members, std::vector<std::string>(members, listen_host), nullptr, false}) {}
+    : EtcdCluster(EtcdClusterOptions{members, std::vector<std::string>(members, listen_host), nullptr, false, false}) {}
 
-EtcdCluster::EtcdCluster(const EtcdClusterOptions& options) : tls_(options.tls) {
+EtcdCluster::EtcdCluster(const EtcdClusterOptions& options)
+    : tls_(options.tls || options.client_cert_auth), client_cert_auth_(options.client_cert_auth) {
   const int members = options.members;
   std::string tmpl = (std::filesystem::temp_directory_path() / "cadre-etcd-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("etcd test cluster: mkdtemp failed");
@@ -95,6 +96,7 @@ EtcdCluster::EtcdCluster(const EtcdClusterOptions& options) : tls_(options.tls) 
         // Fast elections: a killed leader is replaced in about a second.
         "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"});
     if (tls_) args.insert(args.end(), {"--cert-file", dir_ + "/server.crt", "--key-file", dir_ + "/server.key"});
+    if (client_cert_auth_) args.insert(args.end(), {"--client-cert-auth", "--trusted-ca-file", dir_ + "/ca.crt"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -155,16 +157,26 @@ void EtcdCluster::make_certificates() {
            "/CN=cadre-test-etcd"});
   openssl({"x509", "-req", "-in", d + "server.csr", "-CA", d + "ca.crt", "-CAkey", d + "ca.key", "-CAcreateserial",
            "-out", d + "server.crt", "-days", "1", "-extfile", d + "ext"});
+  if (!client_cert_auth_) return;
+  std::ofstream(d + "client-ext") << "extendedKeyUsage=clientAuth\n";
+  openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "client.key", "-out", d + "client.csr", "-subj",
+           "/CN=cadre-test-client"});
+  openssl({"x509", "-req", "-in", d + "client.csr", "-CA", d + "ca.crt", "-CAkey", d + "ca.key", "-CAcreateserial",
+           "-out", d + "client.crt", "-days", "1", "-extfile", d + "client-ext"});
 }
+
+std::string EtcdCluster::client_cert_file() const { return client_cert_auth_ ? dir_ + "/client.crt" : ""; }
+std::string EtcdCluster::client_key_file() const { return client_cert_auth_ ? dir_ + "/client.key" : ""; }
 
 std::string EtcdCluster::ca_file() const { return tls_ ? dir_ + "/ca.crt" : ""; }
 
 // A client of member i (https with the test CA when TLS is on).
 static std::unique_ptr<httplib::Client> member_client(const std::string& host, int port, bool tls,
-                                                      const std::string& ca) {
+                                                      const std::string& ca, const std::string& cert = "",
+                                                      const std::string& key = "") {
   std::unique_ptr<httplib::Client> c;
   if (tls) {
-    c = std::make_unique<httplib::Client>("https://" + host + ":" + std::to_string(port));
+    c = std::make_unique<httplib::Client>("https://" + host + ":" + std::to_string(port), cert, key);
     c->set_ca_cert_path(ca);
     c->enable_server_certificate_verification(true);
   } else {
@@ -176,7 +188,8 @@ static std::unique_ptr<httplib::Client> member_client(const std::string& host, i
 }
 
 bool EtcdCluster::healthy(int i) const {
-  auto client_ptr = member_client(members_[i].host, members_[i].client_port, tls_, ca_file());
+  auto client_ptr = member_client(members_[i].host, members_[i].client_port, tls_, ca_file(), client_cert_file(),
+                              client_key_file());
   httplib::Client& client = *client_ptr;
   auto res = client.Get("/health");
   return res && res->status == 200 && res->body.find("\"true\"") != std::string::npos;
@@ -185,7 +198,8 @@ bool EtcdCluster::healthy(int i) const {
 int EtcdCluster::leader() const {
   for (int i = 0; i < size(); ++i) {
     if (members_[i].pid <= 0) continue;
-    auto client = member_client(members_[i].host, members_[i].client_port, tls_, ca_file());
+    auto client = member_client(members_[i].host, members_[i].client_port, tls_, ca_file(), client_cert_file(),
+                              client_key_file());
     auto res = client->Post("/v3/maintenance/status", "{}", "application/json");
     if (!res || res->status != 200) continue;
     // {"header":{"member_id":"..."},"leader":"..."}: ids are JSON strings; compare them as text.

@@ -25,6 +25,7 @@ struct EtcdClusterOptions {
   // Words put before `etcd` for member i, e.g. {"ip", "netns", "exec", "h1"}; none by default.
   std::function<std::vector<std::string>(int member)> command_prefix;
   bool tls = false;                // clients speak https (a CA is made with the openssl CLI)
+  bool client_cert_auth = false;   // with tls: members demand a client certificate from the CA
 };
 
 class EtcdCluster {
@@ -41,6 +42,8 @@ class EtcdCluster {
   std::string endpoint(int i) const;   // member i's client address: "host:port" ("https://host:port" with TLS)
   std::string endpoints() const;       // all of them, comma-separated (for --rdzv-endpoint)
   std::string ca_file() const;         // with TLS: the CA that signed the members' certificates
+  std::string client_cert_file() const;  // with client_cert_auth: a client certificate and its key
+  std::string client_key_file() const;
   void kill(int i);                    // SIGKILL member i and reap it
   int leader() const;                  // index of the current raft leader, -1 if none answers
   bool alive(int i) const { return members_[i].pid > 0; }
@@ -58,7 +61,7 @@ class EtcdCluster {
   void make_certificates();
   void stop();  // kill every member, remove the data dirs
 
-  bool tls_ = false;
+  bool tls_ = false, client_cert_auth_ = false;
   std::string dir_;
   std::vector<Member> members_;
 };
