@@ -2,6 +2,7 @@
 #include "rdzv/etcd_client.h"
 
 #include <httplib.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cmath>
@@ -37,6 +38,31 @@ void set_timeout(httplib::Client& client, double seconds) {
   client.set_write_timeout(us);
   client.set_connection_timeout(std::chrono::microseconds(std::min<int64_t>(us.count(), 1000000)));
 }
+
+// A member that closes the connection while we write (killed, or refusing a TLS client) raises
+// SIGPIPE in the writing thread; OpenSSL's writes do not ask the kernel to suppress it. Block it
+// in this thread for the duration of a request and discard it afterwards, so a library call
+// never kills the process, whatever the program's own SIGPIPE disposition.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    timespec zero{0, 0};
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) && !sigismember(&old_, SIGPIPE)) sigtimedwait(&pipe_, nullptr, &zero);
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+};
 
 // One HTTP(S) connection to one endpoint, with the TLS settings applied.
 std::unique_ptr<httplib::Client> make_client(const EtcdOptions& o, const Endpoint& e, double timeout_s) {
@@ -217,13 +243,17 @@ EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& pa
   };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  client->send(req, res, error);
+  {
+    SigpipeBlock no_sigpipe;
+    client->send(req, res, error);
+  }
   if (complete || (error == httplib::Error::Success && status > 0)) {
     a.status = status;
     return a;
   }
   a.error = transport_error(error);
-  if (options_.tls && error == httplib::Error::Read)  // TLS 1.3 refuses a client certificate after the handshake
+  // TLS 1.3 refuses a client certificate after the handshake: the next read or write fails.
+  if (options_.tls && (error == httplib::Error::Read || error == httplib::Error::Write))
     a.error += " (over https this is also how a member refuses a missing or untrusted client certificate)";
   a.fatal = error == httplib::Error::SSLServerVerification || error == httplib::Error::SSLLoadingCerts;
   if (status > 0) a.error += str(" (HTTP ", status, ", partial answer '", a.body.substr(0, 200), "')");
@@ -392,7 +422,10 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
   double started = now_s();
-  client->send(req, res, error);
+  {
+    SigpipeBlock no_sigpipe;
+    client->send(req, res, error);
+  }
   if (changed && !failed) return true;
   if (failed) {  // e.g. no permission to watch: pace the caller's re-reads instead of spinning
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(0.1, timeout_s)));
