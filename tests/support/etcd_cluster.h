@@ -8,7 +8,8 @@
 //   etcd.kill(etcd.leader());   // SIGKILL the leader; the other two keep a quorum
 // Members may listen on different addresses and run under a command prefix (e.g. inside a
 // network namespace: {"ip", "netns", "exec", "h1"}), and may serve clients over https with a
-// throwaway CA (pass ca_file() as --rdzv-conf cacert=).
+// throwaway CA (pass ca_file() as --rdzv-conf cacert=). The process that constructs the cluster
+// must reach every member's client address: it waits for each /health to say true.
 #pragma once
 
 #include <sys/types.h>
