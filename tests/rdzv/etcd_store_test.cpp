@@ -274,9 +274,6 @@ TEST(EtcdRendezvous, APeerWhoseLeaseEndsIsReportedDead) {
   EXPECT_EQ(s.dead[0], b_rank);
 }
 
-}  // namespace
-
-namespace {
 
 TEST(EtcdRendezvous, AGoneAgentCountedInAFormingRoundDoesNotBlockTheMasterWait) {
   EtcdCluster etcd;
@@ -305,9 +302,6 @@ TEST(EtcdRendezvous, AGoneAgentCountedInAFormingRoundDoesNotBlockTheMasterWait) 
   EXPECT_EQ(fb.get().number, 1);
 }
 
-}  // namespace
-
-namespace {
 
 // An HTTP proxy in front of etcd that forwards every request, but for the first transaction it
 // applies the request and then never answers (until it is destroyed): the client times out, as
@@ -371,9 +365,6 @@ TEST(EtcdStore, AnAddWhoseAnswerIsLostAndWhichIsRepeatedElsewhereCountsOnce) {
   EXPECT_EQ(store->add("lost/n", 1), 6);
 }
 
-}  // namespace
-
-namespace {
 
 TEST(EtcdStore, HttpsEndpointsWorkWithTheRightCaAndFailClearlyWithoutIt) {
   cadre::test::EtcdClusterOptions o;
@@ -406,9 +397,6 @@ TEST(EtcdStore, HttpsEndpointsWorkWithTheRightCaAndFailClearlyWithoutIt) {
   EXPECT_THROW(etcd_store_open(plain, 2), cadre::Error);
 }
 
-}  // namespace
-
-namespace {
 
 TEST(EtcdRendezvous, AFullRoundThatNobodyClosedIsClosedAndSkippedByALateAgent) {
   EtcdCluster etcd;
@@ -429,9 +417,6 @@ TEST(EtcdRendezvous, AFullRoundThatNobodyClosedIsClosedAndSkippedByALateAgent) {
   EXPECT_LT(seconds_since(start), 3);
 }
 
-}  // namespace
-
-namespace {
 
 TEST(EtcdStore, ClientCertificateAuthWorksAndNoCertificateIsRefused) {
   cadre::test::EtcdClusterOptions o;
