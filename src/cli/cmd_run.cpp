@@ -10,6 +10,7 @@
 #include "launch/agent.h"
 #include "launch/slurm.h"
 #include "launch/worker_group.h"
+#include "rdzv/etcd_client.h"
 
 namespace cadre {
 namespace {
@@ -34,7 +35,7 @@ std::pair<int64_t, int64_t> parse_nnodes(const std::string& text) {
   return {lo, hi};
 }
 
-// --rdzv-conf key=value,key=value (timeouts in seconds).
+// --rdzv-conf key=value,key=value (timeouts in seconds; user and password for etcd).
 void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
   size_t start = 0;
   while (!text.empty() && start <= text.size()) {
@@ -44,6 +45,17 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
     auto eq = item.find('=');
     CADRE_CONFIG_CHECK(eq != std::string::npos, "--rdzv-conf: expected key=value, got '", item, "'");
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "user" || key == "password") {
+      CADRE_CONFIG_CHECK(!value.empty(), "--rdzv-conf ", key, " must not be empty");
+      (key == "user" ? cfg.store.user : cfg.store.password) = value;
+      continue;
+    }
+    if (key == "cacert" || key == "cert" || key == "key") {
+      CADRE_CONFIG_CHECK(std::filesystem::is_regular_file(value), "--rdzv-conf ", key, "=", value,
+                         ": no such file");
+      (key == "cacert" ? cfg.store.ca_file : key == "cert" ? cfg.store.cert_file : cfg.store.key_file) = value;
+      continue;
+    }
     size_t used = 0;
     double v = -1;
     try { v = std::stod(value, &used); } catch (const std::exception&) { used = 0; }
@@ -52,11 +64,13 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
     if (key == "join_timeout") cfg.rendezvous.join_timeout_s = v;
     else if (key == "last_call_timeout") cfg.rendezvous.last_call_timeout_s = v;
     else if (key == "heartbeat_timeout") cfg.rendezvous.heartbeat_timeout_s = v;
+    else if (key == "session_ttl") cfg.rendezvous.heartbeat_timeout_s = v;  // etcd's name for the same
     else if (key == "store_timeout") cfg.store.timeout_s = v;
     else if (key == "exit_linger") cfg.exit_linger_s = v;
     else
       throw ConfigError(str("--rdzv-conf: unknown key '", key,
-                            "' (known: join_timeout, last_call_timeout, heartbeat_timeout, store_timeout, exit_linger)"));
+                            "' (known: join_timeout, last_call_timeout, heartbeat_timeout, store_timeout, exit_linger, "
+                            "session_ttl, user, password, cacert, cert, key)"));
   }
 }
 
@@ -70,11 +84,16 @@ int cmd_run(const Args& args) {
   Flags flags("cadre run [flags] -- PROGRAM ARGS...   (torchrun-compatible elastic launcher)");
   flags.add("--nnodes", &nnodes, "number of nodes, N or MIN:MAX (default 1)");
   flags.add("--nproc-per-node", &nproc, "workers per node (default 1)");
-  flags.add("--rdzv-backend", &backend, "c10d (embedded store, elastic) or static (default c10d)");
-  flags.add("--rdzv-endpoint", &endpoint, "host:port of the rendezvous store (default 127.0.0.1:29500)");
+  flags.add("--rdzv-backend", &backend,
+            "c10d (embedded store, elastic), static, or etcd (external etcd v3 cluster; default c10d)");
+  flags.add("--rdzv-endpoint", &endpoint,
+            "host:port of the rendezvous store (default 127.0.0.1:29500); etcd: [https://]host:port[,...] "
+            "(default 127.0.0.1:2379)");
   flags.add("--rdzv-id", &run_id, "job id shared by all nodes (default none)");
   flags.add("--rdzv-conf", &rdzv_conf,
-            "join_timeout=600,last_call_timeout=30,heartbeat_timeout=30,store_timeout=60,exit_linger=10 (seconds)");
+            "join_timeout=600,last_call_timeout=30,heartbeat_timeout=30,store_timeout=60,exit_linger=10 (seconds); "
+            "etcd: heartbeat_timeout (alias session_ttl) is the lease TTL, default 5; user=..,password=.. "
+            "(or env CADRE_ETCD_USER, CADRE_ETCD_PASSWORD); https endpoints: cacert=FILE[,cert=FILE,key=FILE]");
   flags.add("--standalone", &standalone, "single node: host the store on a free local port");
   flags.add("--max-restarts", &max_restarts, "group restarts allowed after worker failures (default 0)");
   flags.add("--monitor-interval", &monitor_interval, "seconds between worker checks and heartbeats (default 0.1)");
@@ -93,7 +112,7 @@ int cmd_run(const Args& args) {
                        " tasks on this node; run one `cadre run` per node (srun --ntasks-per-node=1)");
     if (!flags.given("--nnodes")) nnodes = std::to_string(slurm->nnodes);
     if (!flags.given("--node-rank")) node_rank = slurm->node_rank;
-    if (!flags.given("--rdzv-endpoint"))
+    if (!flags.given("--rdzv-endpoint") && backend != "etcd")  // etcd lives elsewhere: only the user knows where
       endpoint = launch::slurm_node_address(slurm->first_host) + ":" + std::to_string(slurm->port);
     if (!flags.given("--rdzv-id")) run_id = "slurm-" + slurm->job_id;
     log::info(str("slurm job ", slurm->job_id, ": node ", node_rank, " of ", nnodes, ", rendezvous at ", endpoint));
@@ -103,19 +122,50 @@ int cmd_run(const Args& args) {
   CADRE_CONFIG_CHECK(max_restarts >= 0, "--max-restarts must be >= 0, got ", max_restarts);
   CADRE_CONFIG_CHECK(monitor_interval > 0, "--monitor-interval must be > 0, got ", monitor_interval);
   CADRE_CONFIG_CHECK(stop_timeout >= 0, "--stop-timeout must be >= 0, got ", stop_timeout);
-  CADRE_CONFIG_CHECK(backend == "c10d" || backend == "static", "--rdzv-backend must be c10d or static, got '", backend, "'");
+  CADRE_CONFIG_CHECK(backend == "c10d" || backend == "static" || backend == "etcd",
+                     "--rdzv-backend must be c10d, static or etcd, got '", backend, "'");
+  CADRE_CONFIG_CHECK(!(backend == "etcd" && standalone), "--standalone hosts the embedded store; it cannot be "
+                     "combined with --rdzv-backend etcd");
   CADRE_CONFIG_CHECK(node_rank < max_nodes, "--node-rank ", node_rank, " must be below the node count ", max_nodes);
   if (backend == "static") {
     CADRE_CONFIG_CHECK(min_nodes == max_nodes, "--rdzv-backend static needs a fixed --nnodes, got ", nnodes);
     if (node_rank < 0 && max_nodes == 1) node_rank = 0;
     CADRE_CONFIG_CHECK(node_rank >= 0, "--rdzv-backend static needs --node-rank");
   }
+  if (backend == "etcd") {
+    // Liveness comes from the session lease: a few seconds, not the 30 s of heartbeat counters.
+    cfg.rendezvous.heartbeat_timeout_s = 5;
+    if (const char* user = std::getenv("CADRE_ETCD_USER")) cfg.store.user = user;
+    if (const char* password = std::getenv("CADRE_ETCD_PASSWORD")) cfg.store.password = password;
+  }
   apply_rdzv_conf(rdzv_conf, cfg);
+  if (backend == "etcd") {
+    CADRE_CONFIG_CHECK(cfg.rendezvous.heartbeat_timeout_s >= 2, "--rdzv-conf heartbeat_timeout (the etcd lease TTL) "
+                       "must be at least 2 s (etcd's minimum lease TTL), got ", cfg.rendezvous.heartbeat_timeout_s);
+    CADRE_CONFIG_CHECK(cfg.store.user.empty() == cfg.store.password.empty(),
+                       "etcd authentication needs both user and password (--rdzv-conf user=..,password=..)");
+    CADRE_CONFIG_CHECK(cfg.store.cert_file.empty() == cfg.store.key_file.empty(),
+                       "an etcd TLS client certificate needs both --rdzv-conf cert=.. and key=..");
+    cfg.store.session_ttl_s = cfg.rendezvous.heartbeat_timeout_s;
+    if (!flags.given("--rdzv-id") && run_id == "none")
+      log::warn("--rdzv-id not given: every job on this etcd without one shares the id 'none' (and its rounds)");
+  } else {
+    CADRE_CONFIG_CHECK(cfg.store.user.empty() && cfg.store.password.empty() && cfg.store.ca_file.empty() &&
+                       cfg.store.cert_file.empty(), "--rdzv-conf user/password/cacert/cert/key only apply to "
+                       "--rdzv-backend etcd");
+  }
 
   cfg.store.backend = backend;
   cfg.store.node_rank = node_rank;
-  cfg.store.standalone = standalone || (endpoint.empty() && max_nodes == 1);
-  if (!endpoint.empty()) cfg.store.endpoint = rdzv::endpoint_parse(endpoint, 29500);
+  cfg.store.standalone = backend != "etcd" && (standalone || (endpoint.empty() && max_nodes == 1));
+  if (backend == "etcd") {
+    cfg.store.endpoints = rdzv::etcd_endpoints_parse(endpoint.empty() ? "127.0.0.1:2379" : endpoint, &cfg.store.tls);
+    CADRE_CONFIG_CHECK(cfg.store.tls || (cfg.store.ca_file.empty() && cfg.store.cert_file.empty()),
+                       "--rdzv-conf cacert/cert/key need https:// etcd endpoints, got '", endpoint, "'");
+    cfg.store.endpoint = cfg.store.endpoints.front();
+  } else if (!endpoint.empty()) {
+    cfg.store.endpoint = rdzv::endpoint_parse(endpoint, 29500);
+  }
   cfg.rendezvous.run_id = run_id;
   cfg.rendezvous.min_nodes = min_nodes;
   cfg.rendezvous.max_nodes = max_nodes;

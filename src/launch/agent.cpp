@@ -111,6 +111,11 @@ int agent_run(const AgentConfig& cfg) {
     log::error(message + "\n" + failure_summary(failure));
     error_file_write(cfg.error_file, message, cfg.max_restarts, failure);
     log::error("error file: " + cfg.error_file);
+    try {
+      rendezvous.mark_job_failed();  // the next `cadre run` with this run id starts afresh
+    } catch (const Error& e) {
+      log::warn(str("marking the job as failed in the rendezvous store: ", e.what()));
+    }
     return leave(1, true);
   };
   auto on_signal = [&] {
@@ -127,6 +132,7 @@ int agent_run(const AgentConfig& cfg) {
     } catch (const rdzv::Rendezvous::Interrupted&) {
       return on_signal();
     } catch (const rdzv::Rendezvous::JobFinished&) {
+      if (rendezvous.restart_count() > cfg.max_restarts) return give_up();
       log::info(str("job '", cfg.rendezvous.run_id, "' already finished; nothing to do"));
       return 0;  // never a member of the last round: the host does not wait for us
     }
@@ -201,7 +207,7 @@ int agent_run(const AgentConfig& cfg) {
       if (!status.dead.empty()) {
         const auto& node = round.nodes[status.dead.front()];
         std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
-                                 ") stopped heartbeating");
+                                 ") ", status.dead_why);
         log::warn(reason + "; re-forming the group");
         group.stop(SIGTERM, cfg.stop_timeout_s);
         rendezvous.end_round(round, reason, false, "");

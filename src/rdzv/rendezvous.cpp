@@ -1,19 +1,25 @@
 // Rendezvous rounds over a KvStore (see rendezvous.h; protocol in docs/DESIGN.md).
 //
 // Keys, under cadre/<run_id>/:
+//   gen                   job generation g: a run id is reused by starting a new generation
+//                         once the previous one finished (succeeded or gave up)
+// and under cadre/<run_id>/g<g>/:
 //   round                 number of the open or running round (compare_set to move on)
 //   r<k>/joined           join counter; an agent's join index is the value it got minus one
 //   r<k>/node/<i>         NodeInfo JSON of join index i
 //   r<k>/closed           "<n> <restarts>": the first n joiners are the round; set once
 //   r<k>/waiting          agents that arrived after the round closed
-//   r<k>/hb/<i>           heartbeat counter of join index i
+//   r<k>/hb/<i>           heartbeat counter of join index i (stores without sessions)
+//   r<k>/alive/<i>        session key of join index i (stores with sessions, e.g. etcd: it
+//                         vanishes when the agent's lease expires); written before node/<i>
 //   r<k>/master           "addr:port" of the workers' master (group rank 0's node)
 //   r<k>/end              why the round ended (first writer wins)
 //   r<k>/failed           counts failure reports so a round adds at most one restart
 //   r<k>/done             nodes whose workers all succeeded
 //   restarts              failure restarts so far;  last_failure  JSON of the latest failure
 //   left/<k>              agents that exited while the round counter was k
-//   finished              set when a round's workers all succeeded (late agents then leave)
+//   finished              set when a round's workers all succeeded, or "failed" when the job gave
+//                         up (late agents then leave; a new agent starts generation g+1)
 #include "rdzv/rendezvous.h"
 
 #include <algorithm>
@@ -79,10 +85,42 @@ NodeInfo node_info_from_json(const std::string& text) {
 
 Rendezvous::Rendezvous(std::unique_ptr<KvStore> store, RendezvousConfig config)
     : store_(std::move(store)), config_(std::move(config)) {
+  const std::string gen_key = "cadre/" + config_.run_id + "/gen";
+  store_->compare_set(gen_key, "", "0");
+  auto gen = store_->try_get(gen_key);
+  CADRE_CHECK(gen, "rendezvous store ", store_->describe(), ": key '", gen_key, "' vanished");
+  generation_ = to_int(*gen, gen_key);
+  if (auto finished = store_->try_get(key("finished"))) {
+    // The job that last used this run id is over: this agent starts (or joins) a new job. The
+    // generation before the finished one is deleted; the finished one stays for its late agents.
+    int64_t old = generation_;
+    generation_ = to_int(store_->compare_set(gen_key, std::to_string(old), std::to_string(old + 1)), gen_key);
+    log::info(str("rendezvous: the previous job with run id '", config_.run_id, "' (generation ", old, ") ",
+                  *finished == "failed" ? "gave up" : "finished", "; starting a fresh one (generation ",
+                  generation_, ")"));
+    if (old >= 1) store_->erase_prefix("cadre/" + config_.run_id + "/g" + std::to_string(old - 1) + "/");
+  }
   store_->compare_set(key("round"), "", "0");
 }
 
-std::string Rendezvous::key(const std::string& suffix) const { return "cadre/" + config_.run_id + "/" + suffix; }
+std::string Rendezvous::key(const std::string& suffix) const {
+  return "cadre/" + config_.run_id + "/g" + std::to_string(generation_) + "/" + suffix;
+}
+
+void Rendezvous::wait_for_change(double max_s) {
+  store_->wait_for_change(key(""), std::clamp(max_s, 0.0, 1.0), config_.poll_interval_s);
+}
+
+std::optional<int64_t> Rendezvous::gone_member(int64_t round, int64_t members) {
+  if (!store_->has_sessions()) return std::nullopt;
+  for (int64_t i = 0; i < members; ++i) {
+    std::string index = std::to_string(i);
+    // node/<i> is written after alive/<i>: a record without its session key means the lease expired.
+    if (!store_->try_get(round_key(round, "alive/" + index)) && store_->try_get(round_key(round, "node/" + index)))
+      return i;
+  }
+  return std::nullopt;
+}
 
 std::string Rendezvous::round_key(int64_t round, const std::string& suffix) const {
   return key("r" + std::to_string(round) + "/" + suffix);
@@ -105,7 +143,10 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
     int64_t index = -1;
     if (!closed) {
       index = store_->add(round_key(k, "joined"), 1) - 1;
-      if (index < config_.max_nodes) store_->set(round_key(k, "node/" + std::to_string(index)), node_info_to_json(me));
+      if (index < config_.max_nodes) {
+        store_->set_session_key(round_key(k, "alive/" + std::to_string(index)), me.hostname);
+        store_->set(round_key(k, "node/" + std::to_string(index)), node_info_to_json(me));
+      }
     }
     // Wait for the round to close (or find we are late for it).
     double min_reached_at = -1;
@@ -125,16 +166,22 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
         if (min_reached_at < 0) min_reached_at = now_s();
         if (now_s() - min_reached_at >= config_.last_call_timeout_s)
           store_->compare_set(round_key(k, "closed"), "", str(joined, " ", restarts));
-        sleep_s(config_.poll_interval_s);
+        else
+          wait_for_change(min_reached_at + config_.last_call_timeout_s - now_s());
         continue;
       }
       if (now_s() > deadline)
         throw Error(str("rendezvous '", config_.run_id, "' round ", k, ": only ", joined, " of the minimum ",
                         config_.min_nodes, " nodes joined within ", config_.join_timeout_s,
                         " s (join_timeout); store ", store_->describe()));
-      sleep_s(config_.poll_interval_s);
+      wait_for_change(deadline - now_s());
     }
     if (!late && !closed) continue;  // round abandoned
+    if (late && index >= 0 && !closed) {
+      // We took a slot past MAX, so the round is full: close it as its joiners would (they may be
+      // gone, e.g. a job killed while forming), so its members are known and can be checked.
+      closed = store_->compare_set(round_key(k, "closed"), "", str(config_.max_nodes, " ", store_->add(key("restarts"), 0)));
+    }
     int64_t members = 0, restarts = 0;
     if (closed) {
       auto space = closed->find(' ');
@@ -152,7 +199,16 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       while (current_round() == k) {
         if (interrupted()) throw Interrupted{};
         if (store_->try_get(key("finished"))) throw JobFinished{};
-        sleep_s(config_.poll_interval_s);
+        if (auto gone = gone_member(k, members)) {
+          // A stale round (its agents died, e.g. a killed job restarted with the same run id, or
+          // this very agent restarting): end it rather than wait for agents that will never act.
+          std::string reason = str("stale round: the agent with join index ", *gone, " is gone (session expired)");
+          log::info(str("rendezvous round ", k, ": ", reason, "; ending it"));
+          store_->compare_set(round_key(k, "end"), "", reason);
+          store_->compare_set(key("round"), std::to_string(k), std::to_string(k + 1));
+          break;
+        }
+        wait_for_change(1.0);
       }
       deadline = now_s() + config_.join_timeout_s;
       continue;
@@ -164,7 +220,7 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       while (!(record = store_->try_get(round_key(k, "node/" + std::to_string(i))))) {
         if (interrupted()) throw Interrupted{};
         CADRE_CHECK(now_s() < deadline, "rendezvous round ", k, ": node record ", i, " never appeared");
-        sleep_s(config_.poll_interval_s);
+        wait_for_change(deadline - now_s());
       }
       members_by_index.emplace_back(i, node_info_from_json(*record));
     }
@@ -211,13 +267,21 @@ std::pair<std::string, uint16_t> Rendezvous::wait_master(const Round& round, con
     }
     if (interrupted()) throw Interrupted{};
     if (current_round() != round.number) throw RoundEnded{};
+    if (auto gone = gone_member(round.number, round.group_world_size())) {
+      // E.g. a killed job's agent still counted in the round we closed: it will never publish
+      // or run. End the round so the living re-form without it.
+      std::string reason = str("the agent with join index ", *gone, " is gone (session expired) before the round started");
+      end_round(round, reason, false, "");
+      throw RoundEnded{};
+    }
     CADRE_CHECK(now_s() < deadline, "rendezvous round ", round.number, ": group rank 0 (",
                 round.nodes[0].hostname, ") never published the master address");
-    sleep_s(config_.poll_interval_s);
+    wait_for_change(deadline - now_s());
   }
 }
 
 void Rendezvous::heartbeat(const Round& round) {
+  if (store_->has_sessions()) return;  // the store keeps the session alive (alive/<i>)
   double now = now_s();
   if (beats_round_ == round.number && now - last_beat_at_ < config_.heartbeat_timeout_s / 10) return;
   last_beat_at_ = now;
@@ -244,6 +308,13 @@ RoundStatus Rendezvous::poll(const Round& round) {
   for (int64_t g = 0; g < round.group_world_size(); ++g) {
     int64_t index = round.join_indices[g];
     if (index == round.join_index) continue;
+    if (store_->has_sessions()) {
+      if (!store_->try_get(round_key(round.number, "alive/" + std::to_string(index)))) {
+        status.dead.push_back(g);
+        status.dead_why = str("lost its session (", store_->describe(), " lease expired or revoked)");
+      }
+      continue;
+    }
     int64_t value = store_->add(round_key(round.number, "hb/" + std::to_string(index)), 0);
     Beat& beat = beats_[index];
     if (value != beat.value) {
@@ -251,6 +322,7 @@ RoundStatus Rendezvous::poll(const Round& round) {
       beat.changed_at = now;
     } else if (now - beat.changed_at > config_.heartbeat_timeout_s) {
       status.dead.push_back(g);
+      status.dead_why = "stopped heartbeating";
     }
   }
   return status;
@@ -276,6 +348,8 @@ bool Rendezvous::all_done(const Round& round) {
 }
 
 void Rendezvous::mark_job_finished(const Round& round) { store_->set(key("finished"), std::to_string(round.number)); }
+
+void Rendezvous::mark_job_failed() { store_->set(key("finished"), "failed"); }
 
 void Rendezvous::announce_exit() { store_->add(key("left/" + std::to_string(current_round())), 1); }
 

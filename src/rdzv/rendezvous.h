@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,8 @@ struct RoundStatus {
   bool ended = false;          // someone ended it: stop workers and join the next round
   std::string end_reason;
   int64_t waiting_nodes = 0;   // agents that arrived late, waiting for the next round
-  std::vector<int64_t> dead;   // group ranks whose heartbeats stalled
+  std::vector<int64_t> dead;   // group ranks whose heartbeats stalled (or sessions expired)
+  std::string dead_why;        // how they were found dead, for the log
 };
 
 class Rendezvous {
@@ -87,6 +89,9 @@ class Rendezvous {
   void mark_done(const Round& round);
   bool all_done(const Round& round);
   void mark_job_finished(const Round& round);  // the job is over: late agents may leave
+  // The job gave up: late agents leave, and the next agent with this run id starts a new job.
+  void mark_job_failed();
+  int64_t generation() const { return generation_; }
 
   // Leaving: every agent announces its exit; the hosting agent waits (up to linger_s) until the
   // other agents of the last round have left, since the store dies with it.
@@ -100,9 +105,15 @@ class Rendezvous {
   std::string key(const std::string& suffix) const;
   std::string round_key(int64_t round, const std::string& suffix) const;
   int64_t current_round();
+  // Blocks until the store may have changed (a watch where the store has one), at most max_s
+  // (capped at 1 s so signals and deadlines are noticed).
+  void wait_for_change(double max_s);
+  // With sessions: a member of `round` whose record exists but whose session key vanished.
+  std::optional<int64_t> gone_member(int64_t round, int64_t members);
 
   std::unique_ptr<KvStore> store_;
   RendezvousConfig config_;
+  int64_t generation_ = 0;  // job generation under this run id (see gen in rendezvous.cpp)
   // Heartbeat tracking: per round, per peer join index, the last counter value and when it changed.
   struct Beat { int64_t value = -1; double changed_at = 0; };
   int64_t beats_round_ = -1;

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "rdzv/etcd_store.h"
 #include "rdzv/tcp_store.h"
 
 namespace cadre::rdzv {
@@ -17,8 +18,24 @@ OpenedStore store_open(const StoreOptions& o) {
     out.endpoint = {"127.0.0.1", tcp_store_port(*out.store)};
     return out;
   }
-  CADRE_CONFIG_CHECK(o.backend == "c10d" || o.backend == "static", "--rdzv-backend must be c10d or static, got '",
-                     o.backend, "'");
+  CADRE_CONFIG_CHECK(o.backend == "c10d" || o.backend == "static" || o.backend == "etcd",
+                     "--rdzv-backend must be c10d, static or etcd, got '", o.backend, "'");
+  if (o.backend == "etcd") {
+    EtcdOptions etcd;
+    etcd.endpoints = o.endpoints.empty() ? std::vector<Endpoint>{o.endpoint} : o.endpoints;
+    etcd.user = o.user;
+    etcd.password = o.password;
+    etcd.tls = o.tls;
+    etcd.ca_file = o.ca_file;
+    etcd.cert_file = o.cert_file;
+    etcd.key_file = o.key_file;
+    etcd.timeout_s = o.timeout_s;
+    etcd.request_timeout_s = std::min(5.0, o.timeout_s);
+    out.store = etcd_store_open(etcd, o.session_ttl_s);
+    out.endpoint = etcd.endpoints.front();
+    log::info(str("rendezvous: using ", out.store->describe(), " (session lease ", o.session_ttl_s, " s)"));
+    return out;
+  }
   bool host;
   if (o.backend == "static" || o.node_rank >= 0) {
     host = o.node_rank == 0;

@@ -9,53 +9,11 @@
 #include <set>
 
 #include "launch/launch_harness.h"
+#include "launch/shell_worker.h"
 
 using namespace launch_test;
 
 namespace {
-
-// The worker: records its environment in DIR/start.<restart>.<world>.<rank>.<pid>, prints a line
-// on stdout and stderr, then behaves according to MODE. MARKER only tags its command line.
-const char* kWorkerScript = R"SH(#!/bin/sh
-marker=$1; dir=$2; mode=$3
-f="$dir/start.$TORCHELASTIC_RESTART_COUNT.$WORLD_SIZE.$RANK.$$"
-env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_[A-Z_]*)=' > "$f.tmp"
-mv "$f.tmp" "$f"
-echo "out from rank $RANK"
-echo "err from rank $RANK" >&2
-wait_finish() { while [ ! -f "$dir/finish" ]; do sleep 0.05; done; }
-# A crashing rank first waits until every rank of its round has recorded its start, so the
-# test's "all ranks started in round k" does not race against the group being stopped.
-wait_round_started() {
-  while [ "$(ls "$dir" | grep "^start\.$TORCHELASTIC_RESTART_COUNT\.$WORLD_SIZE\." | grep -vc 'tmp$')" -lt "$WORLD_SIZE" ]; do
-    sleep 0.05
-  done
-}
-case $mode in
-  ok) ;;
-  crash_once)
-    if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
-      wait_round_started; echo "rank 1 crashes on purpose" >&2; exit 3
-    fi ;;
-  always)
-    if [ "$RANK" = 0 ]; then
-      wait_round_started
-      echo '{"message": "rank 0 raised ValueError"}' > "$TORCHELASTIC_ERROR_FILE"
-      echo "fatal: rank 0 cannot continue" >&2; exit 7
-    fi
-    wait_finish ;;
-  wait) wait_finish ;;
-  wait_child)
-    trap 'echo "$mode" > "$dir/got_signal.$RANK"; exit 0' TERM INT
-    /bin/sh -c 'while :; do sleep 0.2; done' "$marker-grandchild" &
-    wait_finish ;;
-esac
-)SH";
-
-struct Start {
-  int restart = 0, world = 0, rank = 0;
-  std::map<std::string, std::string> env;
-};
 
 class RunTest : public ::testing::Test {
  protected:
@@ -89,34 +47,9 @@ class RunTest : public ::testing::Test {
     return std::make_unique<Proc>(args, dir.path + "/" + name + ".out");
   }
 
-  std::vector<Start> starts() {
-    std::vector<Start> out;
-    for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
-      std::string name = e.path().filename().string();
-      if (name.rfind("start.", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
-      Start s;
-      std::sscanf(name.c_str(), "start.%d.%d.%d.", &s.restart, &s.world, &s.rank);
-      std::istringstream lines(read_file(e.path().string()));
-      for (std::string line; std::getline(lines, line);) {
-        auto eq = line.find('=');
-        if (eq != std::string::npos) s.env[line.substr(0, eq)] = line.substr(eq + 1);
-      }
-      out.push_back(s);
-    }
-    return out;
-  }
-  // Ranks that started with this world size (and restart count, if >= 0).
-  std::set<int> ranks_started(int world, int restart = -1) {
-    std::set<int> ranks;
-    for (const auto& s : starts())
-      if (s.world == world && (restart < 0 || s.restart == restart)) ranks.insert(s.rank);
-    return ranks;
-  }
-  std::set<int> all_ranks(int n) {
-    std::set<int> r;
-    for (int i = 0; i < n; ++i) r.insert(i);
-    return r;
-  }
+  std::vector<Start> starts() { return worker_starts(dir.path); }
+  std::set<int> ranks_started(int world, int restart = -1) { return worker_ranks_started(dir.path, world, restart); }
+  std::set<int> all_ranks(int n) { return worker_all_ranks(n); }
   void finish() { write_file(dir.path + "/finish", ""); }
 
   // Two workers, each with a child; the agent gets `sig`: the workers must see it, the agent
@@ -332,7 +265,7 @@ TEST_F(RunTest, BadFlagsExitWithCode2AndSayWhy) {
       {{"--nnodes", "3:2", "--", "/bin/true"}, "MIN must not exceed MAX"},
       {{"--nnodes", "two", "--", "/bin/true"}, "--nnodes must be a positive integer"},
       {{"--nproc-per-node", "0", "--", "/bin/true"}, "--nproc-per-node must be at least 1"},
-      {{"--rdzv-backend", "zookeeper", "--", "/bin/true"}, "--rdzv-backend must be c10d or static"},
+      {{"--rdzv-backend", "zookeeper", "--", "/bin/true"}, "--rdzv-backend must be c10d, static or etcd"},
       {{"--rdzv-backend", "static", "--nnodes", "2", "--", "/bin/true"}, "needs --node-rank"},
       {{"--rdzv-backend", "static", "--nnodes", "1:2", "--node-rank", "0", "--", "/bin/true"}, "needs a fixed --nnodes"},
       {{"--node-rank", "2", "--nnodes", "2", "--", "/bin/true"}, "--node-rank 2 must be below"},

@@ -253,7 +253,7 @@ TEST(Rendezvous, GroupRanksStayWithTheirNodesAcrossRounds) {
   auto f1 = std::async(std::launch::async, [&] { return first->join_next_round(first_info, kNever); });
   auto joined = [&] {
     std::lock_guard<std::mutex> l(c.shared->mutex);
-    return c.shared->data["cadre/t/r1/joined"] == "1";
+    return c.shared->data["cadre/t/g0/r1/joined"] == "1";
   };
   for (int i = 0; i < 2000 && !joined(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(joined());
