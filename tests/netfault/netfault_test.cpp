@@ -25,6 +25,9 @@
 // compared with a fault-free 3-rank run from scratch (cached per build). Each test prints
 // recovery time (fault to first step of the re-formed group, seen by polling metrics.jsonl every
 // 20 ms) and steps lost.
+//   KilledHostZeroSurvivesWithEtcd: with `--rdzv-backend etcd` (one etcd member on the switch, on
+//     no host) the store no longer lives in host 0's agent, so host 0 itself can die: hosts 1 and
+//     2 re-form (rank 0 moves to host 1) and finish.
 // Needs root (CI has it); without root the tests fail and say so.
 #include <gtest/gtest.h>
 
@@ -39,6 +42,7 @@
 #include "launch/launch_harness.h"
 #include "netfault/metrics_watch.h"
 #include "netfault/virtual_hosts.h"
+#include "support/etcd_cluster.h"
 #include "support/process.h"
 #include "support/tiny_dataset.h"
 
@@ -218,16 +222,18 @@ class NetFault : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) std::printf("%s", dump().c_str());
-    agents_.clear();  // SIGKILL and reap what is left, then the namespaces go
+    agents_.clear();  // SIGKILL and reap what is left, then etcd, then the namespaces go
+    etcd_.reset();
     hosts_.reset();
   }
 
   // One agent on host i (a restart gets a fresh output file and log directory).
   void start_agent(int host, const std::string& tag = "") {
     std::string name = "h" + std::to_string(host) + tag;
+    std::string endpoint = etcd_ ? etcd_->endpoints() : hosts_->address(0) + ":" + kStorePort;
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nnodes", "2:3", "--nproc-per-node", "1",
-                                     "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                                     hosts_->address(0) + ":" + kStorePort, "--rdzv-id", "netfault",
+                                     "--rdzv-backend", etcd_ ? "etcd" : "c10d", "--rdzv-endpoint", endpoint,
+                                     "--rdzv-id", "netfault",
                                      "--max-restarts", "3", "--monitor-interval", "0.05", "--stop-timeout", "3",
                                      "--rdzv-conf", rdzv_conf(), "--log-dir", dir_ / ("logs-" + name), "--"};
     auto train = train_args(data_dir_, run_dir_, steps_, timeouts_.comm_s);
@@ -239,6 +245,18 @@ class NetFault : public ::testing::Test {
            ",join_timeout=90,store_timeout=" + std::to_string(timeouts_.store_s) + ",exit_linger=5";
   }
   std::string output(int host) const { return agents_.at(host)->output(); }
+  std::string survivors_output() const {
+    std::string out;
+    for (int h : survivors_) out += output(h);
+    return out;
+  }
+
+  // The rendezvous in etcd, on the switch (no host): any host may die.
+  void use_etcd() {
+    cadre::test::EtcdClusterOptions options;
+    options.hosts = {hosts_->switch_address()};
+    hosts_->run_on_switch([&] { etcd_ = std::make_unique<cadre::test::EtcdCluster>(options); });
+  }
 
   // Timed events: `cond` is checked at every poll of wait_for; the first time it holds is kept.
   void watch_event(const std::string& name, std::function<bool()> cond) { pending_[name] = std::move(cond); }
@@ -276,7 +294,7 @@ class NetFault : public ::testing::Test {
   RoundLine last_round() const {
     static const std::regex round_line(
         R"(round (\d+): group rank \d+ of \d+ nodes, ranks \d+\.\.\d+ of (\d+), restart count (\d+))");
-    std::string out = output(0);
+    std::string out = output(survivors_.front());
     RoundLine last;
     for (auto it = std::sregex_iterator(out.begin(), out.end(), round_line); it != std::sregex_iterator(); ++it)
       last = {std::stoll((*it)[1]), std::stoll((*it)[2]), std::stoll((*it)[3])};
@@ -297,7 +315,7 @@ class NetFault : public ::testing::Test {
       std::istringstream lines(fresh);
       for (std::string line; std::getline(lines, line);)
         if (line.find("[rank") == std::string::npos &&
-            (line.find(" ended: ") != std::string::npos || line.find("stopped heartbeating") != std::string::npos ||
+            (line.find(" ended: ") != std::string::npos || line.find("re-forming the group") != std::string::npos ||
              line.find(") failed with ") != std::string::npos))
           return line;
     }
@@ -310,7 +328,9 @@ class NetFault : public ::testing::Test {
     for (int h = 0; h < 3; ++h) start_agent(h);
     EXPECT_TRUE(wait_for([&] { return has_segment(3, kFaultAfterStep); }, 180)) << "no 3-node round reached step "
                                                                                   << kFaultAfterStep;
-    return {segments().back().last_step(), {{0, output(0).size()}, {1, output(1).size()}}};
+    std::map<int, size_t> offsets;
+    for (int h : survivors_) offsets[h] = output(h).size();
+    return {segments().back().last_step(), offsets};
   }
 
   // Every segment matches a fault-free run at its world size from the same starting point (step 0,
@@ -348,7 +368,7 @@ class NetFault : public ::testing::Test {
     EXPECT_LE(report.fault_step - resumed_from, kCheckpointInterval) << "steps lost";
     std::string line = "train: resumed from " + run_dir_ + "/checkpoints/step-" + step_digits(resumed_from) +
                        " at step " + std::to_string(resumed_from);
-    EXPECT_NE((output(0) + output(1)).find(line), std::string::npos) << "no '" << line << "' in the survivors' logs";
+    EXPECT_NE(survivors_output().find(line), std::string::npos) << "no '" << line << "' in the survivors' logs";
   }
 
   // A scale-up stops the workers with SIGTERM: they finish the step, checkpoint it and exit, so
@@ -376,12 +396,14 @@ class NetFault : public ::testing::Test {
   static std::string data_dir_;
   cadre::test::TempDir dir_{"netfault"};
   std::unique_ptr<VirtualHosts> hosts_;   // declared before agents_: torn down after them
+  std::unique_ptr<cadre::test::EtcdCluster> etcd_;  // set by use_etcd()
   std::map<int, std::unique_ptr<Proc>> agents_;
   std::string run_dir_;
   std::unique_ptr<MetricsWatch> watch_;
   Clock::time_point started_;
   Timeouts timeouts_;
   int steps_ = kSteps;
+  std::vector<int> survivors_ = {0, 1};  // hosts the fault spares; the first one's log is read
   int64_t round_seen_ = -1;
   std::map<std::string, std::function<bool()>> pending_;
   std::map<std::string, Clock::time_point> events_;
@@ -576,6 +598,42 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
               report.print().c_str(), noticed_s, rejoin_s, seconds(Clock::now() - started_));
   RecordProperty("recovery_s", std::to_string(report.resume_s));
   RecordProperty("rejoin_s", std::to_string(rejoin_s));
+}
+
+TEST_F(NetFault, KilledHostZeroSurvivesWithEtcd) {
+  use_etcd();
+  survivors_ = {1, 2};
+  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  ASSERT_FALSE(HasFailure());
+  const std::map<int, size_t> offsets = survivor_offsets;
+  FaultReport report;
+  report.scenario = "SIGKILL host 0, etcd rendezvous";
+  report.fault_step = fault_step;
+  report.committed = newest_committed_step(run_dir_);
+  size_t before = segments().size();
+  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  auto t_fault = Clock::now();
+  hosts_->kill_all(0);  // with c10d this would end the job: the store lived in host 0's agent
+  ASSERT_TRUE(agents_[0]->wait_exit(10));
+
+  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "hosts 1 and 2 did not re-form";
+  ASSERT_TRUE(seen("detected"));
+  report.detect_s = event_s("detected", t_fault);
+  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
+  report.resumed_step = segments().back().first_step();
+
+  for (int h : {1, 2}) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+  }
+  watch_->poll();
+  ASSERT_EQ(segments().back().world_size, 2);
+  EXPECT_EQ(segments().back().last_step(), steps_) << "the 2-node group did not train to the end";
+  EXPECT_NE(survivors_output().find(": group rank 0 of 2 nodes"), std::string::npos) << "rank 0 moved to host 1 or 2";
+  expect_segments_match_reference();
+  expect_resume(report);
+  std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
+  RecordProperty("recovery_s", std::to_string(report.resume_s));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 # Test "hosts" on one machine: network namespaces <prefix>h0..h<n-1>, each with an eth0 at
 # 10.77.0.(10+i)/24, plugged into a bridge that lives in its own namespace <prefix>sw (so no
 # interface, address or route is added to the root namespace and parallel runs cannot collide).
+# The bridge itself answers at 10.77.0.1: services that are on no host (an etcd) run there.
 #   netns_hosts.sh up PREFIX N        create the switch and N hosts (removes leftovers of PREFIX first)
 #   netns_hosts.sh down PREFIX        kill every process in PREFIX's namespaces, delete them (idempotent)
 #   netns_hosts.sh cut PREFIX I       switch port of host I down: its packets vanish, nobody is told
@@ -44,7 +45,9 @@ case $cmd in
     sw="${prefix}sw"
     ip netns add "$sw"
     ip -n "$sw" link add br0 type bridge
+    ip -n "$sw" addr add 10.77.0.1/24 dev br0
     ip -n "$sw" link set br0 up
+    ip -n "$sw" link set lo up
     for i in $(seq 0 $((n - 1))); do
       h="${prefix}h$i"
       ip netns add "$h"

@@ -2,10 +2,13 @@
 // signal handler that removes the namespaces when the test is interrupted.
 #include "netfault/virtual_hosts.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -113,6 +116,31 @@ std::vector<std::string> VirtualHosts::command(int host, const std::vector<std::
   out.insert(out.end(), env.begin(), env.end());
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
+}
+
+void VirtualHosts::run_on_switch(const std::function<void()>& fn) const {
+  auto open_ns = [](const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open network namespace " + path + ": " + std::strerror(errno));
+    return fd;
+  };
+  int home = open_ns("/proc/thread-self/ns/net");
+  int sw = open_ns("/var/run/netns/" + prefix_ + "sw");
+  auto enter = [](int fd, const char* what) {
+    if (::setns(fd, CLONE_NEWNET) != 0) throw std::runtime_error(std::string("setns into ") + what + ": " + std::strerror(errno));
+  };
+  try {
+    enter(sw, "the switch namespace");
+    fn();
+  } catch (...) {
+    enter(home, "this thread's own namespace");
+    ::close(sw);
+    ::close(home);
+    throw;
+  }
+  enter(home, "this thread's own namespace");
+  ::close(sw);
+  ::close(home);
 }
 
 void VirtualHosts::cut(int host) { helper({"cut", prefix_, std::to_string(host)}); }

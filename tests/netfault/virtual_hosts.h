@@ -10,6 +10,7 @@
 // tests/netfault/netns_hosts.sh, which can also be run by hand.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,13 @@ class VirtualHosts {
   // environment entries "K=V". Give the result to a process launcher (argv[0] is absolute).
   std::vector<std::string> command(int host, const std::vector<std::string>& argv,
                                    const std::vector<std::string>& env = {}) const;
+
+  // The switch answers at this address: run services that belong to no host there (etcd).
+  std::string switch_address() const { return "10.77.0.1"; }
+  // Runs fn with this thread in the switch's network namespace, then moves it back: processes
+  // fn starts live on the switch, sockets fn opens reach the hosts. Call from the main thread
+  // when fn starts children that use PR_SET_PDEATHSIG (it follows the forking thread).
+  void run_on_switch(const std::function<void()>& fn) const;
 
   void cut(int host);   // the host's switch port goes down: no packet in or out, no error seen
   void heal(int host);  // the port comes back
