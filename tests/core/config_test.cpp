@@ -63,6 +63,7 @@ TEST(Config, CrossFieldValidation) {
   EXPECT_NE(parse_error("parallel:\n  strategy: ZERO3\n").find("parallel.strategy"), std::string::npos);
   EXPECT_NE(parse_error("parallel:\n  shard_group_size: 2\n").find("HYBRID_SHARD"), std::string::npos);
   EXPECT_NE(parse_error("", {"parallel.mixed_precision.param_dtype=fp8"}).find("param_dtype"), std::string::npos);
+  EXPECT_NE(parse_error("", {"parallel.comm_timeout=0"}).find("parallel.comm_timeout"), std::string::npos);
 }
 
 TEST(Config, DumpRoundTrips) {
