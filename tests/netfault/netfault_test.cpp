@@ -636,4 +636,45 @@ TEST_F(NetFault, KilledHostZeroSurvivesWithEtcd) {
   RecordProperty("recovery_s", std::to_string(report.resume_s));
 }
 
+TEST_F(NetFault, CutHostZeroWithEtcdTheOthersFinishAndItGivesUp) {
+  use_etcd();
+  survivors_ = {1, 2};
+  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  ASSERT_FALSE(HasFailure());
+  const std::map<int, size_t> offsets = survivor_offsets;
+  FaultReport report;
+  report.scenario = "link of host 0 cut, etcd rendezvous";
+  report.fault_step = fault_step;
+  report.committed = newest_committed_step(run_dir_);
+  size_t before = segments().size();
+  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  watch_event("cut agent exited", [&] { return agents_[0]->wait_exit(0); });
+  auto t_fault = Clock::now();
+  hosts_->cut(0);
+
+  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "hosts 1 and 2 did not re-form";
+  ASSERT_TRUE(seen("detected"));
+  report.detect_s = event_s("detected", t_fault);
+  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
+  report.resumed_step = segments().back().first_step();
+  // The cut host cannot reach etcd: its agent must give up and take its worker with it.
+  ASSERT_TRUE(wait_for([&] { return seen("cut agent exited"); }, 60)) << output(0);
+  double cut_agent_exit_s = event_s("cut agent exited", t_fault);
+  EXPECT_NE(agents_[0]->exit_code(), 0) << output(0);
+  EXPECT_TRUE(wait_for([&] { return hosts_->pids(0).empty(); }, 10)) << "processes left on the cut host";
+
+  for (int h : {1, 2}) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+  }
+  watch_->poll();
+  ASSERT_EQ(segments().back().world_size, 2);
+  EXPECT_EQ(segments().back().last_step(), steps_) << "the 2-node group did not train to the end";
+  expect_segments_match_reference();
+  expect_resume(report);
+  std::printf("%s; cut agent exited after %.2f s; test %.1f s\n", report.print().c_str(), cut_agent_exit_s,
+              seconds(Clock::now() - started_));
+  RecordProperty("recovery_s", std::to_string(report.resume_s));
+}
+
 }  // namespace
