@@ -245,6 +245,14 @@ class NetFault : public ::testing::Test {
            ",join_timeout=90,store_timeout=" + std::to_string(timeouts_.store_s) + ",exit_linger=5";
   }
   std::string output(int host) const { return agents_.at(host)->output(); }
+  // The agent's own last error line (not a worker's), for the report.
+  std::string last_error_line(int host) const {
+    std::istringstream lines(output(host));
+    std::string last;
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("[rank") == std::string::npos && line.find(" error ") != std::string::npos) last = line;
+    return last;
+  }
   std::string survivors_output() const {
     std::string out;
     for (int h : survivors_) out += output(h);
@@ -672,8 +680,8 @@ TEST_F(NetFault, CutHostZeroWithEtcdTheOthersFinishAndItGivesUp) {
   EXPECT_EQ(segments().back().last_step(), steps_) << "the 2-node group did not train to the end";
   expect_segments_match_reference();
   expect_resume(report);
-  std::printf("%s; cut agent exited after %.2f s; test %.1f s\n", report.print().c_str(), cut_agent_exit_s,
-              seconds(Clock::now() - started_));
+  std::printf("%s; cut agent exited after %.2f s (%s); test %.1f s\n", report.print().c_str(), cut_agent_exit_s,
+              last_error_line(0).c_str(), seconds(Clock::now() - started_));
   RecordProperty("recovery_s", std::to_string(report.resume_s));
 }
 
