@@ -30,6 +30,7 @@
 //     2 re-form (rank 0 moves to host 1) and finish.
 // Needs root (CI has it); without root the tests fail and say so.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <cstdio>
@@ -55,7 +56,7 @@ using launch_test::read_file;
 
 namespace {
 
-constexpr int kSteps = 30;              // per training run (more where a host comes back: time to rejoin)
+constexpr int kSteps = 30;              // per training run
 constexpr int kCheckpointInterval = 5;
 constexpr int kFaultAfterStep = 8;      // faults are injected once this step is done
 constexpr double kLossTolerance = 1e-6;  // same world size, same start: the same arithmetic
@@ -245,6 +246,32 @@ class NetFault : public ::testing::Test {
            ",join_timeout=90,store_timeout=" + std::to_string(timeouts_.store_s) + ",exit_linger=5";
   }
   std::string output(int host) const { return agents_.at(host)->output(); }
+  // Freezes (SIGSTOP) every process on these hosts except their agents, until release() or
+  // destruction (SIGCONT). Holding the smaller group's workers while a host comes back pins the
+  // interleaving: the scale-up happens while the group still trains, however fast the machine is.
+  // Agents keep heartbeating meanwhile, and a hold of a few seconds stays far below the workers'
+  // collective deadline (both sides of every collective are frozen alike).
+  class WorkerHold {
+   public:
+    WorkerHold(const NetFault& test, const std::vector<int>& hosts) {
+      for (int h : hosts)
+        for (int pid : test.hosts_->pids(h))
+          if (pid != test.agents_.at(h)->pid()) pids_.push_back(pid);
+      for (int pid : pids_) ::kill(pid, SIGSTOP);
+    }
+    ~WorkerHold() { release(); }
+    WorkerHold(const WorkerHold&) = delete;
+    WorkerHold& operator=(const WorkerHold&) = delete;
+    void release() {
+      for (int pid : pids_) ::kill(pid, SIGCONT);
+      pids_.clear();
+    }
+    size_t size() const { return pids_.size(); }
+
+   private:
+    std::vector<int> pids_;
+  };
+
   // The agent's own last error line (not a worker's), for the report.
   std::string last_error_line(int host) const {
     std::istringstream lines(output(host));
@@ -454,7 +481,6 @@ TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
 }
 
 TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
-  steps_ = 2 * kSteps;  // the 2-node group must still be training when the host is back
   auto [fault_step, survivor_offsets] = train_until_fault_point();
   ASSERT_FALSE(HasFailure());
   const std::map<int, size_t> offsets = survivor_offsets;
@@ -491,9 +517,14 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
 
   // Back: the link heals and the host's agent is started again; it joins the next round.
   size_t before_rejoin = segments().size();
+  WorkerHold hold(*this, survivors_);
+  ASSERT_EQ(hold.size(), survivors_.size()) << "one worker per surviving host";
   hosts_->heal(2);
   auto t_back = Clock::now();
   start_agent(2, "-restarted");
+  ASSERT_TRUE(wait_for([&] { return output(2).find("waiting for the next round") != std::string::npos; }, 60))
+      << output(2);
+  hold.release();
   ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
   double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
   expect_scale_up_lost_no_step();
@@ -559,9 +590,6 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
 
 TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   timeouts_.store_s = 30;  // the cut host's agent outlives the outage
-  // The 2-node group must still be training when the host is back: that takes TCP's next
-  // retransmission, stopping the cut host's stuck worker (--stop-timeout) and a scale-up.
-  steps_ = 5 * kSteps / 2;
   auto [fault_step, survivor_offsets] = train_until_fault_point();
   ASSERT_FALSE(HasFailure());
   const std::map<int, size_t> offsets = survivor_offsets;
@@ -582,9 +610,15 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   EXPECT_NE(report.detected_by.find("stopped heartbeating"), std::string::npos) << report.detected_by;
 
   size_t before_rejoin = segments().size();
+  WorkerHold hold(*this, survivors_);
+  ASSERT_EQ(hold.size(), survivors_.size()) << "one worker per surviving host";
   hosts_->heal(2);
   auto t_back = Clock::now();
   watch_event("cut host noticed", [&] { return output(2).find(" ended: ", cut_host_offset) != std::string::npos; });
+  ASSERT_TRUE(wait_for([&] { return output(2).find("waiting for the next round", cut_host_offset) != std::string::npos; },
+                       60))
+      << output(2);
+  hold.release();
   ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
   double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
   expect_scale_up_lost_no_step();
