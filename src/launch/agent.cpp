@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -75,6 +76,12 @@ void sleep_interruptibly(double seconds) {
   while (!signals_received() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
+
+// How long workers get between SIGTERM and SIGKILL when a peer is gone (a failure, a lost node).
+// Long enough for a program's own clean-up (a shell trap, a flush); not the full --stop-timeout,
+// which graceful stops need: a training step cannot finish without the lost ranks, so waiting
+// longer would only add to the recovery time.
+double lost_peer_grace_s(const AgentConfig& cfg) { return std::min(cfg.stop_timeout_s, 1.0); }
 
 }  // namespace
 
@@ -162,13 +169,15 @@ int agent_run(const AgentConfig& cfg) {
     bool done_marked = false;
     for (;;) {
       if (int sig = signals_received()) {
-        group.stop(sig, cfg.stop_timeout_s);
+        // Peers learn first, so that when every worker stops together at the next step (the
+        // trainer checkpoints it) their agents take it for the end of the round, not a failure.
         try {
           rendezvous.end_round(round, str("node ", me.hostname, " (group rank ", round.group_rank, ") left on signal ", sig),
-                               false, "");
+                               false, "", /*workers_alive=*/true);
         } catch (const Error& e) {
           log::warn(str("telling peers we leave: ", e.what()));
         }
+        group.stop(sig, cfg.stop_timeout_s);
         return on_signal();
       }
       auto state = group.poll();
@@ -188,8 +197,10 @@ int agent_run(const AgentConfig& cfg) {
       }
       auto status = rendezvous.poll(round);
       if (status.ended) {
+        // With every worker alive they stop gracefully (a checkpoint of the current step); after
+        // a failure or a lost node they could only wait for the lost ranks: a short grace.
         log::info(str("round ", round.number, " ended: ", status.end_reason, "; stopping workers"));
-        group.stop(SIGTERM, cfg.stop_timeout_s);
+        group.stop(SIGTERM, status.workers_alive ? cfg.stop_timeout_s : lost_peer_grace_s(cfg));
         break;
       }
       if (state == WorkerGroup::State::Failed) {
@@ -197,7 +208,7 @@ int agent_run(const AgentConfig& cfg) {
         WorkerExit failed = *group.first_failure();
         log::error(str("worker rank ", failed.global_rank, " (local rank ", failed.local_rank, ", pid ", failed.pid,
                        ") failed with ", failed.describe(), "; stopping the group"));
-        group.stop(SIGTERM, cfg.stop_timeout_s);
+        group.stop(SIGTERM, lost_peer_grace_s(cfg));  // the others cannot finish a step without it
         FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count,
                                group.specs()[failed.local_rank].error_file_path};
         std::string failure = failure_to_json(failed, group.stderr_tail(failed.local_rank), context);
@@ -209,15 +220,16 @@ int agent_run(const AgentConfig& cfg) {
         std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
                                  ") ", status.dead_why);
         log::warn(reason + "; re-forming the group");
-        group.stop(SIGTERM, cfg.stop_timeout_s);
+        group.stop(SIGTERM, lost_peer_grace_s(cfg));  // their collectives could only wait for the lost ranks
         rendezvous.end_round(round, reason, false, "");
         break;
       }
       if (status.waiting_nodes > 0 && !done_marked && round.group_world_size() < cfg.rendezvous.max_nodes) {
         std::string reason = str("scale-up: ", status.waiting_nodes, " node(s) waiting to join");
         log::info(reason + "; restarting the group");
+        // Round end first, then the graceful stop: every worker checkpoints the same step.
+        rendezvous.end_round(round, reason, false, "", /*workers_alive=*/true);
         group.stop(SIGTERM, cfg.stop_timeout_s);
-        rendezvous.end_round(round, reason, false, "");
         break;
       }
       sleep_interruptibly(cfg.monitor_interval_s);

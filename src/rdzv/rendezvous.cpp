@@ -293,6 +293,7 @@ RoundStatus Rendezvous::poll(const Round& round) {
   if (current_round() != round.number) {
     status.ended = true;
     status.end_reason = store_->try_get(round_key(round.number, "end")).value_or("unknown");
+    status.workers_alive = store_->try_get(round_key(round.number, "end_alive")).value_or("0") == "1";
     return status;
   }
   status.waiting_nodes = store_->add(round_key(round.number, "waiting"), 0);
@@ -328,11 +329,15 @@ RoundStatus Rendezvous::poll(const Round& round) {
   return status;
 }
 
-void Rendezvous::end_round(const Round& round, const std::string& reason, bool is_failure, const std::string& failure_json) {
+void Rendezvous::end_round(const Round& round, const std::string& reason, bool is_failure, const std::string& failure_json,
+                           bool workers_alive) {
   if (is_failure && store_->add(round_key(round.number, "failed"), 1) == 1) {
     store_->set(key("last_failure"), failure_json);
     store_->add(key("restarts"), 1);
   }
+  // Written before the end, first writer wins like the end itself: an agent that sees the end
+  // also sees how to stop its workers.
+  store_->compare_set(round_key(round.number, "end_alive"), "", workers_alive && !is_failure ? "1" : "0");
   store_->compare_set(round_key(round.number, "end"), "", reason);
   store_->compare_set(key("round"), std::to_string(round.number), std::to_string(round.number + 1));
 }

@@ -53,6 +53,7 @@ struct Round {
 struct RoundStatus {
   bool ended = false;          // someone ended it: stop workers and join the next round
   std::string end_reason;
+  bool workers_alive = false;  // the round ended with all its workers alive: stop them gracefully
   int64_t waiting_nodes = 0;   // agents that arrived late, waiting for the next round
   std::vector<int64_t> dead;   // group ranks whose heartbeats stalled (or sessions expired)
   std::string dead_why;        // how they were found dead, for the log
@@ -79,8 +80,11 @@ class Rendezvous {
   void heartbeat(const Round& round);
   RoundStatus poll(const Round& round);
   // Ends the round for everyone. A failure counts against --max-restarts (once per round) and its
-  // description (JSON) becomes the job's last failure.
-  void end_round(const Round& round, const std::string& reason, bool is_failure, const std::string& failure_json);
+  // description (JSON) becomes the job's last failure. `workers_alive`: every worker of the
+  // round is still there (a scale-up, a node leaving on a signal), so they can stop gracefully
+  // (finish a step, checkpoint it); otherwise (a failure, a lost node) they are killed at once.
+  void end_round(const Round& round, const std::string& reason, bool is_failure, const std::string& failure_json,
+                 bool workers_alive = false);
 
   int64_t restart_count();
   std::string last_failure();  // JSON, "" when none
