@@ -437,6 +437,32 @@ class NetFault : public ::testing::Test {
   std::unique_ptr<MetricsWatch> watch_;
   Clock::time_point started_;
   Timeouts timeouts_;
+  // What every scenario does before its fault: train to the fault point, note where the
+  // report starts, and watch the survivors' logs for the detection.
+  void begin_fault(const std::string& scenario) {
+    auto [fault_step, offsets] = train_until_fault_point();
+    ASSERT_FALSE(HasFailure());
+    offsets_ = offsets;
+    report_.scenario = scenario;
+    report_.fault_step = fault_step;
+    report_.committed = newest_committed_step(run_dir_);
+    segments_before_ = segments().size();
+    watch_event("detected", [this] { return !(report_.detected_by = detection_line(offsets_)).empty(); });
+  }
+
+  // After the fault at `t_fault`: the survivors re-form with 2 nodes; detection and resume
+  // times go into the report.
+  void expect_reformed(Clock::time_point t_fault, const std::string& failure_message) {
+    ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, segments_before_); }, 120)) << failure_message;
+    ASSERT_TRUE(seen("detected"));
+    report_.detect_s = event_s("detected", t_fault);
+    report_.resume_s = seconds(segments().back().steps.front().seen - t_fault);
+    report_.resumed_step = segments().back().first_step();
+  }
+
+  FaultReport report_;
+  std::map<int, size_t> offsets_;  // survivors' log offsets at the fault point
+  size_t segments_before_ = 0;
   int steps_ = kSteps;
   std::vector<int> survivors_ = {0, 1};  // hosts the fault spares; the first one's log is read
   int64_t round_seen_ = -1;
@@ -447,25 +473,16 @@ cadre::test::TempDir* NetFault::shared_ = nullptr;
 std::string NetFault::data_dir_;
 
 TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
-  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  begin_fault("SIGKILL host 2");
   ASSERT_FALSE(HasFailure());
-  const std::map<int, size_t> offsets = survivor_offsets;  // (lambdas cannot capture bindings)
-  FaultReport report;
-  report.scenario = "SIGKILL host 2";
-  report.fault_step = fault_step;
-  report.committed = newest_committed_step(run_dir_);
-  size_t before = segments().size();
-  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  FaultReport& report = report_;
   auto t_fault = Clock::now();
   hosts_->kill_all(2);  // agent and worker, like a machine losing power
   ASSERT_TRUE(agents_[2]->wait_exit(10));
   EXPECT_TRUE(hosts_->pids(2).empty());
 
-  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "the survivors did not re-form with 2";
-  ASSERT_TRUE(seen("detected"));
-  report.detect_s = event_s("detected", t_fault);
-  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  report.resumed_step = segments().back().first_step();
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
 
   for (int h : {0, 1}) {
     ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
@@ -481,24 +498,15 @@ TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
 }
 
 TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
-  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  begin_fault("link of host 2 cut");
   ASSERT_FALSE(HasFailure());
-  const std::map<int, size_t> offsets = survivor_offsets;
-  FaultReport report;
-  report.scenario = "link of host 2 cut";
-  report.fault_step = fault_step;
-  report.committed = newest_committed_step(run_dir_);
-  size_t before = segments().size();
-  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  FaultReport& report = report_;
   watch_event("cut agent exited", [&] { return agents_[2]->wait_exit(0); });
   auto t_fault = Clock::now();
   hosts_->cut(2);
 
-  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "the survivors did not re-form with 2";
-  ASSERT_TRUE(seen("detected"));
-  report.detect_s = event_s("detected", t_fault);
-  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  report.resumed_step = segments().back().first_step();
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
   // Nobody was told: the only way to notice is the heartbeat deadline.
   EXPECT_NE(report.detected_by.find("stopped heartbeating"), std::string::npos) << report.detected_by;
   // The deadline runs from the last heartbeat seen, up to one beat interval (timeout/10) before the cut.
@@ -548,23 +556,14 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
 TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
   timeouts_.heartbeat_s = 30;
   timeouts_.comm_s = 5;
-  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  begin_fault("link of host 2 cut, comm timeout first");
   ASSERT_FALSE(HasFailure());
-  const std::map<int, size_t> offsets = survivor_offsets;
-  FaultReport report;
-  report.scenario = "link of host 2 cut, comm timeout first";
-  report.fault_step = fault_step;
-  report.committed = newest_committed_step(run_dir_);
-  size_t before = segments().size();
-  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  FaultReport& report = report_;
   auto t_fault = Clock::now();
   hosts_->cut(2);
 
-  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "the survivors did not re-form with 2";
-  ASSERT_TRUE(seen("detected"));
-  report.detect_s = event_s("detected", t_fault);
-  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  report.resumed_step = segments().back().first_step();
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
   // A survivor's collective gave up after comm_timeout; that worker failure ended the round and
   // counts as a restart. (The cut came in the middle of an op every rank had entered, so the
   // error says "every rank arrived" rather than naming rank 2: see docs/DESIGN.md.)
@@ -590,23 +589,14 @@ TEST_F(NetFault, CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow) {
 
 TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   timeouts_.store_s = 30;  // the cut host's agent outlives the outage
-  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  begin_fault("link of host 2 cut, healed while its agent waits");
   ASSERT_FALSE(HasFailure());
-  const std::map<int, size_t> offsets = survivor_offsets;
-  FaultReport report;
-  report.scenario = "link of host 2 cut, healed while its agent waits";
-  report.fault_step = fault_step;
-  report.committed = newest_committed_step(run_dir_);
-  size_t before = segments().size();
-  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  FaultReport& report = report_;
   const size_t cut_host_offset = output(2).size();
   auto t_fault = Clock::now();
   hosts_->cut(2);
-  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "the survivors did not re-form with 2";
-  ASSERT_TRUE(seen("detected"));
-  report.detect_s = event_s("detected", t_fault);
-  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  report.resumed_step = segments().back().first_step();
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_NE(report.detected_by.find("stopped heartbeating"), std::string::npos) << report.detected_by;
 
   size_t before_rejoin = segments().size();
@@ -645,24 +635,15 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
 TEST_F(NetFault, KilledHostZeroSurvivesWithEtcd) {
   use_etcd();
   survivors_ = {1, 2};
-  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  begin_fault("SIGKILL host 0, etcd rendezvous");
   ASSERT_FALSE(HasFailure());
-  const std::map<int, size_t> offsets = survivor_offsets;
-  FaultReport report;
-  report.scenario = "SIGKILL host 0, etcd rendezvous";
-  report.fault_step = fault_step;
-  report.committed = newest_committed_step(run_dir_);
-  size_t before = segments().size();
-  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  FaultReport& report = report_;
   auto t_fault = Clock::now();
   hosts_->kill_all(0);  // with c10d this would end the job: the store lived in host 0's agent
   ASSERT_TRUE(agents_[0]->wait_exit(10));
 
-  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "hosts 1 and 2 did not re-form";
-  ASSERT_TRUE(seen("detected"));
-  report.detect_s = event_s("detected", t_fault);
-  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  report.resumed_step = segments().back().first_step();
+  expect_reformed(t_fault, "hosts 1 and 2 did not re-form");
+  ASSERT_FALSE(HasFatalFailure());
 
   for (int h : {1, 2}) {
     ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
@@ -681,24 +662,15 @@ TEST_F(NetFault, KilledHostZeroSurvivesWithEtcd) {
 TEST_F(NetFault, CutHostZeroWithEtcdTheOthersFinishAndItGivesUp) {
   use_etcd();
   survivors_ = {1, 2};
-  auto [fault_step, survivor_offsets] = train_until_fault_point();
+  begin_fault("link of host 0 cut, etcd rendezvous");
   ASSERT_FALSE(HasFailure());
-  const std::map<int, size_t> offsets = survivor_offsets;
-  FaultReport report;
-  report.scenario = "link of host 0 cut, etcd rendezvous";
-  report.fault_step = fault_step;
-  report.committed = newest_committed_step(run_dir_);
-  size_t before = segments().size();
-  watch_event("detected", [&] { return !(report.detected_by = detection_line(offsets)).empty(); });
+  FaultReport& report = report_;
   watch_event("cut agent exited", [&] { return agents_[0]->wait_exit(0); });
   auto t_fault = Clock::now();
   hosts_->cut(0);
 
-  ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, before); }, 120)) << "hosts 1 and 2 did not re-form";
-  ASSERT_TRUE(seen("detected"));
-  report.detect_s = event_s("detected", t_fault);
-  report.resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  report.resumed_step = segments().back().first_step();
+  expect_reformed(t_fault, "hosts 1 and 2 did not re-form");
+  ASSERT_FALSE(HasFatalFailure());
   // The cut host cannot reach etcd: its agent must give up and take its worker with it.
   ASSERT_TRUE(wait_for([&] { return seen("cut agent exited"); }, 60)) << output(0);
   double cut_agent_exit_s = event_s("cut agent exited", t_fault);
