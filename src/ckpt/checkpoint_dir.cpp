@@ -108,15 +108,17 @@ std::vector<std::string> checkpoint_remove_incomplete(const std::string& dir) {
   return removed;
 }
 
+std::string checkpoint_dir_of(const std::string& path) {
+  if (!fs::is_regular_file(fs::path(path) / "config.yaml")) return path;
+  // A run directory: its config says where the checkpoints went.
+  Config config = config_load((fs::path(path) / "config.yaml").string(), {});
+  return config.checkpoint.dir.empty() ? (fs::path(path) / "checkpoints").string() : config.checkpoint.dir;
+}
+
 std::string checkpoint_locate(const std::string& path) {
   CADRE_CONFIG_CHECK(fs::is_directory(path), "'", path, "' is not a directory (a run, checkpoint directory or checkpoint)");
   if (fs::is_regular_file(fs::path(path) / kManifestFile)) return path;
-  std::string dir = path;
-  if (fs::is_regular_file(fs::path(path) / "config.yaml")) {
-    // A run directory: its config says where the checkpoints went.
-    Config config = config_load((fs::path(path) / "config.yaml").string(), {});
-    dir = config.checkpoint.dir.empty() ? (fs::path(path) / "checkpoints").string() : config.checkpoint.dir;
-  }
+  const std::string dir = checkpoint_dir_of(path);
   auto complete = checkpoint_list_complete(dir);
   CADRE_CONFIG_CHECK(!complete.empty(), "no complete checkpoint in '", dir, "'",
                      dir == path ? "" : str(" (the checkpoint directory of run '", path, "')"));

@@ -38,6 +38,10 @@ std::vector<std::string> checkpoint_remove_incomplete(const std::string& dir);
 // sync the parent. Then deletes all but the newest `keep` complete checkpoints.
 void checkpoint_publish(const std::string& dir, int64_t step, int64_t keep);
 
+// The directory holding a run's step-* checkpoints: a run directory's checkpoint.dir (default
+// <run>/checkpoints), or `path` itself when it is not a run directory.
+std::string checkpoint_dir_of(const std::string& path);
+
 // The checkpoint `path` names: a checkpoint directory itself, or the newest complete one in a
 // checkpoint directory, or in a run directory's checkpoint.dir (default <run>/checkpoints).
 // ConfigError saying what was looked at when there is none.

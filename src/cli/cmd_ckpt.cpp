@@ -11,7 +11,6 @@
 #include "ckpt/hf_export.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
-#include "core/config.h"
 #include "core/error.h"
 
 namespace cadre {
@@ -66,11 +65,7 @@ int ckpt_verify(const Args& args) {
   if (std::filesystem::is_regular_file(path + "/" + kManifestFile) || std::filesystem::exists(path + "/" + kCommittedFile)) {
     targets.push_back(path);
   } else {
-    std::string dir = path;
-    if (std::filesystem::is_regular_file(path + "/config.yaml")) {
-      Config config = config_load(path + "/config.yaml", {});
-      dir = config.checkpoint.dir.empty() ? path + "/checkpoints" : config.checkpoint.dir;
-    }
+    const std::string dir = checkpoint_dir_of(path);
     for (const auto& e : checkpoint_list(dir)) targets.push_back(e.path);
     CADRE_CONFIG_CHECK(!targets.empty(), "no checkpoints in '", dir, "'");
   }
