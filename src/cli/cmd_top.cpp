@@ -75,7 +75,7 @@ class Terminal {
 struct Source {
   bool http = false;
   obs::MetricsUrl url;
-  std::string dir;
+  std::string dir;  // a run directory: metrics.jsonl when its agent does not answer
 };
 
 Source source_parse(const std::string& text) {
@@ -88,12 +88,12 @@ Source source_parse(const std::string& text) {
       if (in && std::getline(in, url) && !url.empty()) {
         s.http = true;
         s.url = obs::metrics_url_parse(url);
-        return s;
+        break;
       }
     }
-    CADRE_CONFIG_CHECK(std::filesystem::exists(text + "/metrics.jsonl"), "'", text,
+    CADRE_CONFIG_CHECK(s.http || std::filesystem::exists(text + "/metrics.jsonl"), "'", text,
                        "' has neither metrics.jsonl nor an agent's metrics.url: not a run or log directory");
-    s.dir = text;
+    if (std::filesystem::exists(text + "/metrics.jsonl")) s.dir = text;
     return s;
   }
   s.http = true;
@@ -106,16 +106,20 @@ obs::TopModel collect(const std::vector<Source>& sources) {
   std::vector<obs::ParsedSample> samples;
   std::string errors, names;
   for (const auto& s : sources) {
-    names += (names.empty() ? "" : " ") + (s.http ? s.url.text() : s.dir);
-    if (!s.http) {
-      model = obs::top_model_from_run_dir(s.dir);
-      continue;
+    if (s.http) {
+      try {
+        auto parsed = obs::exposition_parse(obs::metrics_fetch(s.url));
+        samples.insert(samples.end(), parsed.begin(), parsed.end());
+        names += (names.empty() ? "" : " ") + s.url.text();
+        continue;
+      } catch (const Error& e) {
+        // A run directory's agent may be gone (the run ended): its metrics.jsonl still tells.
+        if (s.dir.empty()) errors += str(errors.empty() ? "" : "; ", e.what());
+      }
     }
-    try {
-      auto parsed = obs::exposition_parse(obs::metrics_fetch(s.url));
-      samples.insert(samples.end(), parsed.begin(), parsed.end());
-    } catch (const Error& e) {
-      errors += str(errors.empty() ? "" : "; ", e.what());
+    if (!s.dir.empty()) {
+      model = obs::top_model_from_run_dir(s.dir);
+      names += (names.empty() ? "" : " ") + s.dir + "/metrics.jsonl";
     }
   }
   if (!samples.empty()) model = obs::top_model_from_samples(samples);

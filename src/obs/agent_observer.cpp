@@ -70,6 +70,10 @@ AgentObserver::AgentObserver(AgentObserverOptions options)
 }
 
 AgentObserver::~AgentObserver() {
+  if (server_ && !options_.log_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove(options_.log_dir + "/metrics.url", ignored);  // nobody answers there any more
+  }
   server_.reset();
   stopping_ = true;
   if (receiver_.joinable()) receiver_.join();
