@@ -210,6 +210,7 @@ int agent_run(const AgentConfig& cfg) {
         if (rendezvous.all_done(round)) {
           group.stop(SIGKILL, 0);  // leftovers of the workers' process groups
           rendezvous.mark_job_finished(round);
+          observer.job_succeeded();
           log::info(str("all ", round.world_size(), " workers succeeded"));
           return leave(0, true);
         }

@@ -107,7 +107,7 @@ std::string AgentObserver::run_dir() const {
 void AgentObserver::poll() {
   if (options_.stall_timeout_s <= 0 || workers_.empty()) return;
   const auto now = std::chrono::steady_clock::now();
-  if (seconds_between(last_poll_, now) < 0.25) return;
+  if (seconds_between(last_poll_, now) < 1) return;
   last_poll_ = now;
   if (stalled_) {
     if (seconds_between(stalled_at_, now) <= kDiagnosisWindowS) {
@@ -123,7 +123,7 @@ void AgentObserver::poll() {
     if (w.recorder_file.empty()) continue;
     FlightRecorderState fr;
     try {
-      fr = flight_recorder_read_file(w.recorder_file);
+      fr = flight_recorder_read_file(w.recorder_file, 64);  // in-flight ops are among the newest
     } catch (const Error&) {
       continue;  // not written yet
     }
@@ -242,6 +242,15 @@ void AgentObserver::diagnose() {
       log::warn(str("writing the hang diagnosis to ", options_.error_file, ": ", e.what()));
     }
   }
+}
+
+void AgentObserver::job_succeeded() {
+  if (!hang_ || options_.error_file.empty()) return;
+  // The job got over it: the diagnosis stays, but not under the name that means "failed".
+  std::error_code ignored;
+  const std::string kept = std::filesystem::path(options_.error_file).parent_path().string() + "/hang.json";
+  std::filesystem::rename(options_.error_file, kept, ignored);
+  log::info("the stall resolved itself; its diagnosis is kept in " + kept);
 }
 
 void AgentObserver::annotate_error_file() {

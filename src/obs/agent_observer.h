@@ -1,11 +1,11 @@
 // What `cadre run`'s agent adds for observability, kept out of the agent loop: the local
 // channel its workers report on, /metrics (--metrics-port), and stall detection. A stall is a
-// local worker inside one collective for --stall-timeout seconds, or silent that long after
-// it had started communicating. Then the agent asks its workers for flight-recorder dumps
-// (SIGUSR1), writes the dumps of workers that cannot answer (stopped, stuck) from their shared
-// rings itself, diagnoses which rank the others wait for (hang_diagnosis.h) and writes that to
-// the log and the error file. It does not stop the workers: the collective's own timeout
-// (parallel.comm_timeout) ends the round as before.
+// local worker inside one collective for --stall-timeout seconds, or silent that long after it
+// had started communicating (checked once a second). Then the agent asks its workers for
+// flight-recorder dumps (SIGUSR1), writes the dumps of workers that cannot answer (stopped,
+// stuck) from their shared rings itself, diagnoses which rank the others wait for
+// (hang_diagnosis.h) and writes that to the log and the error file. It does not stop the
+// workers: the collective's own timeout (parallel.comm_timeout) ends the round as before.
 #pragma once
 
 #include <sys/types.h>
@@ -55,6 +55,8 @@ class AgentObserver {
   void poll();
   // After the agent wrote its give-up error file: adds the round's hang diagnosis, if any.
   void annotate_error_file();
+  // The job succeeded after all: a hang diagnosis written to the error file moves to hang.json.
+  void job_succeeded();
 
   const HangDiagnosis* last_hang() const { return hang_ ? &*hang_ : nullptr; }
   JobMetrics& metrics() { return *metrics_; }

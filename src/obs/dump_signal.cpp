@@ -52,6 +52,9 @@ DumpOnSignal::DumpOnSignal() {
 }
 
 DumpOnSignal::~DumpOnSignal() {
+  // A dump request may still arrive while the process winds down; it must never end a worker
+  // that finished its work, so the default action (terminate) becomes "ignore".
+  if (!(previous_.sa_flags & SA_SIGINFO) && previous_.sa_handler == SIG_DFL) previous_.sa_handler = SIG_IGN;
   ::sigaction(SIGUSR1, &previous_, nullptr);
   g_write_fd.store(-1);
   char quit = 'q';

@@ -1,6 +1,6 @@
 // SIGUSR1 -> a flight-recorder dump (flight_recorder_dump_now), written by a thread of its own:
 // the signal handler only writes a byte to a pipe. While an object lives, SIGUSR1 no longer
-// ends the process; the previous disposition comes back when it is destroyed.
+// ends the process; afterwards it is ignored (if it was not handled before) rather than fatal.
 #pragma once
 
 #include <signal.h>

@@ -151,13 +151,14 @@ bool entry_read(const Entry& e, CollectiveRecord* out) {
   return false;
 }
 
-FlightRecorderState read_layout(const FlightRecorder::Layout& l) {
+FlightRecorderState read_layout(const FlightRecorder::Layout& l, size_t max_records = SIZE_MAX) {
   FlightRecorderState s;
   s.pid = l.pid;
   s.rank = l.rank.load();
   s.last_activity_ns = l.last_activity_ns.load();
   const uint64_t next = l.next_id.load(std::memory_order_acquire);
-  const uint64_t first = next > l.capacity ? next - l.capacity + 1 : 1;
+  const uint64_t kept = std::min<uint64_t>(l.capacity, max_records);
+  const uint64_t first = next > kept ? next - kept + 1 : 1;
   for (uint64_t id = first; id <= next; ++id) {
     CollectiveRecord r;
     // An entry overwritten meanwhile carries a newer id: it is skipped here and read in turn.
@@ -286,7 +287,7 @@ FlightRecorderState FlightRecorder::state() const {
   return read_layout(*layout_);
 }
 
-FlightRecorderState flight_recorder_read_file(const std::string& file) {
+FlightRecorderState flight_recorder_read_file(const std::string& file, size_t max_records) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   CADRE_CHECK(fd >= 0, "flight recorder '", file, "': cannot open: ", std::strerror(errno));
   struct stat st {};
@@ -308,7 +309,7 @@ FlightRecorderState flight_recorder_read_file(const std::string& file) {
   CADRE_CHECK(std::memcmp(layout.magic, kMagic, sizeof kMagic) == 0 && layout.layout_version == kLayoutVersion &&
                   FlightRecorder::Layout::bytes_for(layout.capacity) <= size,
               "flight recorder '", file, "': not a flight recorder of this version (or not written yet)");
-  return read_layout(layout);
+  return read_layout(layout, max_records);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -85,9 +85,10 @@ class FlightRecorder {
   size_t mapped_bytes_ = 0;
 };
 
-// Reads the ring of another process from its file (the agent). Throws cadre::Error when the
-// file is missing or is not a flight recorder.
-FlightRecorderState flight_recorder_read_file(const std::string& file);
+// Reads the ring of another process from its file (the agent): the newest `max_records`
+// entries (all by default) and the totals. Throws cadre::Error when the file is missing or is
+// not a flight recorder.
+FlightRecorderState flight_recorder_read_file(const std::string& file, size_t max_records = SIZE_MAX);
 
 // The process's recorder. First use reads CADRE_FLIGHT_RECORDER_ENTRIES (default 2000; 0 turns
 // it off) and CADRE_FLIGHT_RECORDER_FILE; flight_recorder_configure replaces it (call before

@@ -85,7 +85,8 @@ std::string JobMetrics::exposition() {
     // Its collectives, from the shared ring.
     if (!w.recorder_file.empty()) {
       try {
-        FlightRecorderState fr = flight_recorder_read_file(w.recorder_file);
+        // The newest entries hold what is in flight; the totals are kept apart.
+        FlightRecorderState fr = flight_recorder_read_file(w.recorder_file, 64);
         for (const auto& t : fr.totals) {
           Labels op = labels;
           op.emplace_back("op", t.op);

@@ -184,6 +184,7 @@ void TrainObserver::step_done(int64_t step, const StepSplit& split, double loss,
 
 void TrainObserver::finished(int64_t step, const std::string& how) {
   event({{"event", "end"}, {"step", step}, {"how", how}});
+  report_.dumps_on_sigusr1 = false;  // the agent asks no more
   send();
 }
 
