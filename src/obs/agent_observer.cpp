@@ -115,7 +115,10 @@ void AgentObserver::poll() {
       return;
     }
   }
-  // Look for a worker inside one collective, or silent, for longer than the timeout.
+  // A worker with no collective activity (issue, start or end of any of its collectives) for
+  // longer than the timeout, after it had some. Waiting inside one op long is not enough by
+  // itself: a background thread's op may wait legitimately (a checkpoint's agreement while a
+  // peer still writes) while the training thread goes on issuing others.
   const int64_t now_ns = wall_clock_ns();
   const int64_t limit_ns = int64_t(options_.stall_timeout_s * 1e9);
   std::string why;
@@ -127,16 +130,17 @@ void AgentObserver::poll() {
     } catch (const Error&) {
       continue;  // not written yet
     }
+    if (fr.last_activity_ns == 0 || now_ns - fr.last_activity_ns <= limit_ns || !proc_stat_read(w.pid).exists)
+      continue;
+    const double quiet_s = double(now_ns - fr.last_activity_ns) * 1e-9;
+    why = str("rank ", w.rank, " had no collective activity for ", quiet_s, " s");
     for (const auto& r : fr.records)
-      if (r.state == CollectiveState::Started && now_ns - r.started_ns > limit_ns) {
-        why = str("rank ", w.rank, " has been inside ", r.describe(), " for ",
-                  double(now_ns - r.started_ns) * 1e-9, " s");
+      if (r.state == CollectiveState::Started) {
+        why = str("rank ", w.rank, " has been inside ", r.describe(), " for ", double(now_ns - r.started_ns) * 1e-9,
+                  " s");
         break;
       }
-    if (why.empty() && fr.last_activity_ns > 0 && now_ns - fr.last_activity_ns > limit_ns &&
-        proc_stat_read(w.pid).exists)
-      why = str("rank ", w.rank, " started no collective for ", double(now_ns - fr.last_activity_ns) * 1e-9, " s");
-    if (!why.empty()) break;
+    break;
   }
   if (why.empty()) {
     stalled_ = false;  // a past stall resolved itself

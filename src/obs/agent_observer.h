@@ -1,7 +1,7 @@
 // What `cadre run`'s agent adds for observability, kept out of the agent loop: the local
 // channel its workers report on, /metrics (--metrics-port), and stall detection. A stall is a
-// local worker inside one collective for --stall-timeout seconds, or silent that long after it
-// had started communicating (checked once a second). Then the agent asks its workers for
+// local worker with no collective activity (none issued, started or finished) for
+// --stall-timeout seconds after it had some (checked once a second). Then the agent asks its workers for
 // flight-recorder dumps (SIGUSR1), writes the dumps of workers that cannot answer (stopped,
 // stuck) from their shared rings itself, diagnoses which rank the others wait for
 // (hang_diagnosis.h) and writes that to the log and the error file. It does not stop the
