@@ -108,8 +108,8 @@ int cmd_run(const Args& args) {
             "default off)");
   flags.add("--metrics-addr", &metrics_addr, "address /metrics listens on (default 127.0.0.1; 0.0.0.0 for all)");
   flags.add("--stall-timeout", &stall_timeout,
-            "seconds a worker may sit in one collective (or start none) before the agent dumps the flight "
-            "recorders and names the rank the others wait for (default 30; 0 turns it off)");
+            "seconds a worker may go without collective activity (stuck in one, or starting none) before the "
+            "agent dumps the flight recorders and names the rank the others wait for (default 30; 0: off)");
   std::vector<std::string> program = flags.parse(args);
 
   CADRE_CONFIG_CHECK(!program.empty(), "no program given\n", flags.usage());
