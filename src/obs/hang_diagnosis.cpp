@@ -42,67 +42,99 @@ nlohmann::json HangDiagnosis::to_json() const {
 
 HangDiagnosis hang_diagnose(const std::vector<RankEvidence>& ranks, int world_size, int64_t now_ns) {
   HangDiagnosis d;
-  // The op some rank has been inside the longest.
-  const CollectiveRecord* stalled = nullptr;
+  // The group in trouble: that of the op some rank has been inside the longest.
+  const CollectiveRecord* oldest = nullptr;
   for (const auto& e : ranks) {
     if (!e.has_recorder) continue;
     for (const auto& r : e.recorder.records)
-      if (r.state == CollectiveState::Started && (!stalled || r.started_ns < stalled->started_ns)) stalled = &r;
+      if (r.state == CollectiveState::Started && (!oldest || r.started_ns < oldest->started_ns)) oldest = &r;
   }
   for (const auto& e : ranks) {
     if (!e.has_recorder) d.no_data.push_back(e.rank);
     if (e.process_state == 'T' || e.process_state == 't') d.stopped.push_back(e.rank);
   }
-  if (!stalled) {
+  if (!oldest) {
     d.message = "no rank is inside a collective";
     if (!d.stopped.empty()) d.message += str("; ", ranks_word(d.stopped), rank_list(d.stopped), " stopped");
     return d;
   }
   d.found = true;
-  d.group = stalled->group;
-  d.generation = stalled->generation;
-  d.seq = stalled->seq;
-  d.op = stalled->describe();
-  d.waited_s = double(now_ns - stalled->started_ns) * 1e-9;
+  d.group = oldest->group;
+  d.generation = oldest->generation;
+  const bool world = d.group == "world";
 
-  std::map<int, std::string> last_seen;  // rank -> what it did last in that group
+  // Each rank's frontier in that group: the newest op it entered. The stalled op is the first one
+  // some rank has not finished: its frontier if it is inside it, else the one after.
+  struct Frontier {
+    int rank;
+    const CollectiveRecord* last;  // nullptr: entered none
+  };
+  std::vector<Frontier> frontiers;
+  int64_t seq = -1;
   for (const auto& e : ranks) {
     if (!e.has_recorder) continue;
     const CollectiveRecord* last = last_entered(e.recorder, d.group, d.generation);
-    const bool world = d.group == "world";
-    if (!last) {
-      // A world-group member that never entered any op of it; sub-group membership is unknown.
-      if (world) {
-        d.missing.push_back(e.rank);
-        last_seen[e.rank] = "no collective on " + d.group + " yet";
-      }
+    if (!last && !world) continue;  // sub-group membership is unknown without a record
+    frontiers.push_back({e.rank, last});
+    if (!last) continue;
+    const int64_t unfinished = last->state == CollectiveState::Started ? last->seq : last->seq + 1;
+    seq = seq < 0 ? unfinished : std::min(seq, unfinished);
+  }
+  if (seq < 0) seq = oldest->seq;
+  d.seq = seq;
+  // Its description and how long its first waiter has waited, from whoever is inside it.
+  const CollectiveRecord* op = nullptr;
+  for (const auto& f : frontiers)
+    if (f.last && f.last->seq == seq && (!op || f.last->started_ns < op->started_ns)) op = f.last;
+  for (const auto& e : ranks)
+    for (const auto& r : e.recorder.records)
+      if (!op && r.group == d.group && r.generation == d.generation && r.seq == seq) op = &r;
+  if (!op) op = oldest;
+  d.op = op->describe();
+  d.waited_s = double(now_ns - op->started_ns) * 1e-9;
+
+  std::map<int, std::string> last_seen;  // rank -> what it did last in that group
+  std::vector<int> stuck, finished_it;   // inside `seq`; past it
+  for (const auto& f : frontiers) {
+    if (!f.last) {
+      d.missing.push_back(f.rank);
+      last_seen[f.rank] = "no collective on " + d.group + " yet";
       continue;
     }
-    if (last->seq >= d.seq) {
-      if (last->seq == d.seq && last->state == CollectiveState::Started) d.waiting.push_back(e.rank);
-      continue;
+    if (f.last->state == CollectiveState::Started) d.waiting.push_back(f.rank);
+    if (f.last->seq < seq) {
+      d.missing.push_back(f.rank);
+      const int64_t when = f.last->finished_ns ? f.last->finished_ns : f.last->started_ns;
+      last_seen[f.rank] = str(f.last->describe(), ", ", collective_state_name(f.last->state), " ",
+                              seconds_text(double(now_ns - when) * 1e-9), " ago");
+    } else if (f.last->seq == seq && f.last->state == CollectiveState::Started) {
+      stuck.push_back(f.rank);
+    } else {
+      finished_it.push_back(f.rank);
     }
-    d.missing.push_back(e.rank);
-    const int64_t when = last->finished_ns ? last->finished_ns : last->started_ns;
-    last_seen[e.rank] = str(last->describe(), ", ", collective_state_name(last->state), " ",
-                            seconds_text(double(now_ns - when) * 1e-9), " ago");
   }
   std::sort(d.waiting.begin(), d.waiting.end());
   std::sort(d.missing.begin(), d.missing.end());
 
-  std::string m = str("collective stalled: ", ranks_word(d.waiting), rank_list(d.waiting), " waited ",
-                      seconds_text(d.waited_s), " in ", d.op, " (sequence number ", d.seq, ")");
+  auto is_stopped = [&](int r) { return std::find(d.stopped.begin(), d.stopped.end(), r) != d.stopped.end(); };
+  std::string m = str("collective stalled at ", d.op, " (sequence number ", d.seq, ")");
   if (!d.missing.empty()) {
+    std::vector<int> inside;
+    for (int r : d.waiting)
+      if (std::find(stuck.begin(), stuck.end(), r) != stuck.end()) inside.push_back(r);
+    if (!inside.empty())
+      m += str(": ", ranks_word(inside), rank_list(inside), " waited ", seconds_text(d.waited_s), " in it");
     m += str("; ", ranks_word(d.missing), rank_list(d.missing), " did not enter it");
-    for (int r : d.missing) {
-      m += str(" (rank ", r, " last: ", last_seen[r]);
-      if (std::find(d.stopped.begin(), d.stopped.end(), r) != d.stopped.end()) m += "; its process is stopped";
-      m += ")";
-    }
+    for (int r : d.missing)
+      m += str(" (rank ", r, " last: ", last_seen[r], is_stopped(r) ? "; its process is stopped" : "", ")");
+  } else if (!finished_it.empty()) {
+    m += str(": ", ranks_word(stuck), rank_list(stuck), " are still inside it (", seconds_text(d.waited_s), ") while ",
+             ranks_word(finished_it), rank_list(finished_it), " finished it and wait in later collectives");
   } else {
-    m += "; every rank with a record entered it";
-    if (!d.stopped.empty()) m += str(" and ", ranks_word(d.stopped), rank_list(d.stopped), " stopped inside it");
+    m += str(": every rank with a record entered it (", seconds_text(d.waited_s), " ago) and none finished it");
   }
+  for (int r : d.stopped)
+    if (std::find(d.missing.begin(), d.missing.end(), r) == d.missing.end()) m += str("; rank ", r, "'s process is stopped");
   if (!d.no_data.empty())
     m += str("; no flight recorder for ", ranks_word(d.no_data), rank_list(d.no_data),
              " (on another node without a shared run directory, or not started)");

@@ -1,7 +1,9 @@
 // Which rank a stalled job waits for: from every rank's flight recorder (read from the shared
-// ring or from its dump), find the collective that ranks have been waiting in the longest and
-// name the ranks that never entered it, with the op, its sequence number and what each of
-// those ranks did last. Processes the agent can see also tell whether they are stopped.
+// ring or from its dump), take the group of the op some rank has been inside the longest, and
+// in it the first op not every rank has finished (each rank's newest op is its frontier). Name
+// the ranks that never entered that op, with what each did last, or, when every rank entered
+// it, those still inside it while others finished it. Processes the agent can see also tell
+// whether they are stopped (SIGSTOP, a debugger).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@ struct HangDiagnosis {
   int64_t seq = -1;
   std::string op;             // CollectiveRecord::describe() of the stalled op
   double waited_s = 0;        // how long the earliest waiter has been in it
-  std::vector<int> waiting;   // ranks inside it
+  std::vector<int> waiting;   // ranks inside a collective of that group (it, or a later one)
   std::vector<int> missing;   // ranks that did not enter it
   std::vector<int> no_data;   // ranks with no recorder to look at
   std::vector<int> stopped;   // ranks whose process is stopped (SIGSTOP, debugger)

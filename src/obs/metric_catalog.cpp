@@ -66,7 +66,7 @@ const std::vector<MetricDef>& metric_catalog() {
       {"cadre_straggler", T::Gauge, S::Rank, W::WithStragglers,
        "1 while this rank is persistently slower than the median rank by the configured factor."},
       {"cadre_straggler_slowdown_ratio", T::Gauge, S::Rank, W::WithStragglers,
-       "This rank's busy time (compute + data wait) over the median rank's, last step."},
+       "This rank's busy time (compute + data wait) over the median rank's (median of the last obs.straggler_steps steps)."},
       // The agent: rendezvous and restarts.
       {"cadre_restarts_total", T::Counter, S::Node, W::Always, "Group restarts after worker failures in this job."},
       {"cadre_rendezvous_round", T::Gauge, S::Node, W::Always, "Current rendezvous round."},

@@ -135,8 +135,8 @@ std::string events_table(const std::vector<RunData>& runs) {
 
 std::string summary_table(const std::vector<RunData>& runs) {
   std::string out =
-      "<table><tr><th>run</th><th>model</th><th>parameters</th><th>strategy</th><th>world</th><th>steps</th>"
-      "<th>final loss</th><th>final val loss</th><th>throughput (median)</th><th>peak RSS</th><th>checkpoints</th>"
+      "<table><tr><th>run</th><th>model</th><th>params</th><th>strategy</th><th>world</th><th>steps</th>"
+      "<th>loss</th><th>val loss</th><th>throughput (median)</th><th>peak RSS</th><th>checkpoints</th>"
       "<th>restarts</th><th>stragglers</th></tr>\n";
   for (const auto& run : runs) {
     const nlohmann::json& s = run.summary;
@@ -152,7 +152,7 @@ std::string summary_table(const std::vector<RunData>& runs) {
     auto field = [&](const char* k, const char* format) { return s.is_object() ? fmt(num(s, k), format) : "-"; };
     std::string unit = key.substr(0, key.size() - 6);
     out += str("<tr><td>", html_escape(run.name), "</td><td>", s.is_object() ? html_escape(s.value("arch", "")) : "-",
-               "</td><td>", field("params", "%.0f"), "</td><td>",
+               "</td><td>", s.is_object() ? fmt(num(s, "params") / 1e6, "%.1fM") : "-", "</td><td>",
                s.is_object() ? html_escape(s.value("strategy", "")) : "-", "</td><td>", field("world_size", "%.0f"),
                "</td><td>", fmt(num(last, "step"), "%.0f"), s.is_object() ? "" : " (no summary: running or stopped)",
                "</td><td>", fmt(num(last, "loss")), "</td><td>", field("final_val_loss", "%.4g"), "</td><td>",
@@ -248,8 +248,8 @@ std::string report_html(const std::vector<RunData>& runs) {
   std::string html = str(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>", html_escape(title),
       "</title>\n<style>\nbody{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
-      "h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}"
-      "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}"
+      "h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:12px;max-width:100%}"
+      "td,th{border:1px solid #ccc;padding:2px 5px;text-align:left}th{background:#f2f2f2}"
       "pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}svg.plot{display:block;margin:10px 0}"
       ".note{color:#666;font-size:12px}\n</style></head>\n<body>\n<h1>",
       html_escape(title), "</h1>\n");

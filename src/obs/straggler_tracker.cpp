@@ -22,8 +22,8 @@ std::string StragglerChange::describe() const {
   char ratio_text[32];
   std::snprintf(ratio_text, sizeof ratio_text, "%.2f", ratio);
   if (straggling)
-    return str("straggler: rank ", rank, " is ", ratio_text, "x slower than the median rank (busy time, step ", step,
-               "); ", cause);
+    return str("straggler: rank ", rank, " is ", ratio_text, "x slower than the median rank (busy time, median of the "
+               "last steps, at step ", step, "); ", cause);
   return str("straggler: rank ", rank, " is back within the factor of the median (", ratio_text, "x at step ", step,
              ")");
 }
@@ -40,19 +40,27 @@ std::vector<StragglerChange> StragglerTracker::update(int64_t step, const std::v
     data.push_back(t.data_wait_s);
   }
   const double med_busy = median(busy), med_compute = median(compute), med_data = median(data);
+  const size_t window = size_t(std::max<int64_t>(1, options_.steps));
+  auto push = [window](std::vector<double>& v, double x) {
+    v.push_back(x);
+    if (v.size() > window) v.erase(v.begin());
+  };
   for (size_t r = 0; r < n; ++r) {
     State& s = ranks_[r];
-    s.ratio = med_busy > 0 ? busy[r] / med_busy : 1;
-    const bool slow = busy[r] > options_.factor * med_busy && busy[r] - med_busy > options_.min_excess_s;
-    s.slow_run = slow ? s.slow_run + 1 : 0;
-    s.fast_run = slow ? 0 : s.fast_run + 1;
-    // Which part of the excess is larger: its own computation, or waiting for its batches.
-    const std::string cause = compute[r] - med_compute >= data[r] - med_data ? "compute-bound" : "waiting for data";
-    if (!s.straggling && s.slow_run >= options_.steps) {
+    const bool noise = busy[r] - med_busy <= options_.min_excess_s;
+    push(s.ratios, med_busy > 0 && !noise ? busy[r] / med_busy : std::min(1.0, med_busy > 0 ? busy[r] / med_busy : 1.0));
+    push(s.compute_excess, compute[r] - med_compute);
+    push(s.data_excess, data[r] - med_data);
+    if (s.ratios.size() < window) continue;
+    s.ratio = median(s.ratios);
+    // Which part of its excess over the median rank is larger: computing, or waiting for batches.
+    const std::string cause =
+        median(s.compute_excess) >= median(s.data_excess) ? "compute-bound" : "waiting for data";
+    if (!s.straggling && s.ratio > options_.factor) {
       s.straggling = true;
       s.cause = cause;
       changes.push_back({step, int(r), true, s.ratio, cause});
-    } else if (s.straggling && s.fast_run >= options_.steps) {
+    } else if (s.straggling && s.ratio <= options_.factor) {
       s.straggling = false;
       changes.push_back({step, int(r), false, s.ratio, s.cause});
       s.cause.clear();

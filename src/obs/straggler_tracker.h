@@ -18,12 +18,15 @@ struct RankTimes {
 };
 
 struct StragglerOptions {
-  double factor = 1.5;   // busy time above factor x the median's counts as slow
-  int64_t steps = 5;     // this many slow steps in a row make a straggler (and as many fast ones end it)
+  double factor = 1.5;   // busy time above factor x the median rank's counts as slow
+  // Over the last `steps` steps, the median of a rank's ratio to the median rank decides: above
+  // the factor makes it a straggler, below ends it. A median, not "every step", so that one
+  // noisy step (a page fault, a neighbour's burst) neither hides nor makes a straggler.
+  int64_t steps = 5;
   double min_excess_s = 0.002;  // ignore differences below this (timer noise on tiny steps)
 };
 
-// A rank that became, or stopped being, a straggler at `step`.
+// A rank that became, or stopped being, a straggler at `step`; `ratio` is the windowed median.
 struct StragglerChange {
   int64_t step = 0;
   int rank = 0;
@@ -46,7 +49,8 @@ class StragglerTracker {
 
  private:
   struct State {
-    int64_t slow_run = 0, fast_run = 0;
+    std::vector<double> ratios;         // the last `steps` busy ratios (0 when within min_excess_s)
+    std::vector<double> compute_excess, data_excess;
     bool straggling = false;
     double ratio = 1;
     std::string cause;

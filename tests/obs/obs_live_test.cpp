@@ -302,21 +302,28 @@ TEST_F(ObsLive, HangOfAStoppedRankIsNamedWithTheOpAndSequenceNumber) {
   EXPECT_TRUE(has(hang["waiting_ranks"], 0) && has(hang["waiting_ranks"], 2)) << hang.dump(1);
   const int64_t seq = hang["seq"];
   EXPECT_GT(seq, 0);
-  EXPECT_TRUE(std::regex_search(message, std::regex(R"(rank 1 (did not enter|stopped inside))"))) << message;
+  EXPECT_TRUE(std::regex_search(message, std::regex(R"(rank 1( did not enter it|'s process is stopped))"))) << message;
   EXPECT_NE(message.find("#" + std::to_string(seq) + " on "), std::string::npos) << message;
   EXPECT_NE(message.find("sequence number " + std::to_string(seq)), std::string::npos) << message;
   EXPECT_TRUE(std::regex_search(hang["op"].get<std::string>(), std::regex("^(all_reduce|all_gather|reduce_scatter|broadcast|barrier)")))
       << hang.dump(1);
   // Every rank's flight recorder is in the run directory: ranks 0 and 2 dumped themselves
-  // (SIGUSR1), the stopped rank's ring was written by the agent; rank 0 waits in that op.
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(std::filesystem::exists(path("hang/flight_recorder/rank_" + std::to_string(r) + ".json"))) << r;
-  ASSERT_TRUE(wait_until([&] {
-    auto dump = nlohmann::json::parse(read_file(path("hang/flight_recorder/rank_0.json")), nullptr, false);
-    if (!dump.is_object()) return false;
-    for (const auto& e : dump["entries"])
-      if (e["seq"] == seq && e["group"] == hang["group"] && e["state"] == "started") return true;
-    return false;
-  }, 10));
+  // (SIGUSR1), the stopped rank's ring was written by the agent. Rank 1's newest op is the
+  // stalled one (stopped inside it) or the one before (stopped between them); the others have
+  // entered the stalled op.
+  auto newest = [&](int r) {
+    int64_t last = -1;
+    auto dump = nlohmann::json::parse(read_file(path("hang/flight_recorder/rank_" + std::to_string(r) + ".json")),
+                                      nullptr, false);
+    if (dump.is_object())
+      for (const auto& e : dump["entries"])
+        if (e["group"] == hang["group"]) last = std::max(last, e["seq"].get<int64_t>());
+    return last;
+  };
+  ASSERT_TRUE(wait_until([&] { return newest(0) >= seq && newest(2) >= seq; }, 10)) << newest(0) << " " << newest(2);
+  const int64_t stopped_at = newest(1);
+  EXPECT_TRUE(stopped_at == seq || stopped_at == seq - 1) << stopped_at << " vs " << seq;
+  EXPECT_EQ(has(hang["missing_ranks"], 1), stopped_at == seq - 1) << hang.dump(1);
   auto dump1 = nlohmann::json::parse(read_file(path("hang/flight_recorder/rank_1.json")), nullptr, false);
   EXPECT_NE(dump1.value("written_by", "").find("agent"), std::string::npos);
   EXPECT_NE(job->output().find("hang: collective stalled"), std::string::npos);
@@ -327,14 +334,14 @@ TEST_F(ObsLive, ASlowedRankIsNamedAsAComputeBoundStraggler) {
   ASSERT_TRUE(wait_until([&] { return jsonl(path("slow/metrics.jsonl")).size() >= 3; }, 120)) << job->output();
   pid_t victim = worker_pid(path("slow-logs"), 1);
   ASSERT_GT(victim, 0);
-  // A noisy neighbour: rank 1 runs 20 ms of every 60 ms.
+  // A noisy neighbour: rank 1 runs 15 ms of every 75 ms.
   std::atomic<bool> stop{false};
   std::thread cycle([&] {
     while (!stop) {
       ::kill(victim, SIGSTOP);
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
       ::kill(victim, SIGCONT);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));
     }
     ::kill(victim, SIGCONT);
   });
@@ -358,7 +365,7 @@ TEST_F(ObsLive, ASlowedRankIsNamedAsAComputeBoundStraggler) {
   EXPECT_EQ(event["rank"], 1) << event.dump();
   EXPECT_EQ(event["cause"], "compute-bound") << event.dump();
   EXPECT_GT(event["ratio"].get<double>(), 1.5);
-  EXPECT_TRUE(std::regex_search(job->output(), std::regex(R"(straggler: rank 1 is [0-9.]+x slower than the median rank)")))
+  EXPECT_TRUE(std::regex_search(job->output(), std::regex(R"(straggler: rank 1 is [0-9.]+x slower than the median rank.*compute-bound)")))
       << job->output();
   // metrics.jsonl carries every rank's times and the straggler; rank 0 is never named.
   bool marked = false;
