@@ -113,7 +113,7 @@ std::string events_table(const std::vector<RunData>& runs) {
         what = str("rank ", e.value("rank", -1), " is a straggler: ", fmt(num(e, "ratio"), "%.2f"),
                    "x the median rank's busy time, ", e.value("cause", ""));
       else if (kind == "straggler_recovered")
-        what = str("rank ", e.value("rank", -1), " is back within the factor");
+        what = str("rank ", e.value("rank", -1), " is back near the median rank");
       else if (kind == "end")
         what = e.value("how", "");
       else

@@ -24,8 +24,7 @@ std::string StragglerChange::describe() const {
   if (straggling)
     return str("straggler: rank ", rank, " is ", ratio_text, "x slower than the median rank (busy time, median of the "
                "last steps, at step ", step, "); ", cause);
-  return str("straggler: rank ", rank, " is back within the factor of the median (", ratio_text, "x at step ", step,
-             ")");
+  return str("straggler: rank ", rank, " is back near the median rank (", ratio_text, "x at step ", step, ")");
 }
 
 std::vector<StragglerChange> StragglerTracker::update(int64_t step, const std::vector<RankTimes>& times) {
@@ -60,7 +59,7 @@ std::vector<StragglerChange> StragglerTracker::update(int64_t step, const std::v
       s.straggling = true;
       s.cause = cause;
       changes.push_back({step, int(r), true, s.ratio, cause});
-    } else if (s.straggling && s.ratio <= options_.factor) {
+    } else if (s.straggling && s.ratio <= 1 + (options_.factor - 1) / 2) {  // hysteresis: no flapping
       s.straggling = false;
       changes.push_back({step, int(r), false, s.ratio, s.cause});
       s.cause.clear();
