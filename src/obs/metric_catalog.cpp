@@ -64,9 +64,9 @@ const std::vector<MetricDef>& metric_catalog() {
       {"cadre_checkpoint_load_bytes", T::Gauge, S::Rank, W::AfterResume, "Bytes of state this worker loaded when resuming."},
       // Stragglers, per worker.
       {"cadre_straggler", T::Gauge, S::Rank, W::WithStragglers,
-       "1 while this rank is persistently slower than the median rank by the configured factor."},
+       "1 while this rank is persistently slower than the other ranks' median by the configured factor."},
       {"cadre_straggler_slowdown_ratio", T::Gauge, S::Rank, W::WithStragglers,
-       "This rank's busy time (compute + data wait) over the median rank's (median of the last obs.straggler_steps steps)."},
+       "This rank's busy time (compute + data wait) over the other ranks' median (median of the last obs.straggler_steps steps)."},
       // The agent: rendezvous and restarts.
       {"cadre_restarts_total", T::Counter, S::Node, W::Always, "Group restarts after worker failures in this job."},
       {"cadre_rendezvous_round", T::Gauge, S::Node, W::Always, "Current rendezvous round."},

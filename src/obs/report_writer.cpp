@@ -111,9 +111,9 @@ std::string events_table(const std::vector<RunData>& runs) {
                    fmt(num(e, "seconds"), "%.2f"), " s");
       else if (kind == "straggler")
         what = str("rank ", e.value("rank", -1), " is a straggler: ", fmt(num(e, "ratio"), "%.2f"),
-                   "x the median rank's busy time, ", e.value("cause", ""));
+                   "x the other ranks' median busy time, ", e.value("cause", ""));
       else if (kind == "straggler_recovered")
-        what = str("rank ", e.value("rank", -1), " is back near the median rank");
+        what = str("rank ", e.value("rank", -1), " is back near the other ranks' median");
       else if (kind == "end")
         what = e.value("how", "");
       else

@@ -18,8 +18,8 @@ struct RankTimes {
 };
 
 struct StragglerOptions {
-  double factor = 1.5;   // busy time above factor x the median rank's counts as slow
-  // Over the last `steps` steps, the median of a rank's ratio to the median rank decides: above
+  double factor = 1.5;   // busy time above factor x the other ranks' median counts as slow
+  // Over the last `steps` steps, the median of a rank's ratio to the other ranks' median decides: above
   // the factor makes it a straggler; below half-way between 1 and the factor ends it. A median, not "every step", so that one
   // noisy step (a page fault, a neighbour's burst) neither hides nor makes a straggler.
   int64_t steps = 5;

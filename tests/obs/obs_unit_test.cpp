@@ -244,7 +244,7 @@ TEST(StragglerTracker, NamesAPersistentlySlowRankWithItsCause) {
   EXPECT_TRUE(changes[0].straggling);
   EXPECT_EQ(changes[0].cause, "compute-bound");
   EXPECT_NEAR(changes[0].ratio, 2.5, 1e-9);
-  EXPECT_NE(changes[0].describe().find("rank 2 is 2.50x slower"), std::string::npos);
+  EXPECT_NE(changes[0].describe().find("rank 2 is 2.50x slower than the other ranks' median"), std::string::npos);
   EXPECT_TRUE(t.straggling(2));
   EXPECT_FALSE(t.straggling(0));
   // Back to normal: once most of the window is fast, it has recovered.
