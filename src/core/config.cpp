@@ -137,6 +137,15 @@ const Field& find_field(const std::vector<Field>& fields, const std::string& key
   throw ConfigError(str(source, ": unknown key '", key, "'; keys in '", section, "' are:", known));
 }
 
+// `deploy.*` keys are kept as text for `cadre deploy` to check (src/deploy/job_spec.cpp).
+bool set_deploy_key(Config& config, const std::string& key, const YAML::Node& value, const std::string& source) {
+  static const std::string prefix = "deploy.";
+  if (key.compare(0, prefix.size(), prefix) != 0) return false;
+  if (!value.IsScalar()) throw ConfigError(str(source, ": key '", key, "' expects a scalar"));
+  config.deploy[key.substr(prefix.size())] = value.Scalar();
+  return true;
+}
+
 bool is_dtype(const std::string& s) { return s == "float32" || s == "bfloat16"; }
 
 }  // namespace
@@ -163,6 +172,7 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
     flatten(root, "", flat);
     for (const auto& [key, value] : flat) {
       if (value.IsNull()) throw ConfigError(str(source, ": key '", key, "' has no value"));
+      if (set_deploy_key(config, key, value, source)) continue;
       assign(find_field(fields, key, source), value, source);
     }
   }
@@ -172,6 +182,7 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
       throw ConfigError(str("--set '", item, "': expected section.key=value"));
     std::string key = item.substr(0, eq);
     std::string text = item.substr(eq + 1);
+    if (set_deploy_key(config, key, YAML::Node(text), "--set")) continue;
     const Field& field = find_field(fields, key, "--set");
     YAML::Node value;
     try {
@@ -271,6 +282,7 @@ std::string config_to_yaml(const Config& config) {
         },
         field.ptr);
   }
+  for (const auto& [key, value] : config.deploy) root["deploy"][key] = value;
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";
