@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Retry soak: N jobs (default 20) written by `cadre deploy slurm` on the test Slurm cluster, each
+# hit by one random failure, and how many still finish with the losses of an uninterrupted run.
+#   worker  a worker process is SIGKILLed: `cadre run` restarts the group, which resumes
+#   node    a node's `cadre run` agent is SIGKILLed: the step dies, the script requeues the job
+#   time    the job runs under a 1-minute limit: Slurm signals it, it checkpoints and requeues
+# Prints one line per job and "soak: K of N jobs finished with correct losses"; exits 1 unless
+# K == N. Cost here: ~15-20 minutes on 2 cores (a time-limit job needs ~3 attempts: Slurm checks
+# limits every 30 s, and a requeued job waits cred_expire, 10 s, before it starts again).
+# Usage: sbatch_soak.sh CADRE_BIN SOURCE_DIR [JOBS] [SEED]
+set -euo pipefail
+cadre=$1
+src=$2
+jobs=${3:-20}
+seed=${4:-$(date +%s)}
+source "$src/tests/support/slurm_cluster.sh"
+source "$src/tests/deploy/sbatch_jobs.sh"
+trap slurm_cluster_down EXIT
+slurm_cluster_up
+prepare_tiny_data
+RANDOM=$seed
+echo "soak: $jobs jobs, seed $seed"
+
+short=300  # steps of worker/node jobs (~8 s of training)
+long=2000  # steps of time-limit jobs (~45 s: longer than one attempt under the limit)
+reference_run "$tmp/ref-$short" "$short"
+reference_run "$tmp/ref-$long" "$long"
+
+kinds=(worker node time)
+declare -a ids names kind at
+for ((i = 0; i < jobs; ++i)); do
+  names[i]=soak-$i
+  kind[i]=${kinds[RANDOM % 3]}
+  if [[ ${kind[i]} == time ]]; then
+    script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 55 --max-requeues 8)
+  else
+    script=$(deploy_job "${names[i]}" "$short" --max-requeues 3)
+  fi
+  ids[i]=$(sbatch --parsable "$script") || fail "sbatch $script"
+done
+
+worker_pids() {  # worker_pids JOB_ID: the job's `cadre train` processes
+  local d argv
+  for d in /proc/[0-9]*; do
+    { tr '\0' '\n' <"$d/environ" | grep -qx "SLURM_JOB_ID=$1"; } 2>/dev/null || continue
+    { mapfile -d '' argv <"$d/cmdline"; } 2>/dev/null || continue
+    [[ ${argv[1]:-} == train ]] && echo "${d#/proc/}"
+  done
+  return 0
+}
+
+# Inject each job's failure once it has trained a random number of steps past its first checkpoint.
+for ((i = 0; i < jobs; ++i)); do
+  id=${ids[i]} run=$tmp/runs/${names[i]}
+  [[ ${kind[i]} == time ]] && { at[i]=-; continue; }
+  step=$((25 + RANDOM % 200))
+  if ! wait_for 900 past_step "$run" "$step"; then at[i]="never reached $step"; continue; fi
+  case ${kind[i]} in
+    worker)
+      mapfile -t pids < <(worker_pids "$id")
+      ((${#pids[@]})) || { at[i]="no worker found"; continue; }
+      at[i]=$(steps_done "$run")
+      kill -9 "${pids[RANDOM % ${#pids[@]}]}" 2>/dev/null || at[i]="worker gone" ;;
+    node)
+      pid=$(agent_pid "$id" $((RANDOM % 2))) || { at[i]="no agent found"; continue; }
+      at[i]=$(steps_done "$run")
+      kill -9 "$pid" 2>/dev/null || at[i]="agent gone" ;;
+  esac
+done
+
+ok=0
+printf '%-8s %-6s %-7s %-12s %-9s %s\n' job kind at requeues state result
+for ((i = 0; i < jobs; ++i)); do
+  id=${ids[i]} run=$tmp/runs/${names[i]}
+  wait_for 1800 job_finished "$id" || true
+  state=$(job_field "$id" JobState)
+  steps=$short; [[ ${kind[i]} == time ]] && steps=$long
+  log="$tmp/${names[i]}/logs/${names[i]}-$id.out"
+  result=wrong
+  if [[ $state == COMPLETED && $(steps_done "$run") == "$steps" ]] && same_losses "$run" "$tmp/ref-$steps"; then result=correct; fi
+  # Did the failure happen? (A time limit can only be seen in the job's output.)
+  hit=yes
+  case ${kind[i]} in
+    worker) ls -d "$tmp/${names[i]}"/logs/job-"$id"/attempt-*/round_1 >/dev/null 2>&1 || hit=no ;;
+    node) (($(job_field "$id" Restarts) >= 1)) || hit=no ;;
+    time) grep -q "time limit near" "$log" 2>/dev/null || hit=no ;;
+  esac
+  [[ $result == correct && $hit == yes ]] && ok=$((ok + 1))
+  printf '%-8s %-6s %-7s %-12s %-9s %s%s\n' "$id" "${kind[i]}" "${at[i]}" "$(job_field "$id" Restarts)" "$state" \
+    "$result" "$([[ $hit == no ]] && echo " (the failure did not happen)")"
+done
+echo "soak: $ok of $jobs jobs finished with correct losses after their failure (seed $seed, ${SECONDS}s)"
+((ok == jobs))
