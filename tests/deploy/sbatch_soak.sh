@@ -3,7 +3,7 @@
 # hit by one random failure, and how many still finish with the losses of an uninterrupted run.
 #   worker  a worker process is SIGKILLed: `cadre run` restarts the group, which resumes
 #   node    a node's `cadre run` agent is SIGKILLed: the step dies, the script requeues the job
-#   time    the job runs under a 1-minute limit: Slurm signals it, it checkpoints and requeues
+#   time    the job runs under a 1-minute limit, signalled 40 s before it: it checkpoints and requeues
 # Prints one line per job and "soak: K of N jobs finished with correct losses"; exits 1 unless
 # K == N. Cost here: ~15-20 minutes on 2 cores (a time-limit job needs ~3 attempts: Slurm checks
 # limits every 30 s, and a requeued job waits cred_expire, 10 s, before it starts again).
@@ -32,7 +32,7 @@ for ((i = 0; i < jobs; ++i)); do
   names[i]=soak-$i
   kind[i]=${kinds[RANDOM % 3]}
   if [[ ${kind[i]} == time ]]; then
-    script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 55 --max-requeues 8)
+    script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 40 --max-requeues 8)
   else
     script=$(deploy_job "${names[i]}" "$short" --max-requeues 3)
   fi
