@@ -106,8 +106,9 @@ std::string default_name(const Config& c) {
   if (base.empty() || base == ".") base = fs::path(c.run.dir).lexically_normal().parent_path().filename().string();
   std::string name = "cadre-";
   for (char ch : base) name += std::isalnum(static_cast<unsigned char>(ch)) ? static_cast<char>(std::tolower(ch)) : '-';
+  name = name.substr(0, 40);
   while (!name.empty() && name.back() == '-') name.pop_back();
-  return name.substr(0, 40);
+  return name;
 }
 
 // The config's paths must lie on the shared volume: every pod reads and writes them there.
@@ -239,6 +240,12 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
     CADRE_CONFIG_CHECK(std::regex_match(s.rdzv_id, id_chars), option_name("rdzv_id"), ": '", s.rdzv_id,
                        "' may hold only letters, digits, '-', '_' and '.'");
   } else {
+    // sbatch takes whole CPUs and memory in K/M/G/T.
+    static const std::regex slurm_cpu("^[0-9]+$"), slurm_mem("^[0-9]+[KMGT]i?$");
+    CADRE_CONFIG_CHECK(s.cpu.empty() || std::regex_match(s.cpu, slurm_cpu), option_name("cpu"), ": '", s.cpu,
+                       "': Slurm takes a whole number of CPUs per task");
+    CADRE_CONFIG_CHECK(s.memory.empty() || std::regex_match(s.memory, slurm_mem), option_name("memory"), ": '",
+                       s.memory, "': Slurm takes a whole number with K, M, G or T (such as 32G or 32Gi)");
     s.partition = v["partition"];
     s.time = v["time"];
     if (!s.time.empty() && s.time != "UNLIMITED" && s.time != "INFINITE") s.time_limit_s = parse_slurm_time(s.time);

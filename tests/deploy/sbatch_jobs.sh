@@ -48,8 +48,8 @@ same_losses() {  # same_losses RUN_DIR REFERENCE_DIR: every step once, each loss
 agent_pid() {  # agent_pid JOB_ID NODE_ID: the `cadre run` agent srun started on that node
   local d argv
   for d in /proc/[0-9]*; do
-    { tr '\0' '\n' <"$d/environ" | grep -qx "SLURM_JOB_ID=$1"; } 2>/dev/null || continue
-    { tr '\0' '\n' <"$d/environ" | grep -qx "SLURM_NODEID=$2"; } 2>/dev/null || continue
+    grep -qzx "SLURM_JOB_ID=$1" "$d/environ" 2>/dev/null || continue
+    grep -qzx "SLURM_NODEID=$2" "$d/environ" 2>/dev/null || continue
     { mapfile -d '' argv <"$d/cmdline"; } 2>/dev/null || continue
     [[ ${argv[1]:-} == run ]] && echo "${d#/proc/}" && return 0
   done

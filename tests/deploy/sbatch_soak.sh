@@ -27,46 +27,60 @@ reference_run "$tmp/ref-$short" "$short"
 reference_run "$tmp/ref-$long" "$long"
 
 kinds=(worker node time)
-declare -a ids names kind at
+declare -a ids names kind at target
 for ((i = 0; i < jobs; ++i)); do
   names[i]=soak-$i
   kind[i]=${kinds[RANDOM % 3]}
+  target[i]=$((25 + RANDOM % 200))  # worker and node jobs: the failure comes after this step
   if [[ ${kind[i]} == time ]]; then
     script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 40 --max-requeues 8)
   else
     script=$(deploy_job "${names[i]}" "$short" --max-requeues 3)
   fi
-  ids[i]=$(sbatch --parsable "$script") || fail "sbatch $script"
+  # Held until all are queued: none may finish before the injector looks at it.
+  ids[i]=$(sbatch --parsable --hold "$script") || fail "sbatch $script"
 done
+scontrol release "$(IFS=,; echo "${ids[*]}")"
 
 worker_pids() {  # worker_pids JOB_ID: the job's `cadre train` processes
   local d argv
   for d in /proc/[0-9]*; do
-    { tr '\0' '\n' <"$d/environ" | grep -qx "SLURM_JOB_ID=$1"; } 2>/dev/null || continue
+    grep -qzx "SLURM_JOB_ID=$1" "$d/environ" 2>/dev/null || continue
     { mapfile -d '' argv <"$d/cmdline"; } 2>/dev/null || continue
     [[ ${argv[1]:-} == train ]] && echo "${d#/proc/}"
   done
   return 0
 }
 
-# Inject each job's failure once it has trained a random number of steps past its first checkpoint.
-for ((i = 0; i < jobs; ++i)); do
-  id=${ids[i]} run=$tmp/runs/${names[i]}
-  [[ ${kind[i]} == time ]] && { at[i]=-; continue; }
-  step=$((25 + RANDOM % 200))
-  if ! wait_for 900 past_step "$run" "$step"; then at[i]="never reached $step"; continue; fi
+inject() {  # inject I: the job's failure, now; records the step it was at
+  local i=$1 id=${ids[$1]} pid pids
+  at[i]=$(steps_done "$tmp/runs/${names[i]}")
   case ${kind[i]} in
     worker)
       mapfile -t pids < <(worker_pids "$id")
-      ((${#pids[@]})) || { at[i]="no worker found"; continue; }
-      at[i]=$(steps_done "$run")
+      ((${#pids[@]})) || { at[i]="no worker found"; return; }
       kill -9 "${pids[RANDOM % ${#pids[@]}]}" 2>/dev/null || at[i]="worker gone" ;;
     node)
-      pid=$(agent_pid "$id" $((RANDOM % 2))) || { at[i]="no agent found"; continue; }
-      at[i]=$(steps_done "$run")
+      pid=$(agent_pid "$id" $((RANDOM % 2))) || { at[i]="no agent found"; return; }
       kill -9 "$pid" 2>/dev/null || at[i]="agent gone" ;;
   esac
+}
+
+# Watch every running job at 10 Hz and hit each worker/node job once it passes its target step.
+pending=()
+for ((i = 0; i < jobs; ++i)); do if [[ ${kind[i]} == time ]]; then at[i]=-; else pending+=("$i"); fi; done
+deadline=$((SECONDS + 1800))
+while ((${#pending[@]})) && ((SECONDS < deadline)); do
+  next=()
+  for i in "${pending[@]}"; do
+    if past_step "$tmp/runs/${names[i]}" "${target[i]}"; then inject "$i"
+    elif job_finished "${ids[i]}"; then at[i]="finished before step ${target[i]}"
+    else next+=("$i"); fi
+  done
+  pending=("${next[@]}")
+  sleep 0.1
 done
+for i in "${pending[@]}"; do at[i]="never reached ${target[i]}"; done
 
 ok=0
 printf '%-8s %-6s %-7s %-12s %-9s %s\n' job kind at requeues state result

@@ -303,10 +303,21 @@ test("bad input exits 2 naming the field", () => {
     assert.match(r.output, message, args.join(" "));
   }
   assert.ok(!fs.existsSync(path.join(work, "bad")), "bad input must write nothing");
-  const slurm = spawnSync(cadre, ["deploy", "slurm", "--config", tinyConfig, "--set", "data.dir=data/tiny", "--time", "2",
-                                  "--signal-before", "120", "--out", path.join(work, "bad")], { encoding: "utf8" });
-  assert.equal(slurm.status, 2, slurm.stderr);
-  assert.match(slurm.stderr, /deploy\.signal_before \(--signal-before\) \(120 s\) must be shorter than deploy\.time \(--time\) \(2 = 120 s\)/);
+  const slurmCases = [
+    [["--time", "2", "--signal-before", "120"],
+     /deploy\.signal_before \(--signal-before\) \(120 s\) must be shorter than deploy\.time \(--time\) \(2 = 120 s\)/],
+    [["--time", "2h"], /deploy\.time \(--time\): '2h' is not a Slurm time limit/],
+    [["--memory", "1.5Gi"], /deploy\.memory \(--memory\): '1\.5Gi': Slurm takes a whole number/],
+    [["--nodes", "0"], /deploy\.nodes \(--nodes\) \(N or MIN:MAX\) must be a positive integer/],
+    [["--image", "x"], /unknown flag '--image'/],
+  ];
+  for (const [args, message] of slurmCases) {
+    const r = spawnSync(cadre, ["deploy", "slurm", "--config", tinyConfig, "--set", "data.dir=data/tiny",
+                                "--out", path.join(work, "bad"), ...args], { encoding: "utf8" });
+    assert.equal(r.status, 2, `${args.join(" ")}: exit ${r.status}\n${r.stderr}`);
+    assert.match(r.stderr, message, args.join(" "));
+  }
+  assert.ok(!fs.existsSync(path.join(work, "bad")), "bad input must write nothing");
 });
 
 test("--help", () => {
