@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `srun cadre run --nproc-per-node 2 -- PROGRAM` on a private two-node Slurm cluster
 # (tests/support/slurm_cluster.sh; stopped at the end). Checks that node count, node rank, endpoint
-# and run id come from SLURM_* alone: four workers with ranks 0..3 and WORLD_SIZE 4; and that a worker crash restarts the group under srun.
+# and run id come from SLURM_* alone: four workers with ranks 0..3 and WORLD_SIZE 4; and that a
+# worker crash restarts the group under srun.
 # Usage: srun_test.sh CADRE_BIN
 set -euo pipefail
 cadre=$1
