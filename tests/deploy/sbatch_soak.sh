@@ -5,7 +5,7 @@
 #   node    a node's `cadre run` agent is SIGKILLed: the step dies, the script requeues the job
 #   time    the job runs under a 1-minute limit, signalled 40 s before it: it checkpoints and requeues
 # Prints one line per job and "soak: K of N jobs finished with correct losses"; exits 1 unless
-# K == N. Cost here: ~15-20 minutes on 2 cores (a time-limit job needs ~3 attempts: Slurm checks
+# K == N. Cost here: ~10-11 minutes on 2 cores (a time-limit job needs 2-8 attempts: Slurm checks
 # limits every 30 s, and a requeued job waits cred_expire, 10 s, before it starts again).
 # Usage: sbatch_soak.sh CADRE_BIN SOURCE_DIR [JOBS] [SEED]
 set -euo pipefail
@@ -33,7 +33,7 @@ for ((i = 0; i < jobs; ++i)); do
   kind[i]=${kinds[RANDOM % 3]}
   target[i]=$((25 + RANDOM % 200))  # worker and node jobs: the failure comes after this step
   if [[ ${kind[i]} == time ]]; then
-    script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 40 --max-requeues 8)
+    script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 40 --max-requeues 20)
   else
     script=$(deploy_job "${names[i]}" "$short" --max-requeues 3)
   fi
