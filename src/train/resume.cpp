@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 namespace cadre {
 
-Resumed resume_training(const Config& c, const std::string& dir, ShardedModel& model, AdamW& optimizer,
-                        TokenLoader& train_data, int rank, comm::Communicator* group) {
+Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, AdamW& optimizer,
+                        BatchSource& train_data, int rank, comm::Communicator* group) {
   const auto t0 = std::chrono::steady_clock::now();
   // A crash mid-save leaves partial directories; only the lead removes them, and nobody
   // looks at the directory before it is done.
