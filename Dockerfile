@@ -10,6 +10,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config ninja-build \
       libtorch-dev python3-torch libopenblas0-openmp \
+      python3-torchvision \
       libdnnl-dev \
       libgloo-dev \
       libblas3 util-linux \
