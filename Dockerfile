@@ -27,8 +27,8 @@ RUN apt-get update \
 RUN update-alternatives --set libblas.so.3-x86_64-linux-gnu \
       "$(update-alternatives --list libblas.so.3-x86_64-linux-gnu | grep openblas | head -1)"
 
-COPY CMakeLists.txt /src/
-COPY src /src/src
+# The whole checkout (CMake reads cmake/, include/ and src/); .dockerignore leaves out builds and data.
+COPY . /src
 COPY configs /opt/cadre/configs
 RUN cmake -S /src -B /tmp/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF -DCADRE_BENCH=OFF \
  && cmake --build /tmp/build --target cadre \

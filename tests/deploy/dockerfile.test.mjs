@@ -39,8 +39,10 @@ test("the Dockerfile builds cadre, puts it on PATH and the shim in ../lib", () =
   const lib = text.match(/install -D -m 755 \S+\/lib\/libcadre_spm\.so (\S+)/)[1];
   assert.equal(path.dirname(lib), path.join(path.dirname(path.dirname(bin)), "lib"));
   assert.match(text, new RegExp(`ln -s ${bin} /usr/local/bin/cadre`));
-  // Everything the build reads is copied in.
-  for (const p of ["CMakeLists.txt", "src"]) assert.match(text, new RegExp(`^COPY ${p} `, "m"));
+  // The whole checkout is copied in (CMake reads cmake/, include/, src/), less builds and data.
+  assert.match(text, /^COPY \. \/src$/m);
+  const ignored = fs.readFileSync(path.join(source, ".dockerignore"), "utf8").split("\n");
+  for (const p of ["build*", "third_party", "runs", "tests/deploy/k8s/node_modules"]) assert.ok(ignored.includes(p), p);
   // The manifests' default mount path is the image's working directory.
   assert.match(text, /^WORKDIR \/workspace$/m);
 });
