@@ -31,7 +31,7 @@ declare -a ids names kind at target
 for ((i = 0; i < jobs; ++i)); do
   names[i]=soak-$i
   kind[i]=${kinds[RANDOM % 3]}
-  target[i]=$((25 + RANDOM % 200))  # worker and node jobs: the failure comes after this step
+  target[i]=$((25 + RANDOM % 125))  # worker and node jobs: the failure comes after this step
   if [[ ${kind[i]} == time ]]; then
     script=$(deploy_job "${names[i]}" "$long" --time 1 --signal-before 40 --max-requeues 20)
   else
@@ -47,7 +47,8 @@ worker_pids() {  # worker_pids JOB_ID: the job's `cadre train` processes
   for d in /proc/[0-9]*; do
     grep -qzx "SLURM_JOB_ID=$1" "$d/environ" 2>/dev/null || continue
     { mapfile -d '' argv <"$d/cmdline"; } 2>/dev/null || continue
-    [[ ${argv[1]:-} == train ]] && echo "${d#/proc/}"
+    # A zombie (a worker that has finished) takes SIGKILL without failing anything.
+    [[ ${argv[1]:-} == train ]] && ! gone "${d#/proc/}" && echo "${d#/proc/}"
   done
   return 0
 }
