@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,9 @@ struct Config {
   CheckpointConfig checkpoint;
   ObsConfig obs;
   RunConfig run;
+  // `deploy:` keys as written (scalar text), for `cadre deploy`, which owns, checks and
+  // documents them (src/deploy/job_spec.cpp); training ignores them, so one file serves both.
+  std::map<std::string, std::string> deploy;
 };
 
 // Loads `path` (YAML), then applies `overrides` ("section.key=value", value parsed as YAML).
