@@ -21,6 +21,7 @@ RUN apt-get update \
       slurm-wlm munge \
       etcd-server etcd-client \
       iproute2 iptables \
+      prometheus tmux chromium python3-pil \
  && rm -rf /var/lib/apt/lists/*
 
 # libtorch must use OpenBLAS, not the reference BLAS (about 30x slower), as setup.sh makes sure.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job: prepare the State of the Union corpus, train the small Llama (35.7M parameters)
 # with 2 local workers under `cadre run` (sharded data parallel, FULL_SHARD, bf16), checkpoint
-# every 25 steps, export the model to a Hugging Face folder, plot, and print where everything is.
+# every 25 steps, export the model to a Hugging Face folder, plot, write the HTML report, and print
+# where everything is. While it trains, the agent serves Prometheus metrics on a free local port
+# (runs/demo/logs/metrics.url) and `cadre top runs/demo` in another terminal shows every rank.
 # Called by `make demo` after setup and build.
 #
 # The run is a DEMO_TOTAL_STEPS-step job (default 300: the LR schedule spans it) done in chunks:
@@ -38,7 +40,7 @@ else
   else
     echo "demo: training $run to step $stop_at of $total (run 'make demo' again to resume and go on)"
   fi
-  "$cadre" run --nproc-per-node 2 --log-dir "$run/logs" -- \
+  "$cadre" run --nproc-per-node 2 --log-dir "$run/logs" --metrics-port "${DEMO_METRICS_PORT:-0}" -- \
     "$cadre" train --config configs/small.yaml --resume auto \
     --set data.dir=data/sotu --set run.dir=$run --set train.steps="$total" --set train.stop_at="$stop_at" \
     --set checkpoint.interval=25 --set train.eval_interval=50 --set optim.warmup_steps=20 \
@@ -48,6 +50,7 @@ fi
 checkpoint=$(ls -d "$run"/checkpoints/step-* | sort | tail -1)
 "$cadre" ckpt export "$checkpoint" --format hf --out "$run/hf" >/dev/null
 /usr/bin/python3 scripts/plot_metrics.py "$run" >/dev/null
+"$cadre" report "$run" >/dev/null
 echo
 echo "demo done:"
 echo "  data        data/sotu (manifest.json, tokenizer.model, token shards)"
@@ -55,3 +58,4 @@ echo "  run         $run (config.yaml, metrics.jsonl, summary.json, logs/ per ra
 echo "  checkpoint  $checkpoint (sharded: one file per rank + manifest.json; cadre ckpt inspect|verify)"
 echo "  export      $run/hf (Hugging Face Llama: config.json, model.safetensors, tokenizer)"
 echo "  plot        $run/loss.png"
+echo "  report      $run/report.html (loss, throughput, per-rank step time, memory, events, config)"

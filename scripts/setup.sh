@@ -19,6 +19,8 @@ packages=(
   slurm-wlm munge                                   # `srun cadre run` test on a private two-node cluster
   etcd-server etcd-client                           # etcd rendezvous tests (a real etcd, started by the tests)
   iproute2 iptables                                 # network-namespace hosts for the multi-node fault tests
+  prometheus tmux chromium python3-pil              # obs tests: a real Prometheus + promtool, `cadre top` under
+                                                    # tmux, the HTML report rendered and its screenshot read
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
 command -v npm >/dev/null || packages+=(nodejs npm)

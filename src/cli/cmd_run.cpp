@@ -78,8 +78,9 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
 
 int cmd_run(const Args& args) {
   std::string nnodes = "1", backend = "c10d", endpoint, run_id = "none", rdzv_conf, log_dir, error_file, local_addr;
-  int64_t nproc = 1, max_restarts = 0, node_rank = -1;
-  double monitor_interval = 0.1, stop_timeout = 10;
+  std::string metrics_addr = "127.0.0.1";
+  int64_t nproc = 1, max_restarts = 0, node_rank = -1, metrics_port = -1;
+  double monitor_interval = 0.1, stop_timeout = 10, stall_timeout = 30;
   bool standalone = false;
   Flags flags("cadre run [flags] -- PROGRAM ARGS...   (torchrun-compatible elastic launcher)");
   flags.add("--nnodes", &nnodes, "number of nodes, N or MIN:MAX (default 1)");
@@ -102,6 +103,13 @@ int cmd_run(const Args& args) {
   flags.add("--log-dir", &log_dir, "directory for per-rank logs and the error file (default: a new temp dir)");
   flags.add("--error-file", &error_file, "root-cause file written on give-up (default <log-dir>/error.json)");
   flags.add("--local-addr", &local_addr, "address other nodes reach this node at (default: route to the store)");
+  flags.add("--metrics-port", &metrics_port,
+            "serve Prometheus metrics of this node's workers at http://ADDR:PORT/metrics (0: any free port; "
+            "default off)");
+  flags.add("--metrics-addr", &metrics_addr, "address /metrics listens on (default 127.0.0.1; 0.0.0.0 for all)");
+  flags.add("--stall-timeout", &stall_timeout,
+            "seconds a worker may go without collective activity (stuck in one, or starting none) before the "
+            "agent dumps the flight recorders and names the rank the others wait for (default 30; 0: off)");
   std::vector<std::string> program = flags.parse(args);
 
   CADRE_CONFIG_CHECK(!program.empty(), "no program given\n", flags.usage());
@@ -122,6 +130,9 @@ int cmd_run(const Args& args) {
   CADRE_CONFIG_CHECK(max_restarts >= 0, "--max-restarts must be >= 0, got ", max_restarts);
   CADRE_CONFIG_CHECK(monitor_interval > 0, "--monitor-interval must be > 0, got ", monitor_interval);
   CADRE_CONFIG_CHECK(stop_timeout >= 0, "--stop-timeout must be >= 0, got ", stop_timeout);
+  CADRE_CONFIG_CHECK(metrics_port >= -1 && metrics_port <= 65535, "--metrics-port must be a port in 0..65535, got ",
+                     metrics_port);
+  CADRE_CONFIG_CHECK(stall_timeout >= 0, "--stall-timeout must be >= 0 seconds, got ", stall_timeout);
   CADRE_CONFIG_CHECK(backend == "c10d" || backend == "static" || backend == "etcd",
                      "--rdzv-backend must be c10d, static or etcd, got '", backend, "'");
   CADRE_CONFIG_CHECK(!(backend == "etcd" && standalone), "--standalone hosts the embedded store; it cannot be "
@@ -175,6 +186,9 @@ int cmd_run(const Args& args) {
   cfg.monitor_interval_s = monitor_interval;
   cfg.stop_timeout_s = stop_timeout;
   cfg.local_addr = local_addr;
+  cfg.metrics_addr = metrics_addr;
+  cfg.metrics_port = metrics_port;
+  cfg.stall_timeout_s = stall_timeout;
   program[0] = launch::program_resolve(program[0]);
   cfg.program = program;
   if (log_dir.empty()) {

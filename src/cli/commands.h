@@ -16,5 +16,7 @@ int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ..
 int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training
 int cmd_run(const Args& args);  // cmd_run.cpp: elastic launcher (torchrun-compatible)
 int cmd_deploy(const Args& args);  // cmd_deploy.cpp: Kubernetes manifests and Slurm batch scripts
+int cmd_top(const Args& args);     // cmd_top.cpp: live view of a running job
+int cmd_report(const Args& args);  // cmd_report.cpp: HTML report of run directories
 
 }  // namespace cadre

@@ -25,6 +25,8 @@ const Command kCommands[] = {
     {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
     {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},
     {"deploy", "write Kubernetes manifests (TrainJob, PyTorchJob, etcd) or a Slurm sbatch script", cadre::cmd_deploy},
+    {"top", "live view of a running job: one row per rank (q quits)", cadre::cmd_top},
+    {"report", "HTML report of one or more run directories (plots, events, config)", cadre::cmd_report},
 };
 
 void print_usage(std::FILE* out) {

@@ -27,6 +27,8 @@
 #include "comm/ring.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "obs/flight_recorder.h"
+#include "obs/step_timer.h"
 
 namespace cadre::comm {
 
@@ -111,7 +113,12 @@ struct Work::State {
 void Work::wait() {
   if (!state_) return;  // an empty handle stands for work that finished synchronously
   std::unique_lock<std::mutex> lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->finished; });
+  if (!state_->finished) {
+    // Time blocked here is the calling thread's communication wait (a step's time split).
+    const auto t0 = std::chrono::steady_clock::now();
+    state_->cv.wait(lock, [&] { return state_->finished; });
+    obs::comm_wait_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
@@ -165,6 +172,7 @@ struct OpSignature {
   at::ScalarType dtype = at::kByte;
   int64_t numel = 0;  // elements of the input
   int64_t detail = 0; // reduction or root
+  uint64_t record = 0;  // its flight-recorder entry
   std::string describe() const {
     std::string s = op_kind_name(kind);
     if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter)
@@ -271,6 +279,25 @@ struct Communicator::Impl {
 
   std::string where() const { return str("group '", tag, "' rank ", rank, "/", size, " (job rank ", global_ranks[rank], ")"); }
 
+  // The op's flight-recorder entry, on the issuing thread.
+  uint64_t record_issue(const OpSignature& sig) {
+    obs::FlightRecorder& recorder = obs::flight_recorder();
+    if (!recorder.enabled()) return 0;
+    const bool reduces = sig.kind == OpKind::AllReduce || sig.kind == OpKind::ReduceScatter;
+    std::string detail = reduces ? reduce_op_name(static_cast<ReduceOp>(sig.detail))
+                         : sig.kind == OpKind::Broadcast ? str("root ", sig.detail) : std::string();
+    obs::CollectiveInfo info;
+    info.group = tag.c_str();
+    info.group_rank = rank;
+    info.group_size = size;
+    info.op = op_kind_name(sig.kind);
+    info.detail = detail.c_str();
+    info.dtype = sig.kind == OpKind::Barrier ? "" : c10::toString(sig.dtype);
+    info.numel = sig.numel;
+    info.bytes = sig.numel * int64_t(c10::elementSize(sig.dtype));
+    return recorder.issued(info);
+  }
+
   void connect() {
     store = c10::make_intrusive<c10d::PrefixStore>(str("cadre/comm/", tag, "/gen", generation), root_store);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
@@ -319,9 +346,11 @@ struct Communicator::Impl {
 
   // Runs one op on the communication thread: arrival mark, cross-rank check, data movement.
   void run(const OpSignature& sig, const std::function<void(uint64_t slot, ring::Deadline)>& move) {
+    if (poisoned) obs::flight_recorder().finished(sig.record, false);
     CADRE_CHECK(!poisoned, sig.describe(), " on ", where(), ": communicator is unusable after an earlier failure (",
                 poison_reason, "); call rebuild() on every rank");
     ++seq;
+    obs::flight_recorder().started(sig.record, seq, generation);
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
     // Each op owns four slots: the header exchange and up to three data phases.
     const uint64_t header_slot = uint64_t(seq) * 4, data_slot = header_slot + 1;
@@ -351,13 +380,20 @@ struct Communicator::Impl {
       }
       move(data_slot, deadline);
     } catch (const MismatchError&) {
+      obs::flight_recorder().finished(sig.record, false);
       throw;
     } catch (const std::exception& e) {
+      obs::flight_recorder().finished(sig.record, false);
       poisoned = true;
       poison_reason = str(sig.describe(), " failed: ", e.what());
-      throw Error(str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
-                      " ms timeout or peer error: ", e.what(), "; ", missing_ranks(deadline)));
+      std::string message = str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
+                                " ms timeout or peer error: ", e.what(), "; ", missing_ranks(deadline));
+      // Every rank that sees the failure leaves its last collectives behind for the diagnosis.
+      std::string dump = obs::flight_recorder_dump_now(str("collective #", seq, " failed: ", message));
+      if (!dump.empty()) message += "; flight recorder dumped to " + dump;
+      throw Error(message);
     }
+    obs::flight_recorder().finished(sig.record, true);
   }
 };
 
@@ -453,6 +489,7 @@ Communicator::Communicator(const JobEnv& env, CommOptions options) : impl_(std::
   impl_->rank = env.rank;
   impl_->size = env.world_size;
   impl_->options = options;
+  obs::flight_recorder().set_rank(env.rank);
   impl_->start();
   log::set_rank(env.rank);
 }
@@ -471,6 +508,7 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   check_tensor(tensor, "all_reduce", "input");
   OpSignature sig{OpKind::AllReduce, tensor.scalar_type(), tensor.numel(), static_cast<int64_t>(op)};
   Impl* impl = impl_.get();
+  sig.record = impl->record_issue(sig);
   return impl->submit([impl, tensor, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
       if (tensor.is_cuda()) return impl->nccl->all_reduce(tensor, op);
@@ -506,6 +544,7 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
               " elements; expected world size ", size(), " x input ", input.numel());
   OpSignature sig{OpKind::AllGather, input.scalar_type(), input.numel(), 0};
   Impl* impl = impl_.get();
+  sig.record = impl->record_issue(sig);
   return impl->submit([impl, output, input, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
       if (input.is_cuda()) return impl->nccl->all_gather(output, input);
@@ -525,6 +564,7 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
               " elements; expected world size ", size(), " x output ", output.numel());
   OpSignature sig{OpKind::ReduceScatter, input.scalar_type(), input.numel(), static_cast<int64_t>(op)};
   Impl* impl = impl_.get();
+  sig.record = impl->record_issue(sig);
   return impl->submit([impl, output, input, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
       if (input.is_cuda()) return impl->nccl->reduce_scatter(output, input, op);
@@ -543,6 +583,7 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   CADRE_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is outside the group of ", size());
   OpSignature sig{OpKind::Broadcast, tensor.scalar_type(), tensor.numel(), root};
   Impl* impl = impl_.get();
+  sig.record = impl->record_issue(sig);
   return impl->submit([impl, tensor, root, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
       if (tensor.is_cuda()) return impl->nccl->broadcast(tensor, root);
@@ -553,8 +594,10 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
 
 Work Communicator::barrier_async() {
   Impl* impl = impl_.get();
-  return impl->submit([impl] {
-    impl->run(OpSignature{}, [&](uint64_t slot, ring::Deadline deadline) {
+  OpSignature sig;
+  sig.record = impl->record_issue(sig);
+  return impl->submit([impl, sig] {
+    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
       std::vector<int64_t> marks(impl->size, 1);
       ring::all_gather(*impl->context, slot, marks.data() + impl->rank, marks.data(), sizeof(int64_t), deadline);
     });

@@ -50,6 +50,10 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint.resume", &c.checkpoint.resume},
       {"checkpoint.async", &c.checkpoint.async},
       {"checkpoint.timeout_s", &c.checkpoint.timeout_s},
+      {"obs.metrics", &c.obs.metrics},
+      {"obs.flight_recorder_entries", &c.obs.flight_recorder_entries},
+      {"obs.straggler_factor", &c.obs.straggler_factor},
+      {"obs.straggler_steps", &c.obs.straggler_steps},
       {"run.dir", &c.run.dir},
   };
 }
@@ -197,6 +201,13 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(!c.checkpoint.resume.empty(), "checkpoint.resume must be none, auto or a checkpoint path");
   CADRE_CONFIG_CHECK(c.train.stop_at >= 0 && c.train.stop_at <= c.train.steps, "train.stop_at must be in [0, train.steps=",
                      c.train.steps, "], got ", c.train.stop_at);
+  CADRE_CONFIG_CHECK(c.obs.flight_recorder_entries >= 0 && c.obs.flight_recorder_entries <= 1000000,
+                     "obs.flight_recorder_entries must be in [0, 1000000] (0 turns the recorder off), got ",
+                     c.obs.flight_recorder_entries);
+  CADRE_CONFIG_CHECK(c.obs.straggler_factor == 0 || c.obs.straggler_factor > 1,
+                     "obs.straggler_factor must be above 1 (or 0 to turn straggler tracking off), got ",
+                     c.obs.straggler_factor);
+  CADRE_CONFIG_CHECK(c.obs.straggler_steps >= 1, "obs.straggler_steps must be >= 1, got ", c.obs.straggler_steps);
   CADRE_CONFIG_CHECK(!c.run.dir.empty(), "run.dir must not be empty");
 }
 

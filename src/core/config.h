@@ -85,6 +85,14 @@ struct CheckpointConfig {
   double timeout_s = 600;
 };
 
+// What a run reports besides metrics.jsonl (obs/: the agent's /metrics, stragglers, hangs).
+struct ObsConfig {
+  bool metrics = true;                     // report each step to `cadre run`'s agent, when it listens
+  int64_t flight_recorder_entries = 2000;  // collectives each rank remembers; 0 turns the recorder off
+  double straggler_factor = 1.5;           // busy time over the median rank's; 0 turns tracking off
+  int64_t straggler_steps = 5;             // slow steps in a row before a rank is named
+};
+
 struct RunConfig {
   std::string dir = "runs/default";
 };
@@ -96,6 +104,7 @@ struct Config {
   TrainConfig train;
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
+  ObsConfig obs;
   RunConfig run;
   // `deploy:` keys as written (scalar text), for `cadre deploy`, which owns, checks and
   // documents them (src/deploy/job_spec.cpp); training ignores them, so one file serves both.

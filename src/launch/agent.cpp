@@ -15,6 +15,7 @@
 #include "launch/error_file.h"
 #include "launch/signals.h"
 #include "launch/worker_group.h"
+#include "obs/agent_observer.h"
 #include "rdzv/endpoint.h"
 
 namespace cadre::launch {
@@ -100,6 +101,8 @@ int agent_run(const AgentConfig& cfg) {
   me.pid = ::getpid();
   auto interrupted = [] { return signals_received() != 0; };
   int64_t last_round_size = 1;
+  obs::AgentObserver observer({cfg.rendezvous.run_id, me.hostname, cfg.metrics_addr, int(cfg.metrics_port),
+                               cfg.stall_timeout_s, cfg.error_file, cfg.log_dir});
 
   // Every exit path announces itself; the store host waits for its peers (the store dies with it).
   auto leave = [&](int code, bool linger) {
@@ -117,6 +120,7 @@ int agent_run(const AgentConfig& cfg) {
                               cfg.max_restarts, "; giving up");
     log::error(message + "\n" + failure_summary(failure));
     error_file_write(cfg.error_file, message, cfg.max_restarts, failure);
+    observer.annotate_error_file();  // a hang found in the last round goes with the root cause
     log::error("error file: " + cfg.error_file);
     try {
       rendezvous.mark_job_failed();  // the next `cadre run` with this run id starts afresh
@@ -165,7 +169,21 @@ int agent_run(const AgentConfig& cfg) {
                   round.world_size(), ", restart count ", round.restart_count, ", master ", master.first, ":",
                   master.second));
 
-    WorkerGroup group(cfg.program, worker_specs(cfg, round, master, me.addr));
+    // Workers report to the observer and keep their flight recorders in their log directories.
+    auto rank_dir = [](const WorkerSpec& s) { return std::filesystem::path(s.stdout_path).parent_path().string(); };
+    std::vector<WorkerSpec> specs = worker_specs(cfg, round, master, me.addr);
+    for (auto& s : specs)
+      for (auto& kv : observer.worker_env(rank_dir(s))) s.env.push_back(kv);
+    WorkerGroup group(cfg.program, std::move(specs));
+    std::vector<obs::LocalWorker> workers;
+    for (const auto& s : group.specs())
+      workers.push_back({int(s.global_rank), int(s.local_rank), group.pid(s.local_rank),
+                         obs::AgentObserver::recorder_file(rank_dir(s))});
+    observer.round_started({round.number, round.restart_count, round.group_world_size(), round.world_size()}, workers);
+    struct RoundEnd {  // every way out of the round below
+      obs::AgentObserver& o;
+      ~RoundEnd() { o.round_ended(); }
+    } round_end{observer};
     bool done_marked = false;
     for (;;) {
       if (int sig = signals_received()) {
@@ -182,6 +200,7 @@ int agent_run(const AgentConfig& cfg) {
       }
       auto state = group.poll();
       rendezvous.heartbeat(round);
+      observer.poll();
       if (state == WorkerGroup::State::Succeeded) {
         if (!done_marked) {
           rendezvous.mark_done(round);
@@ -191,6 +210,7 @@ int agent_run(const AgentConfig& cfg) {
         if (rendezvous.all_done(round)) {
           group.stop(SIGKILL, 0);  // leftovers of the workers' process groups
           rendezvous.mark_job_finished(round);
+          observer.job_succeeded();
           log::info(str("all ", round.world_size(), " workers succeeded"));
           return leave(0, true);
         }

@@ -24,6 +24,11 @@ struct AgentConfig {
   std::string error_file;       // root-cause file written on give-up
   std::string local_addr;       // address peers reach this node at ("" = route towards the store)
   std::vector<std::string> program;  // argv; program[0] resolved
+  // Observability (obs/agent_observer.h): /metrics on metrics_addr:metrics_port (-1: off, 0: any
+  // free port), and the hang diagnosis after stall_timeout_s seconds stuck (0: off).
+  std::string metrics_addr = "127.0.0.1";
+  int64_t metrics_port = -1;
+  double stall_timeout_s = 30;
 };
 
 // Runs the agent until the job ends; returns the exit code (0 success, 1 failure, 128+signal).

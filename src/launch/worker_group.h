@@ -53,6 +53,7 @@ class WorkerGroup {
 
   std::vector<std::string> stderr_tail(int64_t local_rank) const;
   const std::vector<WorkerSpec>& specs() const { return specs_; }
+  pid_t pid(int64_t local_rank) const { return pids_[size_t(local_rank)]; }
 
  private:
   bool reap_one(size_t i, bool block);

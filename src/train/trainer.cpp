@@ -26,6 +26,8 @@
 #include "core/progress.h"
 #include "core/sysinfo.h"
 #include "models/registry.h"
+#include "obs/flight_recorder.h"
+#include "obs/train_observer.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "shard/memory_report.h"
@@ -181,6 +183,11 @@ TrainSummary train_run(const Config& config) {
   shard_options.prefetch = c.parallel.prefetch;
   const int64_t hybrid_size =
       shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, env) : 0;
+  // Before any communicator: the flight recorder's ring (in the file the agent reads, if given)
+  // and where ranks dump it when a collective fails.
+  const char* recorder_file = std::getenv("CADRE_FLIGHT_RECORDER_FILE");
+  obs::flight_recorder_configure(size_t(c.obs.flight_recorder_entries), recorder_file ? recorder_file : "");
+  obs::flight_recorder_set_dump_dir(c.run.dir + "/flight_recorder");
   comm::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.parallel.comm_timeout * 1000));
   ParallelGroups groups = make_parallel_groups(env, shard_options.strategy, hybrid_size, comm_options);
@@ -227,6 +234,15 @@ TrainSummary train_run(const Config& config) {
     return done == end_step || (c.checkpoint.interval > 0 && done % c.checkpoint.interval == 0);
   };
 
+  const int64_t B = c.data.batch_size, accum = c.optim.grad_accum_steps;
+  obs::TrainObserver observer(obs::train_observer_options(c, rank, world, model->throughput_unit(), double(B * accum),
+                                                         double(B * accum * train_data->sample_len())));
+  int64_t shard_numel = 0;
+  for (const auto& p : sharded.parameters()) shard_numel += p.numel();
+  const ShardMemory shard_memory = sharded.memory();
+  observer.set_model_state_bytes(shard_memory.params + shard_memory.grads + 8 * shard_numel);  // + AdamW moments
+  observer.started(resumed.step, resumed.path, resumed.load_s, resumed.path.empty() ? 0 : 12 * shard_numel);
+
   TrainSummary summary;
   summary.run_dir = c.run.dir;
   summary.lead = lead;
@@ -242,7 +258,6 @@ TrainSummary train_run(const Config& config) {
     return summary;
   }
 
-  const int64_t B = c.data.batch_size, accum = c.optim.grad_accum_steps;
   const int64_t samples_per_step = B * accum * world;
   const int64_t units_per_step = samples_per_step * train_data->sample_len();
   const std::string unit = model->throughput_unit();
@@ -261,17 +276,20 @@ TrainSummary train_run(const Config& config) {
   std::string progress_text;
   StopSignal stop_signal;
   int stopping = 0;  // the signal every rank agreed to stop on
+  obs::StepTimer timer;  // compute / communication wait / data wait
 
   // --- the loop ---------------------------------------------------------------------------
   for (int64_t step = resumed.step; step < end_step && !stopping; ++step) {
-    auto t0 = Clock::now();
+    timer.start();
     sharded.zero_grad();
     double loss_sum = 0, correct = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       // Each rank takes its slice of the global micro-batch; together they read what one
       // rank with world * B samples would.
-      Batch batch = train_data->next(static_cast<uint64_t>(B * world), static_cast<uint64_t>(rank * B),
-                                     static_cast<uint64_t>(B));
+      Batch batch = timer.data([&] {
+        return train_data->next(static_cast<uint64_t>(B * world), static_cast<uint64_t>(rank * B),
+                                static_cast<uint64_t>(B));
+      });
       // Gradients are reduced across ranks only in the last micro-batch's backward.
       std::optional<FSDPModule::NoSyncGuard> accumulate;
       if (micro + 1 < accum) accumulate.emplace(&sharded.tree());
@@ -283,22 +301,27 @@ TrainSummary train_run(const Config& config) {
     stopping = stop_signal.received();
     if (group) {
       // The loss, for the log, is the mean over ranks; a stop signal on any rank rides along,
-      // so all ranks stop after the same step at no extra cost.
-      at::Tensor l = at::empty({3}, at::kFloat);
-      l[0] = loss_sum;
-      l[1] = stopping;
-      l[2] = correct;
-      group->all_reduce(l, comm::ReduceOp::Avg);
-      loss_sum = l[0].item<double>();
-      if (l[1].item<double>() > 0 && !stopping) stopping = SIGTERM;  // another rank's
-      correct = l[2].item<double>() * world;
+      // so all ranks stop after the same step at no extra cost, and so do every rank's compute
+      // and wait times so far (straggler attribution).
+      at::Tensor l = at::empty({3 + int64_t(observer.gather_slots())}, at::kFloat);
+      float* v = l.data_ptr<float>();
+      v[0] = float(loss_sum);
+      v[1] = float(stopping);
+      v[2] = float(correct);
+      observer.fill_slots(v + 3, timer.split());
+      group->all_reduce(l, comm::ReduceOp::Sum);
+      loss_sum = double(v[0] / float(world));  // rounded as an averaging all-reduce rounds it
+      if (v[1] > 0 && !stopping) stopping = SIGTERM;  // another rank's
+      correct = double(v[2]);
+      observer.read_slots(step + 1, v + 3);
     }
     double grad_norm = sharded.clip_grad_norm(c.optim.grad_clip);
     double lr = schedule.at(step);
     optimizer.step(lr);
     sharded.mark_updated();
 
-    double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const obs::StepSplit split = timer.split();
+    double step_s = split.total_s;
     double loss = loss_sum / double(accum);
     CADRE_CHECK(std::isfinite(loss), "step ", step + 1, ": loss is ", loss, " (diverged; lower optim.lr?)");
     double rate = units_per_step / step_s;
@@ -313,6 +336,7 @@ TrainSummary train_run(const Config& config) {
     if (val_data && ((step + 1) % c.train.eval_interval == 0 || last)) {
       Evaluation e = evaluate(*model, *val_data, c, rank, world, group);
       record["val_loss"] = e.loss;
+      observer.validated(e.loss);
       summary.final_val_loss = e.loss;
       if (e.accuracy >= 0) {
         record["val_accuracy"] = e.accuracy;
@@ -338,8 +362,12 @@ TrainSummary train_run(const Config& config) {
       saver.submit(std::move(header));
       record["checkpoint_stage_s"] = std::chrono::duration<double>(Clock::now() - t_stage).count();
       record["checkpoint_wait_s"] = saver.last_stage_wait_s();
+      observer.checkpoint_staged(step + 1, record["checkpoint_stage_s"].get<double>());
     }
     saver.check();  // a failed background save stops training here, on every rank
+    const SaveStats committed = saver.last_stats();
+    observer.checkpoint_committed(committed.step, committed.bytes, committed.total_s);
+    observer.step_done(step + 1, split, loss, grad_norm, lr, record);
     if (metrics) metrics->write(record);
     // The progress line redraws at most twice a second; its numbers refresh every log_interval.
     if ((step + 1) % c.train.log_interval == 0 || step == 0) {
@@ -352,6 +380,8 @@ TrainSummary train_run(const Config& config) {
   }
   saver.wait();
   const SaveStats saved = saver.last_stats();
+  observer.checkpoint_committed(saved.step, saved.bytes, saved.total_s);
+  observer.finished(stopping ? saved.step : end_step, stopping ? str("stopped on signal ", stopping) : "completed");
   if (stopping) {
     progress.reset();  // clears the line; the log line below says where training stopped
     if (lead)
