@@ -1,4 +1,4 @@
-// `cadre serve` over real HTTP on loopback, against the tiny model the serve_model fixture
+// `cadre serve` over real HTTP on loopback, against the tiny model the tiny_model fixture
 // trained: bad requests get OpenAI-shaped 4xx answers and the server stays up; the API key;
 // a full queue answers 429; a client that disconnects frees its slot; SIGTERM drains the
 // requests in flight; /metrics passes promtool. (The OpenAI client and the 32-client load
@@ -27,8 +27,8 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::string model_dir() {
-  const char* dir = std::getenv("CADRE_SERVE_MODEL");
-  return dir ? dir : "";
+  const char* dir = std::getenv("CADRE_TINY_MODEL");
+  return dir ? std::string(dir) + "/run" : "";
 }
 
 constexpr const char* kModel = "run";  // the fixture's run directory name
@@ -128,7 +128,7 @@ void expect_error(const httplib::Result& r, int status, const std::string& param
 
 class ServeHttp : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_FALSE(model_dir().empty()) << "CADRE_SERVE_MODEL is not set (ctest fixture serve_model)"; }
+  void SetUp() override { ASSERT_FALSE(model_dir().empty()) << "CADRE_TINY_MODEL is not set (ctest fixture tiny_model)"; }
 };
 
 TEST_F(ServeHttp, BadRequestsGetOpenAiErrorsAndTheServerStaysUp) {

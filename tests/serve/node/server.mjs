@@ -1,5 +1,5 @@
 // Starts `cadre serve` on a free port for a Node test and stops it afterwards (also when the
-// test process dies): CADRE_BIN and CADRE_SERVE_MODEL come from ctest.
+// test process dies): CADRE_BIN and CADRE_TINY_MODEL (the tiny_model fixture) come from ctest.
 import { spawn } from "node:child_process";
 
 const started = new Set();
@@ -8,8 +8,8 @@ process.on("exit", () => {
 });
 
 export async function startServer(extraArgs = []) {
-  const bin = process.env.CADRE_BIN, model = process.env.CADRE_SERVE_MODEL;
-  if (!bin || !model) throw new Error("CADRE_BIN and CADRE_SERVE_MODEL must be set (ctest does)");
+  const bin = process.env.CADRE_BIN, model = process.env.CADRE_TINY_MODEL && `${process.env.CADRE_TINY_MODEL}/run`;
+  if (!bin || !model) throw new Error("CADRE_BIN and CADRE_TINY_MODEL must be set (ctest does)");
   const child = spawn(bin, ["serve", "--model", model, "--port", "0", ...extraArgs], { stdio: ["ignore", "pipe", "pipe"] });
   started.add(child);
   let output = "";

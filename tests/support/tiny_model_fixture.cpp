@@ -1,7 +1,8 @@
-// ctest fixture for the serving tests (FIXTURES_SETUP serve_model): prepares generated text
-// with a 512-token SentencePiece vocabulary and trains the tiny Llama on it for 40 steps
-// (configs/tiny.yaml, a context of 1024 so long generations fit), leaving the run in
-// <dir>/run. A run newer than the cadre binary is reused.
+// ctest fixture `tiny_model` (tests that need a trained model and its data: import, serving):
+// prepares generated text with a 512-token SentencePiece vocabulary into <dir>/data and trains
+// the tiny Llama on it for 40 steps (configs/tiny.yaml with a context of 1024, so long
+// generations fit) into <dir>/run. Tests find <dir> in CADRE_TINY_MODEL; they copy what they
+// change. A run newer than the cadre binary is reused.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,13 +14,13 @@ namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::cerr << "usage: serve_model_fixture <dir>\n";
+    std::cerr << "usage: tiny_model_fixture <dir>\n";
     return 2;
   }
   const fs::path dir = argv[1];
   const fs::path done = dir / ".complete";
   if (fs::exists(done) && fs::last_write_time(done) > fs::last_write_time(CADRE_BIN)) {
-    std::cout << "serve fixture: reusing " << (dir / "run").string() << "\n";
+    std::cout << "tiny_model fixture: reusing " << (dir / "run").string() << "\n";
     return 0;
   }
   fs::remove_all(dir);
