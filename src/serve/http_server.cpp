@@ -218,10 +218,13 @@ void HttpServer::Impl::routes() {
     generate(req, res, Endpoint::Chat);
   });
   // Errors httplib answers itself (unknown route, body too large, ...) get OpenAI's shape too.
-  server.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+  server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     res.set_content(api_error_body(ApiError(res.status, status_message(res.status, options.max_body_bytes))),
                     "application/json");
+    // Unknown paths are counted under one name, so a scanner cannot grow the metrics.
+    const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+    metrics.request_done(known ? req.path : "other", res.status, 0);
   });
   server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
