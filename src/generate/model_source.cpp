@@ -60,7 +60,7 @@ std::shared_ptr<Llama> from_checkpoint(const std::string& path, std::string& tok
 
 }  // namespace
 
-InferenceModel inference_model_load(const std::string& path, const std::string& tokenizer) {
+InferenceModel inference_model_load(const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
   CADRE_CONFIG_CHECK(fs::is_directory(path), "--model '", path,
                      "' is not a directory (a checkpoint, a run directory or a Hugging Face folder)");
   InferenceModel out;
@@ -72,7 +72,7 @@ InferenceModel inference_model_load(const std::string& path, const std::string& 
     CADRE_CONFIG_CHECK(fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");
     out.tokenizer = tokenizer;
   }
-  CADRE_CONFIG_CHECK(!out.tokenizer.empty(), "no tokenizer.model found for '", path,
+  CADRE_CONFIG_CHECK(!need_tokenizer || !out.tokenizer.empty(), "no tokenizer.model found for '", path,
                      "' (looked in the folder, the checkpoint and its data.dir); pass --tokenizer");
   fs::path p = fs::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();

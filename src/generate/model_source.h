@@ -20,6 +20,7 @@ struct InferenceModel {
 // Loads the weights (float32, in eval mode). `tokenizer` overrides where the tokenizer comes
 // from; otherwise the folder's or checkpoint's own tokenizer.model, or the one beside the
 // checkpoint's training data. ConfigError naming the path for anything missing or not a Llama.
-InferenceModel inference_model_load(const std::string& path, const std::string& tokenizer = "");
+// `need_tokenizer` false (benchmarks feeding token ids) accepts a model without one.
+InferenceModel inference_model_load(const std::string& path, const std::string& tokenizer = "", bool need_tokenizer = true);
 
 }  // namespace cadre
