@@ -17,6 +17,7 @@ Sequence::Sequence(const Tokenizer& tokenizer, std::vector<int> prompt, Generati
       params_(std::move(params)),
       context_(context),
       eos_(tokenizer.eos_id()),
+      tokenizer_vocab_(tokenizer.vocab_size()),
       rng_(seed),
       stream_(tokenizer, tokens_, params_.stop) {
   CADRE_CHECK(prompt_len_ >= 1, "a sequence needs at least one prompt token");
@@ -31,6 +32,8 @@ std::vector<int> Sequence::pending_tokens(int64_t limit) const {
 StepResult Sequence::accept(const float* logits, int64_t vocab) {
   CADRE_CHECK(!finished(), "accept() on a finished sequence");
   CADRE_CHECK(fed_ == static_cast<int64_t>(tokens_.size()), "accept() before every token was fed");
+  // A model whose vocabulary is padded beyond the tokenizer's never picks the padding.
+  vocab = std::min(vocab, tokenizer_vocab_);
   scratch_.assign(logits, logits + vocab);
   StepResult out;
   out.token = sample_token(scratch_, params_.sampling, tokens_, rng_);

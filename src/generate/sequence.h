@@ -64,6 +64,7 @@ class Sequence {
   GenerationParams params_;
   int64_t context_;
   int eos_;
+  int64_t tokenizer_vocab_;
   Rng rng_;
   TextStream stream_;
   Finish finish_ = Finish::None;
