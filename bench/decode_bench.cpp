@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   std::stringstream ss(streams_text);
   for (std::string item; std::getline(ss, item, ',');) streams.push_back(std::stoll(item));
   at::set_num_threads(static_cast<int>(threads));
+  try {
   cadre::InferenceModel m = cadre::inference_model_load(model_path, "", /*need_tokenizer=*/false);
   const int64_t most = *std::max_element(streams.begin(), streams.end());
   cadre::LlamaDecoder decoder(*m.llama, {most, prompt_len + tokens, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
@@ -89,6 +90,10 @@ int main(int argc, char** argv) {
                           {"kernels", cadre::batch_invariant_linear_isa()}, {"stream0_tokens", first_stream}};
     std::printf("%s\n", out.dump().c_str());
     std::fflush(stdout);
+  }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "decode_bench: %s\n", e.what());
+    return 1;
   }
   return 0;
 }
