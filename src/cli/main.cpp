@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
     {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
     {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},
+    {"deploy", "write Kubernetes manifests (TrainJob, PyTorchJob, etcd) or a Slurm sbatch script", cadre::cmd_deploy},
 };
 
 void print_usage(std::FILE* out) {

@@ -95,6 +95,13 @@ bool model_key_set(Config& config, const std::string& key, const std::string& te
   return true;
 }
 
+// `deploy.*` keys are kept as written for `cadre deploy` to check (src/deploy/job_spec.cpp).
+bool deploy_key_set(Config& config, const std::string& key, const std::string& text) {
+  if (key.rfind("deploy.", 0) != 0) return false;
+  config.deploy[key.substr(7)] = text;
+  return true;
+}
+
 }  // namespace
 
 Config config_parse(const std::string& yaml_text, const std::string& source,
@@ -114,7 +121,7 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
     for (const auto& [key, value] : flat) {
       if (value.IsNull()) throw ConfigError(str(source, ": key '", key, "' has no value"));
       if (!value.IsScalar()) throw ConfigError(str(source, ": key '", key, "' expects a scalar, got a non-scalar value"));
-      if (model_key_set(config, key, value.Scalar(), source)) continue;
+      if (model_key_set(config, key, value.Scalar(), source) || deploy_key_set(config, key, value.Scalar())) continue;
       field_assign(field_find(fields, key, source), value.Scalar(), source);
     }
   }
@@ -133,7 +140,7 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
     // An empty override sets an empty string (e.g. checkpoint.dir=).
     if (value.IsNull()) value = YAML::Node(std::string());
     if (!value.IsScalar()) throw ConfigError(str("--set ", key, ": expects a scalar, got '", text, "'"));
-    if (model_key_set(config, key, value.Scalar(), "--set")) continue;
+    if (model_key_set(config, key, value.Scalar(), "--set") || deploy_key_set(config, key, value.Scalar())) continue;
     field_assign(field_find(fields, key, "--set"), value.Scalar(), "--set");
   }
   config_validate(config);
@@ -166,7 +173,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(t.threads >= 1, "train.threads must be >= 1");
   CADRE_CONFIG_CHECK(t.log_interval >= 1, "train.log_interval must be >= 1");
   CADRE_CONFIG_CHECK(t.eval_interval >= 0, "train.eval_interval must be >= 0");
-  CADRE_CONFIG_CHECK(t.eval_batches >= 1, "train.eval_batches must be >= 1");
+  CADRE_CONFIG_CHECK(t.eval_batches >= 0, "train.eval_batches must be >= 0 (0: the whole validation split)");
 
   const auto& p = c.parallel;
   CADRE_CONFIG_CHECK(p.strategy == "FULL_SHARD" || p.strategy == "SHARD_GRAD_OP" ||
@@ -198,6 +205,7 @@ std::string config_to_yaml(const Config& config) {
   Config copy = config;
   std::vector<RawKey> keys = fields_dump(config_fields(copy), "");
   keys.insert(keys.begin() + 1, copy.model.keys.begin(), copy.model.keys.end());  // after model.arch
+  for (const auto& [key, value] : copy.deploy) keys.push_back({"deploy." + key, value, ""});
   YAML::Node root;
   for (const auto& k : keys) {
     // Walk/create the nested maps for the dotted key.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,7 @@ struct TrainConfig {
   int64_t threads = 2;          // intra-op threads per process
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables validation
-  int64_t eval_batches = 8;
+  int64_t eval_batches = 8;     // global batches per evaluation; 0: the whole validation split
   // Stop after this step as if interrupted (a checkpoint is written); the LR schedule still
   // spans `steps`. 0: run to `steps`.
   int64_t stop_at = 0;
@@ -101,6 +102,9 @@ struct Config {
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
   RunConfig run;
+  // `deploy:` keys as written (scalar text), for `cadre deploy`, which owns, checks and
+  // documents them (src/deploy/job_spec.cpp); training ignores them, so one file serves both.
+  std::map<std::string, std::string> deploy;
 };
 
 // Loads `path` (YAML), then applies `overrides` ("section.key=value", value parsed as YAML).

@@ -94,3 +94,13 @@ TEST(Config, LlamaFfnRule) {
   m.ffn_dim = 1000;
   EXPECT_EQ(cadre::llama_ffn_dim(m), 1000);
 }
+
+TEST(Config, DeploySectionIsKeptAsTextForCadreDeploy) {
+  Config c = config_parse("deploy:\n  nodes: \"2:4\"\n  image: reg/cadre:1\n", "t.yaml", {"deploy.nodes=1:8"});
+  EXPECT_EQ(c.deploy.at("nodes"), "1:8");  // --set wins over the file
+  EXPECT_EQ(c.deploy.at("image"), "reg/cadre:1");
+  // The resolved dump keeps the section, so the run directory's config.yaml still loads.
+  Config again = config_parse(cadre::config_to_yaml(c), "dump.yaml", {});
+  EXPECT_EQ(again.deploy, c.deploy);
+  EXPECT_NE(parse_error("deploy:\n  nodes: [1, 2]\n").find("key 'deploy.nodes' expects a scalar"), std::string::npos);
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Scripts from `cadre deploy slurm` on a real two-node Slurm (tests/support/slurm_cluster.sh):
+#  1. a 2-node job (tiny Llama, 1 worker per node) is submitted with sbatch and COMPLETES with the
+#     per-step losses of the same 2 ranks run directly with `cadre run`;
+#  2. a job whose node-2 agent is SIGKILLed mid-run is requeued by its script, resumes from its
+#     checkpoint and COMPLETES with the same per-step losses as an uninterrupted run.
+# Usage: sbatch_test.sh CADRE_BIN SOURCE_DIR
+set -euo pipefail
+cadre=$1
+src=$2
+source "$src/tests/support/slurm_cluster.sh"
+source "$src/tests/deploy/sbatch_jobs.sh"
+trap slurm_cluster_down EXIT
+slurm_cluster_up
+prepare_tiny_data
+
+# 1. Submit, complete, expected losses.
+reference_run "$tmp/ref-40" 40
+script=$(deploy_job plain 40)
+id=$(sbatch --parsable "$script") || fail "sbatch $script"
+wait_for 120 job_finished "$id" || fail "job $id still $(job_field "$id" JobState) after 120 s"
+[[ $(job_field "$id" JobState) == COMPLETED ]] || fail "job $id ended $(job_field "$id" JobState): $(cat "$tmp"/plain/logs/*)"
+[[ $(steps_done "$tmp/runs/plain") == 40 ]] || fail "job $id stopped at step $(steps_done "$tmp/runs/plain")"
+same_losses "$tmp/runs/plain" "$tmp/ref-40" ||
+  fail "job $id losses differ from the reference: $(diff <(losses "$tmp/runs/plain") <(losses "$tmp/ref-40") | head)"
+ls "$tmp"/plain/logs/plain-"$id"-node0.out "$tmp"/plain/logs/plain-"$id"-node1.out >/dev/null || fail "no per-node output"
+echo "ok: job $id COMPLETED, 40 steps, final loss $(losses "$tmp/runs/plain" | tail -1 | cut -d' ' -f2) as the reference"
+
+# 2. Kill node 2's agent after the step-20 checkpoint: the step fails, the script requeues the
+#    job, the next attempt resumes from the checkpoint.
+steps=400
+reference_run "$tmp/ref-$steps" "$steps"
+script=$(deploy_job killed "$steps")
+id=$(sbatch --parsable "$script") || fail "sbatch $script"
+wait_for 120 past_step "$tmp/runs/killed" 25 || fail "job $id did not reach step 25: $(job_field "$id" JobState)"
+pid=$(agent_pid "$id" 1) || fail "no cadre run agent of job $id on node 1"
+killed_at=$(steps_done "$tmp/runs/killed")
+kill -9 "$pid"
+echo "killed node 1's agent (pid $pid) of job $id at step $killed_at"
+wait_for 240 job_finished "$id" || fail "job $id still $(job_field "$id" JobState) after 240 s"
+state=$(job_field "$id" JobState)
+[[ $state == COMPLETED ]] || fail "job $id ended $state: $(tail -20 "$tmp"/killed/logs/killed-"$id".out)"
+restarts=$(job_field "$id" Restarts)
+((restarts >= 1)) || fail "job $id was not requeued (Restarts=$restarts)"
+grep -q "resumed from .*step-000000" "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log ||
+  fail "attempt 1 did not resume from a checkpoint: $(tail -5 "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log)"
+[[ $(steps_done "$tmp/runs/killed") == "$steps" ]] || fail "job $id stopped at step $(steps_done "$tmp/runs/killed")"
+same_losses "$tmp/runs/killed" "$tmp/ref-$steps" ||
+  fail "resumed job's losses differ: $(diff <(losses "$tmp/runs/killed") <(losses "$tmp/ref-$steps") | head)"
+resumed=$(grep -oP 'resumed from \S+ at step \K[0-9]+' "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log)
+echo "ok: job $id requeued $restarts time(s), resumed at step $resumed (killed at $killed_at), $steps steps equal to the uninterrupted run"
+echo "PASS: sbatch scripts from cadre deploy slurm on a 2-node Slurm cluster"
