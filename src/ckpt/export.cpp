@@ -28,6 +28,8 @@ std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_
   CADRE_CONFIG_CHECK(adapter || o.format == "pt", "model.arch '", config.model.arch,
                      "' has no Hugging Face format; export it with --format pt (its own tensor names)");
   std::string tokenizer = o.tokenizer;
+  // An imported checkpoint carries its tokenizer; a trained one finds it beside its data.
+  if (tokenizer.empty() && fs::is_regular_file(checkpoint + "/tokenizer.model")) tokenizer = checkpoint + "/tokenizer.model";
   if (tokenizer.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model")) tokenizer = config.data.dir + "/tokenizer.model";
   CADRE_CONFIG_CHECK(tokenizer.empty() || fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");
 

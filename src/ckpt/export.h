@@ -17,7 +17,7 @@ struct ExportOptions {
   std::string checkpoint; // a checkpoint, or a run/checkpoint directory (newest complete one)
   std::string format;     // "hf" (a folder) or "pt" (one file)
   std::string out;        // folder for hf, file for pt
-  std::string tokenizer;  // SentencePiece model; default: <data.dir>/tokenizer.model if present
+  std::string tokenizer;  // SentencePiece model; default: the checkpoint's own, else <data.dir>/tokenizer.model
 };
 
 // The adapter of the model a checkpoint's config describes (null: the model has none).

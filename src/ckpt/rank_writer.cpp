@@ -13,15 +13,14 @@
 #include "core/file_util.h"
 
 namespace cadre {
-namespace {
 
-class OutFile {
+class RankFileWriter::File {
  public:
-  OutFile(std::string path, int64_t rank) : path_(std::move(path)), rank_(rank) {
+  File(std::string path, int64_t rank) : path_(std::move(path)), rank_(rank) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail("cannot create");
   }
-  ~OutFile() {
+  ~File() {
     if (fd_ >= 0) ::close(fd_);
   }
   void write(const char* p, size_t n) {
@@ -53,32 +52,42 @@ class OutFile {
   int64_t written_ = 0;
 };
 
-}  // namespace
+RankFileWriter::RankFileWriter(const std::string& dir, int64_t rank, const CheckpointManifest& header)
+    : dir_(dir), rank_(rank), name_(checkpoint_rank_file(rank, header.world_size)), index_(header) {
+  index_.files.clear();
+  index_.tensors.clear();
+  file_ = std::make_unique<File>(dir_ + "/" + name_, rank_);
+}
+
+RankFileWriter::~RankFileWriter() = default;
+
+void RankFileWriter::append(const std::string& tensor, const std::string& dtype, const std::vector<int64_t>& shape,
+                            int64_t start, int64_t count, const char* bytes) {
+  const size_t n = static_cast<size_t>(count * dtype_element_size(dtype));
+  PieceRecord record{0, file_->written(), start, count, crc32c(bytes, n)};
+  file_->write(bytes, n);
+  auto [it, fresh] = index_.tensors.emplace(tensor, TensorRecord{dtype, shape, {}});
+  CADRE_CHECK(it->second.dtype == dtype && it->second.shape == shape, "checkpoint rank ", rank_, ": tensor '", tensor,
+              "' written with two different dtypes or shapes");
+  it->second.pieces.push_back(record);
+}
+
+CheckpointManifest RankFileWriter::finish() {
+  file_->sync_and_close();
+  index_.files.push_back({name_, file_->written(), rank_});
+  try {
+    file_write_atomic(dir_ + "/" + checkpoint_rank_index(rank_), manifest_to_json(index_));
+  } catch (const Error& e) {
+    throw Error(str("checkpoint rank ", rank_, ": ", e.what()));
+  }
+  return index_;
+}
 
 CheckpointManifest rank_write(const std::string& dir, int64_t rank, const Snapshot& snapshot,
                               const CheckpointManifest& header) {
-  CheckpointManifest index = header;
-  index.files.clear();
-  index.tensors.clear();
-  const std::string name = checkpoint_rank_file(rank, header.world_size);
-  OutFile out(dir + "/" + name, rank);
-  for (const SnapshotPiece& p : snapshot.pieces()) {
-    const size_t n = snapshot_piece_bytes(p);
-    PieceRecord record{0, out.written(), p.start, p.count, crc32c(snapshot.data(p), n)};
-    out.write(snapshot.data(p), n);
-    auto [it, fresh] = index.tensors.emplace(p.tensor, TensorRecord{p.dtype, p.shape, {}});
-    CADRE_CHECK(it->second.dtype == p.dtype && it->second.shape == p.shape, "checkpoint rank ", rank, ": tensor '",
-                p.tensor, "' staged with two different dtypes or shapes");
-    it->second.pieces.push_back(record);
-  }
-  out.sync_and_close();
-  index.files.push_back({name, out.written(), rank});
-  try {
-    file_write_atomic(dir + "/" + checkpoint_rank_index(rank), manifest_to_json(index));
-  } catch (const Error& e) {
-    throw Error(str("checkpoint rank ", rank, ": ", e.what()));
-  }
-  return index;
+  RankFileWriter writer(dir, rank, header);
+  for (const SnapshotPiece& p : snapshot.pieces()) writer.append(p.tensor, p.dtype, p.shape, p.start, p.count, snapshot.data(p));
+  return writer.finish();
 }
 
 }  // namespace cadre

@@ -1,17 +1,44 @@
-// Writes one rank's snapshot into a checkpoint directory: its rank file (the pieces end to
-// end, CRC-32C of each computed on the way), fsynced, then its index (a one-file manifest).
+// Writes one rank's part of a checkpoint directory: its rank file (pieces end to end, the
+// CRC-32C of each computed on the way), fsynced, then its index (a one-file manifest). Pieces
+// come from a staged Snapshot (training) or one at a time (import, which never holds more
+// than one tensor).
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "ckpt/manifest.h"
 #include "ckpt/snapshot.h"
 
 namespace cadre {
 
-// `header` supplies step, world size, strategy, state and config; the returned index adds
-// this rank's file and pieces and is also written to <dir>/rank-NNNNN.index.json.
-// Errors name the rank, the file and the system error (e.g. "No space left on device").
+class RankFileWriter {
+ public:
+  // `header` supplies step, world size, strategy, state and config for the index.
+  RankFileWriter(const std::string& dir, int64_t rank, const CheckpointManifest& header);
+  ~RankFileWriter();
+  RankFileWriter(const RankFileWriter&) = delete;
+  RankFileWriter& operator=(const RankFileWriter&) = delete;
+
+  // Appends elements [start, start + count) of `tensor` (global `shape`, `dtype`).
+  void append(const std::string& tensor, const std::string& dtype, const std::vector<int64_t>& shape, int64_t start,
+              int64_t count, const char* bytes);
+  // fsyncs and closes the file, writes <dir>/rank-NNNNN.index.json and returns the index.
+  CheckpointManifest finish();
+
+ private:
+  class File;
+  std::string dir_;
+  int64_t rank_;
+  std::string name_;
+  CheckpointManifest index_;
+  std::unique_ptr<File> file_;
+};
+
+// A staged snapshot through a RankFileWriter. Errors name the rank, the file and the system
+// error (e.g. "No space left on device").
 CheckpointManifest rank_write(const std::string& dir, int64_t rank, const Snapshot& snapshot,
                               const CheckpointManifest& header);
 

@@ -1,6 +1,7 @@
-// `cadre ckpt inspect|verify|export`: look into a checkpoint, check every byte of it, or
-// export it for other tools. Each takes a checkpoint, or a run or checkpoint directory (then
-// the newest complete checkpoint in it; verify checks all of them).
+// `cadre ckpt inspect|verify|export|import`: look into a checkpoint, check every byte of it,
+// export it for other tools, or import a Hugging Face folder as a checkpoint. The first three
+// take a checkpoint, or a run or checkpoint directory (then the newest complete checkpoint in
+// it; verify checks all of them).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,8 +10,10 @@
 #include "ckpt/checkpoint_error.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/export.h"
+#include "ckpt/hf_import.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "comm/comm.h"
 #include "core/error.h"
 #include "models/registry.h"
 
@@ -20,7 +23,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: cadre ckpt inspect <checkpoint|run_dir>\n"
     "       cadre ckpt verify <checkpoint|run_dir|checkpoint_dir>\n"
-    "       cadre ckpt export <checkpoint|run_dir> --format hf|pt --out <path> [--tokenizer <file>]\n";
+    "       cadre ckpt export <checkpoint|run_dir> --format hf|pt --out <path> [--tokenizer <file>]\n"
+    "       cadre ckpt import --from hf <hf_dir> --out <checkpoint_dir>\n";
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s;
@@ -107,6 +111,31 @@ int ckpt_export(const Args& args) {
   return 0;
 }
 
+int ckpt_import(const Args& args) {
+  HfImportOptions o;
+  std::string format;
+  Flags flags("cadre ckpt import --from hf <hf_dir> --out <checkpoint_dir>\n"
+              "  Converts a Hugging Face Llama folder (config.json, model.safetensors or sharded files with\n"
+              "  model.safetensors.index.json; F32/BF16/F16) into a Cadre checkpoint <checkpoint_dir>/step-00000000\n"
+              "  that any world size loads (train.init_from, generate, serve, export). Under `cadre run` each rank\n"
+              "  converts a share of the tensors.");
+  flags.add("--from", &format, "source format: hf");
+  flags.add("--out", &o.out, "checkpoint directory to create");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(format == "hf", "--from must be hf (a Hugging Face folder), got '", format, "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(rest.size() == 1, "expected one Hugging Face folder\n", flags.usage());
+  o.from = rest[0];
+  const comm::JobEnv env = comm::JobEnv::from_env();
+  std::unique_ptr<comm::Communicator> group;
+  if (env.world_size > 1) group = std::make_unique<comm::Communicator>(env);
+  o.rank = env.rank;
+  o.world_size = env.world_size;
+  if (group) o.agree = [g = group.get()](bool ok) { return comm::all_ranks_agree(g, ok); };
+  std::printf("%s\n", hf_import(o, model_hf_import_target).c_str());
+  if (group) group->barrier();  // rank 0 hosts the store: leave together
+  return 0;
+}
+
 }  // namespace
 
 int cmd_ckpt(const Args& args) {
@@ -114,6 +143,7 @@ int cmd_ckpt(const Args& args) {
   if (!args.empty() && args[0] == "inspect") return ckpt_inspect(rest);
   if (!args.empty() && args[0] == "verify") return ckpt_verify(rest);
   if (!args.empty() && args[0] == "export") return ckpt_export(rest);
+  if (!args.empty() && args[0] == "import") return ckpt_import(rest);
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
     std::fputs(kUsage, stdout);
     return 0;

@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "models/registry.h"
+#include "train/init_from.h"
 #include "train/trainer.h"
 
 namespace cadre {
@@ -25,6 +26,7 @@ int cmd_train(const Args& args) {
   CADRE_CONFIG_CHECK(!config_path.empty(), "--config is required\n", flags.usage());
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   Config config = config_load(config_path, overrides);
+  init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work
   TrainSummary s = train_run(config);
   if (s.stopped_by_signal) {

@@ -11,7 +11,9 @@ using Args = std::vector<std::string>;
 
 int cmd_data(const Args& args);   // data prepare
 int cmd_train(const Args& args);  // train --config ...
-int cmd_ckpt(const Args& args);   // ckpt inspect|export
+int cmd_ckpt(const Args& args);   // ckpt inspect|verify|export|import
+int cmd_generate(const Args& args);  // cmd_generate.cpp: text from a checkpoint or HF folder
+int cmd_serve(const Args& args);     // cmd_serve.cpp: OpenAI-compatible server
 int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ...`
 int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training
 int cmd_run(const Args& args);  // cmd_run.cpp: elastic launcher (torchrun-compatible)

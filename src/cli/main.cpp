@@ -20,7 +20,10 @@ struct Command {
 const Command kCommands[] = {
     {"data", "prepare a corpus: train a tokenizer, write packed token shards", cadre::cmd_data},
     {"train", "train a model from a YAML config", cadre::cmd_train},
-    {"ckpt", "inspect a checkpoint, export it to Hugging Face safetensors or .pt", cadre::cmd_ckpt},
+    {"ckpt", "inspect, verify, export (Hugging Face, .pt) or import (Hugging Face) checkpoints", cadre::cmd_ckpt},
+    {"generate", "generate text from a checkpoint or Hugging Face folder (KV cache, sampling, streaming)",
+     cadre::cmd_generate},
+    {"serve", "OpenAI-compatible HTTP server with continuous batching", cadre::cmd_serve},
     {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
     {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
     {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},

@@ -36,6 +36,7 @@ std::vector<Field> config_fields(Config& c) {
       {"train.eval_batches", &c.train.eval_batches},
       {"train.stop_at", &c.train.stop_at},
       {"train.check_replicas", &c.train.check_replicas},
+      {"train.init_from", &c.train.init_from},
       {"parallel.strategy", &c.parallel.strategy},
       {"parallel.shard_group_size", &c.parallel.shard_group_size},
       {"parallel.mixed_precision.param_dtype", &c.parallel.mixed_precision.param_dtype},

@@ -51,6 +51,11 @@ struct TrainConfig {
   // Diagnostic: after training, check that every rank holds the same parameters (gathers one
   // unit at a time). Off in production runs.
   bool check_replicas = false;
+  // Fine-tuning: a checkpoint (or run / checkpoint directory) whose model.* weights a fresh
+  // run starts from, at step 0 with a fresh optimizer (e.g. one `cadre ckpt import` wrote).
+  // Model keys the config leaves out are taken from that checkpoint's config. Ignored when
+  // the run resumes from a checkpoint of its own.
+  std::string init_from;
 };
 
 struct MixedPrecisionConfig {

@@ -60,6 +60,16 @@ long long cadre_spm_decode(void* handle, const int* ids, size_t n, char* out, si
   return static_cast<long long>(text.size());
 }
 
+// The piece of an id as the vocabulary spells it ("\xe2\x96\x81the", "<0x0A>"); its length, or -1 for
+// an id outside the vocabulary.
+long long cadre_spm_id_to_piece(void* handle, int id, char* out, size_t cap) {
+  auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(handle);
+  if (id < 0 || id >= sp->GetPieceSize()) return -1;
+  const std::string& piece = sp->IdToPiece(id);
+  std::memcpy(out, piece.data(), std::min(cap, piece.size()));
+  return static_cast<long long>(piece.size());
+}
+
 int cadre_spm_piece_size(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->GetPieceSize(); }
 int cadre_spm_bos_id(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->bos_id(); }
 int cadre_spm_eos_id(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->eos_id(); }

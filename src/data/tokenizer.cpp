@@ -23,6 +23,7 @@ struct SpmApi {
   void (*free)(void*);
   long long (*encode)(void*, const char*, size_t, int*, size_t, const char**);
   long long (*decode)(void*, const int*, size_t, char*, size_t, const char**);
+  long long (*id_to_piece)(void*, int, char*, size_t);
   int (*piece_size)(void*);
   int (*bos_id)(void*);
   int (*eos_id)(void*);
@@ -56,6 +57,7 @@ const SpmApi& spm() {
     api.free = reinterpret_cast<decltype(api.free)>(sym("cadre_spm_free"));
     api.encode = reinterpret_cast<decltype(api.encode)>(sym("cadre_spm_encode"));
     api.decode = reinterpret_cast<decltype(api.decode)>(sym("cadre_spm_decode"));
+    api.id_to_piece = reinterpret_cast<decltype(api.id_to_piece)>(sym("cadre_spm_id_to_piece"));
     api.piece_size = reinterpret_cast<decltype(api.piece_size)>(sym("cadre_spm_piece_size"));
     api.bos_id = reinterpret_cast<decltype(api.bos_id)>(sym("cadre_spm_bos_id"));
     api.eos_id = reinterpret_cast<decltype(api.eos_id)>(sym("cadre_spm_eos_id"));
@@ -141,6 +143,18 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   }
   text.resize(n);
   return text;
+}
+
+std::string Tokenizer::piece(int id) const {
+  std::string out(64, '\0');
+  long long n = spm().id_to_piece(handle_, id, out.data(), out.size());
+  CADRE_CHECK(n >= 0, "tokenizer '", path_, "': no token ", id, " (vocabulary of ", vocab_size(), ")");
+  if (static_cast<size_t>(n) > out.size()) {
+    out.resize(static_cast<size_t>(n));
+    n = spm().id_to_piece(handle_, id, out.data(), out.size());
+  }
+  out.resize(static_cast<size_t>(n));
+  return out;
 }
 
 int64_t Tokenizer::vocab_size() const { return spm().piece_size(handle_); }

@@ -21,6 +21,8 @@ class Tokenizer {
 
   std::vector<int> encode(const std::string& text) const;
   std::string decode(const std::vector<int>& ids) const;
+  // The vocabulary's spelling of one token ("\u2581the" with SentencePiece's space mark, "<0x0A>").
+  std::string piece(int id) const;
   int64_t vocab_size() const;
   int bos_id() const;
   int eos_id() const;

@@ -40,4 +40,17 @@ std::unique_ptr<StateDictAdapter> model_state_dict_adapter(const Config& config)
   return nullptr;  // ResNet's own names are torchvision's: --format pt writes them as they are
 }
 
+HfImportTarget model_hf_import_target(const std::string& config_json, const std::string& source) {
+  HfImportTarget target;
+  // Llama is the one Hugging Face architecture Cadre imports (llama_section_from_hf names
+  // the model_type it found otherwise).
+  target.config.model = llama_section_from_hf(config_json, source);
+  model_config_resolve(target.config);
+  target.adapter = model_state_dict_adapter(target.config);
+  // The shapes come from the model itself; its storage is allocated but never touched.
+  std::unique_ptr<Model> model = model_build(target.config);
+  for (const auto& p : model->module().named_parameters()) target.parameters.push_back({p.key(), p.value().sizes().vec()});
+  return target;
+}
+
 }  // namespace cadre

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/hf_import.h"
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
 #include "models/model.h"
@@ -25,5 +26,9 @@ std::unique_ptr<Model> model_build(const Config& config);
 
 // Its Hugging Face adapter, or null when it has none.
 std::unique_ptr<StateDictAdapter> model_state_dict_adapter(const Config& config);
+
+// What a Hugging Face folder whose config.json reads `config_json` must hold, for the model
+// it describes (by model_type); ConfigError naming `source` for one Cadre does not know.
+HfImportTarget model_hf_import_target(const std::string& config_json, const std::string& source);
 
 }  // namespace cadre

@@ -67,13 +67,14 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, 
   std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
 }
 
-void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model) {
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bool optimizer) {
   std::map<std::string, std::vector<int64_t>> expected;
   for (const auto& unit : model.flat_params())
     for (size_t i = 0; i < unit->names.size(); ++i) expected[unit->names[i]] = unit->params[i].sizes().vec();
   const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
   for (const auto& [name, shape] : expected) {
     for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."}) {
+      if (!optimizer && std::string(prefix) != "model.") continue;
       auto it = reader.manifest().tensors.find(prefix + name);
       CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor '", prefix, name, "'");
       CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", prefix, name,
@@ -94,31 +95,34 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model) {
   }
 }
 
-void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& optimizer, int rank) {
+void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
-  {
-    at::NoGradGuard no_grad;
-    for (size_t k = 0; k < layout.size(); ++k) {
-      const ShardPiece& where = layout[k];
-      const int64_t n = pieces[k].numel();
-      reader.read("model." + where.name, where.start, n, pieces[k].data_ptr());
-      reader.read("optim.exp_avg." + where.name, where.start, n, optimizer.exp_avg()[k].data_ptr());
-      reader.read("optim.exp_avg_sq." + where.name, where.start, n, optimizer.exp_avg_sq()[k].data_ptr());
-    }
-  }
-  {
-    at::NoGradGuard no_grad;
-    for (auto& [name, t] : model.unsharded_state()) {
-      const TensorRecord& r = reader.tensor("buffer." + name);
-      CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name), "checkpoint '", reader.dir(), "': buffer '", name, "' is ",
-                         r.dtype, " there and ", buffer_dtype(t, name), " here");
-      at::Tensor values = at::empty(t.sizes(), t.options());
-      reader.read("buffer." + name, 0, t.numel(), values.data_ptr());
-      t.copy_(values);
-    }
+  at::NoGradGuard no_grad;
+  for (size_t k = 0; k < layout.size(); ++k)
+    reader.read("model." + layout[k].name, layout[k].start, pieces[k].numel(), pieces[k].data_ptr());
+  for (auto& [name, t] : model.unsharded_state()) {
+    const TensorRecord& r = reader.tensor("buffer." + name);
+    CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name), "checkpoint '", reader.dir(), "': buffer '", name, "' is ",
+                       r.dtype, " there and ", buffer_dtype(t, name), " here");
+    at::Tensor values = at::empty(t.sizes(), t.options());
+    reader.read("buffer." + name, 0, t.numel(), values.data_ptr());
+    t.copy_(values);
   }
   model.mark_updated();
+}
+
+void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& optimizer, int rank) {
+  load_model_state(reader, model);
+  {
+    const auto& layout = model.piece_layout();
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < layout.size(); ++k) {
+      const int64_t n = optimizer.exp_avg()[k].numel();
+      reader.read("optim.exp_avg." + layout[k].name, layout[k].start, n, optimizer.exp_avg()[k].data_ptr());
+      reader.read("optim.exp_avg_sq." + layout[k].name, layout[k].start, n, optimizer.exp_avg_sq()[k].data_ptr());
+    }
+  }
   const auto& state = reader.manifest().state;
   auto steps = state.find("optimizer_steps");
   CADRE_CHECK(steps != state.end(), "checkpoint '", reader.dir(), "' has no optimizer_steps in its state");

@@ -22,8 +22,13 @@ namespace cadre {
 void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, int rank);
 
 // Checks that the checkpoint was written for this model (every parameter present with the
-// same shape, nothing extra): ConfigError naming the first difference otherwise.
-void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model);
+// same shape, nothing extra; with `optimizer`, the AdamW moments too): ConfigError naming the
+// first difference otherwise.
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bool optimizer = true);
+
+// Reads this rank's part of model.* and the buffers into the model's shard (fine-tuning from
+// another run's or an imported checkpoint). CheckpointError when it is damaged.
+void load_model_state(const CheckpointReader& reader, FSDPModule& model);
 
 // Reads this rank's part into the model's shard, the optimizer and the RNG; the model's
 // compute copies are refreshed at the next gather. CheckpointError when the checkpoint is

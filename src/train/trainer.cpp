@@ -34,6 +34,7 @@
 #include "shard/parallel_groups.h"
 #include "train/batch_source.h"
 #include "train/checkpointing.h"
+#include "train/init_from.h"
 #include "train/resume.h"
 #include "train/stop_signal.h"
 
@@ -162,6 +163,7 @@ void metrics_truncate(const std::string& path, int64_t step) {
 TrainSummary train_run(const Config& config) {
   // --- inputs and run directory ---------------------------------------------------------
   Config c = config;
+  init_from_config(c);      // fine-tuning: model keys the config leaves out come from the checkpoint
   model_config_resolve(c);  // the model's keys, checked and complete in config.yaml
   const comm::JobEnv env = comm::JobEnv::from_env();
   std::unique_ptr<Model> model = model_build(c);
@@ -216,6 +218,11 @@ TrainSummary train_run(const Config& config) {
   // --- checkpoints: resume, then a saver with its own communicator ---------------------------
   const std::string checkpoint_dir = c.checkpoint.dir.empty() ? c.run.dir + "/checkpoints" : c.checkpoint.dir;
   Resumed resumed = resume_training(c, checkpoint_dir, sharded, optimizer, *train_data, rank, group);
+  // A fine-tuning run starts from train.init_from; once it has checkpoints of its own, a
+  // restart resumes from those instead.
+  std::string initialised_from;
+  if (resumed.path.empty() && !c.train.init_from.empty())
+    initialised_from = init_from_load(c, sharded, rank, group);
   std::unique_ptr<comm::Communicator> checkpoint_group;
   if (group) {
     // Saves agree from a background thread: a communicator of their own keeps those
@@ -429,6 +436,7 @@ TrainSummary train_run(const Config& config) {
   nlohmann::json s = {{"steps", summary.steps},
                       {"resumed_from", resumed.path},
                       {"resumed_step", resumed.step},
+                      {"initialised_from", initialised_from},
                       {"checkpoint", summary.checkpoint},
                       {"world_size", world},
                       {"final_loss", summary.final_loss},

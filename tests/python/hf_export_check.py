@@ -1,34 +1,21 @@
 """Loads Cadre's Hugging Face export without Cadre's code and checks it reproduces Cadre's logits.
 
 Usage: hf_export_check.py <hf_dir> <model.pt> <cadre_logits.pt>
-- parses model.safetensors by hand (8-byte header length, JSON header, raw data),
+- parses model.safetensors by hand (python/hf_io.py: 8-byte header length, JSON header, raw data),
 - runs a Llama forward written here from HF's field and tensor names (config.json),
 - compares the logits with the ones Cadre computed for the same tokens (1e-5 relative),
 - checks that the .pt export, read with torch.load, holds the same tensors.
 """
 import json
 import math
-import struct
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64}
-
-
-def read_safetensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        buf = bytearray(data[8 + n + begin:8 + n + end])
-        out[name] = torch.frombuffer(buf, dtype=DTYPES[info["dtype"]]).reshape(info["shape"]).clone()
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+from hf_io import read_safetensors  # noqa: E402
 
 
 def rms_norm(x, w, eps):

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,59 @@ std::string hf_tensor_name(const std::string& n) {
   std::string hf = translate(n, true);
   if (hf.empty()) throw Error(str("no Hugging Face name for parameter '", n, "'"));
   return hf;
+}
+
+ModelSection llama_section_from_hf(const std::string& text, const std::string& source) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  CADRE_CONFIG_CHECK(j.is_object(), source, ": not a JSON object");
+  const std::string type = j.value("model_type", "");
+  CADRE_CONFIG_CHECK(type == "llama", source, ": model_type is '", type,
+                     "'; Cadre imports Llama models (model_type \"llama\")");
+  // Features of transformers' Llama that Cadre's does not have: refused, never ignored.
+  auto absent_or = [&](const char* field, const nlohmann::json& ok) {
+    CADRE_CONFIG_CHECK(!j.contains(field) || j[field] == ok, source, ": ", field, " = ", j[field].dump(),
+                       " is not supported (Cadre's Llama has ", field, " = ", ok.dump(), ")");
+  };
+  absent_or("rope_scaling", nullptr);
+  absent_or("attention_bias", false);
+  absent_or("mlp_bias", false);
+  absent_or("hidden_act", "silu");
+  absent_or("pretraining_tp", 1);
+  ModelSection section;
+  section.arch = "llama";
+  // (Cadre key, HF field, default when absent: null means required)
+  const std::vector<std::tuple<const char*, const char*, nlohmann::json>> fields = {
+      {"dim", "hidden_size", nullptr},
+      {"n_layers", "num_hidden_layers", nullptr},
+      {"n_heads", "num_attention_heads", nullptr},
+      {"n_kv_heads", "num_key_value_heads", j.value("num_attention_heads", nlohmann::json())},
+      {"vocab_size", "vocab_size", nullptr},
+      {"ffn_dim", "intermediate_size", nullptr},
+      {"max_seq_len", "max_position_embeddings", 2048},
+      {"norm_eps", "rms_norm_eps", 1e-6},
+      {"rope_theta", "rope_theta", 10000.0},
+      {"tie_embeddings", "tie_word_embeddings", false},
+      {"init_std", "initializer_range", 0.02},
+  };
+  for (const auto& [key, field, fallback] : fields) {
+    nlohmann::json v = j.contains(field) && !j[field].is_null() ? j[field] : fallback;
+    CADRE_CONFIG_CHECK(!v.is_null(), source, ": ", field, " is missing");
+    CADRE_CONFIG_CHECK(v.is_number() || v.is_boolean(), source, ": ", field, " = ", v.dump(), " is not a number");
+    std::string value = v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.dump();
+    section.keys.push_back({std::string("model.") + key, value, source});
+  }
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    const auto dim = j.value("hidden_size", int64_t{0}), heads = j.value("num_attention_heads", int64_t{1});
+    CADRE_CONFIG_CHECK(j["head_dim"].is_number_integer() && heads > 0 && j["head_dim"].get<int64_t>() * heads == dim,
+                       source, ": head_dim = ", j["head_dim"].dump(), " is not hidden_size / num_attention_heads (",
+                       dim, " / ", heads, "); Cadre's Llama derives it");
+  }
+  try {
+    llama_config(section);  // ranges and divisibility, named by the model's keys
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(source, ": ", e.what()));
+  }
+  return section;
 }
 
 std::string LlamaHfAdapter::external_name(const std::string& name) const {

@@ -6,12 +6,18 @@
 #include <string>
 
 #include "ckpt/state_dict_adapter.h"
+#include "core/config.h"
 #include "models/llama/config.h"
 
 namespace cadre {
 
 // Cadre (Meta-style) parameter name -> HF name; Error for a name Llama does not have.
 std::string hf_tensor_name(const std::string& cadre_name);
+
+// The `model:` section (arch llama) that a transformers LlamaConfig (config.json's text)
+// describes; ConfigError naming `source` and the field for a missing or wrong field, or for a
+// feature Cadre's Llama lacks (rope_scaling, attention or MLP biases, another activation).
+ModelSection llama_section_from_hf(const std::string& config_json, const std::string& source);
 
 class LlamaHfAdapter : public StateDictAdapter {
  public:

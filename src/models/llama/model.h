@@ -85,6 +85,9 @@ class Llama : public torch::nn::Module {
 
   const LlamaConfig& config() const { return config_; }
   at::Tensor output_weight() const { return output ? output->weight : tok_embeddings->weight; }
+  // Rotary tables [max_seq_len, head_dim], float32 (the cached decoder uses the same ones).
+  const at::Tensor& rope_cos() const { return rope_cos_; }
+  const at::Tensor& rope_sin() const { return rope_sin_; }
 
   std::shared_ptr<Embedding> tok_embeddings;
   std::shared_ptr<BlockList> layers;

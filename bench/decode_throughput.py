@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""Decode throughput, Cadre vs Python PyTorch, side by side in one run.
+
+The demo model's shape (configs/small.yaml: dim 512, 8 layers, 8 heads, vocabulary 8192, 35.7M
+parameters; seeded random weights unless --model names a Hugging Face folder, e.g. the demo's
+export runs/demo/hf), written once as a Hugging Face folder that both sides load. For 1, 8 and 32
+concurrent streams: 16-token prompts prefilled, then 64 greedy decoding steps; tokens/s over the
+decoding steps, same threads on both sides (1 and 2), rounds alternating the two sides. Cadre runs its
+KV-cache decoder (bench/decode_bench.cpp), Python a KV-cache decoder on python/llama_ref.py
+(bench/python_decode_peer.py). Also checks that both pick the same greedy tokens for stream 0.
+
+Usage: bench/decode_throughput.py [--build build] [--threads 1,2] [--model HF_DIR] [--dtypes float32,bfloat16]
+                                  [--rounds 3]
+Writes bench/results/decode_throughput.{json,md}.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import hf_io  # noqa: E402
+import llama_ref  # noqa: E402
+
+SMALL = {"dim": 512, "n_layers": 8, "n_heads": 8, "n_kv_heads": 8, "vocab_size": 8192, "ffn_dim": 1536,
+         "max_seq_len": 256, "norm_eps": 1e-5, "rope_theta": 10000.0, "tie_embeddings": False}
+
+
+def write_model(out_dir):
+    torch.manual_seed(0)
+    model = llama_ref.Llama(SMALL)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+    state = {hf_io.hf_name(k): v for k, v in model.state_dict().items()}
+    hf_io.write_llama_folder(out_dir, hf_io.llama_config_json(SMALL, torch.float32), state, torch.float32,
+                             lambda name: "model.safetensors")
+    return out_dir
+
+
+def run(cmd):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--model", default="")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="cadre-decode-bench-")
+    model = a.model or write_model(os.path.join(tmp.name, "hf"))
+    rows, loads = [], []
+    for threads in [int(t) for t in a.threads.split(",")]:
+        for dtype in a.dtypes.split(","):
+            common = ["--threads", str(threads), "--tokens", str(a.tokens), "--streams", "1,8,32", "--repeats", "1",
+                      "--dtype", dtype]
+            # Rounds alternate the two sides, so a busy spell on the machine hits both; the table
+            # has the median rate of each side and the median of the per-round ratios.
+            rates = {}
+            for _ in range(a.rounds):
+                loads.append(os.getloadavg()[0])
+                cadre = run([os.path.join(ROOT, a.build, "bin", "decode_bench"), model] + common)
+                python = run(["/usr/bin/python3", os.path.join(ROOT, "bench", "python_decode_peer.py"), model] + common)
+                for c, p in zip(cadre, python):
+                    r = rates.setdefault(c["streams"], {"cadre": [], "python": [], "ratio": [], "agree": None})
+                    r["cadre"].append(c["tokens_per_s"])
+                    r["python"].append(p["tokens_per_s"])
+                    r["ratio"].append(c["tokens_per_s"] / p["tokens_per_s"])
+                    same = sum(x == y for x, y in zip(c["stream0_tokens"], p["stream0_tokens"]))
+                    r["agree"] = f"{same}/{len(c['stream0_tokens'])}"
+            for streams, r in sorted(rates.items()):
+                rows.append({"threads": threads, "dtype": dtype, "streams": streams, "cadre": median(r["cadre"]),
+                             "python": median(r["python"]), "ratio": median(r["ratio"]), "rounds": r["ratio"],
+                             "greedy_agree": r["agree"]})
+    lines = [f"Decode throughput, {'model ' + a.model if a.model else 'small.yaml shape (35.7M), seeded random weights'}, "
+             f"16-token prompts + {a.tokens} greedy steps, median of {a.rounds} alternating rounds; "
+             f"load average {min(loads):.1f}-{max(loads):.1f} during the runs",
+             "", "| threads | weights | streams | Cadre tok/s | Python tok/s | Cadre/Python | greedy tokens equal (stream 0) |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['dtype']} | {r['streams']} | {r['cadre']:.0f} | {r['python']:.0f} | "
+                     f"{r['ratio']:.2f}x | {r['greedy_agree']} |")
+    text = "\n".join(lines)
+    print(text)
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", "decode_throughput.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(ROOT, "bench", "results", "decode_throughput.json"), "w") as f:
+        json.dump({"rows": rows, "load_averages": loads}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

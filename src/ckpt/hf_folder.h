@@ -1,0 +1,55 @@
+// A Hugging Face model folder opened for reading, tensor by tensor: config.json, and the
+// safetensors files holding the weights (one model.safetensors, or several listed by
+// model.safetensors.index.json). Only the headers are read when it opens; each tensor's bytes
+// are read when asked for, converted to float32, so no more than one tensor is in memory.
+// Every problem (a missing file, a header running past its file, a tensor outside its file, a
+// dtype Cadre does not read) is a ConfigError naming the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cadre {
+
+struct HfTensor {
+  std::string name;
+  std::string file;            // relative to the folder
+  std::string dtype;           // safetensors code: "F32", "BF16", "F16", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0; // byte range within the file
+};
+
+class HfFolder {
+ public:
+  explicit HfFolder(std::string dir);
+  ~HfFolder();
+  HfFolder(const HfFolder&) = delete;
+  HfFolder& operator=(const HfFolder&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  const std::string& config_json() const { return config_json_; }
+  const std::map<std::string, HfTensor>& tensors() const { return tensors_; }
+  const std::vector<std::string>& files() const { return files_; }
+
+  // Reads the tensor into `out` (its element count of floats), converting F32/BF16/F16.
+  void read_float32(const HfTensor& tensor, float* out) const;
+
+ private:
+  void open_file(const std::string& name);
+
+  std::string dir_;
+  std::string config_json_;
+  std::vector<std::string> files_;
+  std::map<std::string, int> fds_;
+  std::map<std::string, HfTensor> tensors_;
+};
+
+// True when `dir` looks like a Hugging Face model folder (config.json beside safetensors).
+bool hf_folder_detect(const std::string& dir);
+
+// Bytes per element of the float dtypes the folder reader converts; 0 for any other code.
+int64_t hf_float_dtype_size(const std::string& dtype);
+
+}  // namespace cadre

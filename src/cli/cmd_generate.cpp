@@ -1,0 +1,114 @@
+// `cadre generate --model CKPT|HF_DIR --prompt TEXT [...]`: KV-cache decoding of one
+// sequence, streaming its text to stdout as it is generated.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "generate/generator.h"
+#include "generate/model_source.h"
+#include "generate/sequence.h"
+#include "models/batch_invariant_linear.h"
+#include "models/llama/decode.h"
+
+namespace cadre {
+
+int cmd_generate(const Args& args) {
+  std::string model, prompt, tokenizer_path, dtype = "float32";
+  int64_t max_tokens = 128, top_k = 0, threads = 2, seed = -1;
+  double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
+  bool greedy = false, ignore_eos = false, json_out = false, quiet = false;
+  std::vector<std::string> stop;
+  Flags flags("cadre generate --model <checkpoint|run_dir|hf_dir> --prompt <text> [options]");
+  flags.add("--model", &model, "a checkpoint, a run or checkpoint directory, or a Hugging Face folder");
+  flags.add("--prompt", &prompt, "the text to continue (BOS is prepended)");
+  flags.add("--max-tokens", &max_tokens, "most tokens to generate (default 128)");
+  flags.add("--temperature", &temperature, "sampling temperature; 0 is greedy (default 1.0)");
+  flags.add("--greedy", &greedy, "argmax decoding (same as --temperature 0)");
+  flags.add("--top-k", &top_k, "sample among the k most likely tokens (0: all)");
+  flags.add("--top-p", &top_p, "nucleus sampling: smallest set with this probability mass (default 1.0)");
+  flags.add("--seed", &seed, "sampling seed (default: random, printed)");
+  flags.add("--repetition-penalty", &repetition_penalty, "> 1 discourages repeating prompt or output tokens");
+  flags.add("--stop", &stop, "stop sequences: the text ends before the first one that appears (repeatable)");
+  flags.add("--ignore-eos", &ignore_eos, "keep going past the end-of-sequence token");
+  flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
+  flags.add("--threads", &threads, "compute threads (default 2)");
+  flags.add("--dtype", &dtype, "weights: float32 (the trained values) or bfloat16 (half the memory traffic)");
+  flags.add("--json", &json_out, "print one JSON object (tokens, text, timings) instead of streaming text");
+  flags.add("--quiet", &quiet, "no statistics line on stderr");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(!model.empty(), "--model is required\n", flags.usage());
+  CADRE_CONFIG_CHECK(flags.given("--prompt"), "--prompt is required\n", flags.usage());
+  CADRE_CONFIG_CHECK(max_tokens >= 1, "--max-tokens must be >= 1");
+  CADRE_CONFIG_CHECK(temperature >= 0, "--temperature must be >= 0");
+  CADRE_CONFIG_CHECK(top_k >= 0, "--top-k must be >= 0");
+  CADRE_CONFIG_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1]");
+  CADRE_CONFIG_CHECK(repetition_penalty > 0, "--repetition-penalty must be > 0");
+  CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
+  CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
+
+  at::set_num_threads(static_cast<int>(threads));
+  InferenceModel m = inference_model_load(model, tokenizer_path);
+  Tokenizer tokenizer(m.tokenizer);
+  CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.llama->config().vocab_size, "tokenizer '", m.tokenizer, "' has ",
+                     tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.llama->config().vocab_size);
+  LlamaDecoder decoder(*m.llama, {1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+
+  std::vector<int> ids = {tokenizer.bos_id()};
+  const auto text_ids = tokenizer.encode(prompt);
+  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  CADRE_CONFIG_CHECK(static_cast<int64_t>(ids.size()) < decoder.max_len(), "the prompt is ", ids.size(),
+                     " tokens; the model's context is ", decoder.max_len());
+  GenerationParams params;
+  params.sampling.temperature = greedy ? 0.0 : temperature;
+  params.sampling.top_k = top_k;
+  params.sampling.top_p = top_p;
+  params.sampling.repetition_penalty = repetition_penalty;
+  params.sampling.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+  params.max_tokens = max_tokens;
+  params.stop = stop;
+  params.ignore_eos = ignore_eos;
+  Sequence sequence(tokenizer, ids, params, decoder.max_len(), sequence_seed(params.sampling.seed, 0));
+  if (!json_out) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  Finish finish = Finish::None;
+  GenerationStats stats = generate_sequence(decoder, 0, sequence, [&](const StepResult& step) {
+    finish = step.finish;
+    if (json_out || step.text.empty()) return;
+    std::fwrite(step.text.data(), 1, step.text.size(), stdout);
+    std::fflush(stdout);
+  });
+  const double rate = stats.decode_s > 0 ? (stats.generated_tokens - 1) / stats.decode_s : 0;
+  if (json_out) {
+    nlohmann::json j = {{"prompt_tokens", ids},
+                        {"tokens", sequence.generated()},
+                        {"text", sequence.text()},
+                        {"finish_reason", finish_reason(finish)},
+                        {"seed", params.sampling.seed},
+                        {"prefill_s", stats.prefill_s},
+                        {"decode_s", stats.decode_s},
+                        {"decode_tokens_per_s", rate}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
+  if (!quiet)
+    std::fprintf(stderr,
+                 "generate: %s; %lld prompt tokens in %.3f s, %lld tokens generated (%s), %.1f tokens/s decoding "
+                 "(%s weights, %s kernels, %lld threads, seed %llu)\n",
+                 m.source.c_str(), static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
+                 static_cast<long long>(stats.generated_tokens), finish_reason(finish), rate, dtype.c_str(),
+                 batch_invariant_linear_isa(), static_cast<long long>(threads),
+                 static_cast<unsigned long long>(params.sampling.seed));
+  return 0;
+}
+
+}  // namespace cadre

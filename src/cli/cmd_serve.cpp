@@ -1,0 +1,133 @@
+// `cadre serve --model CKPT|HF_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] ...`: the
+// OpenAI-compatible server. SIGTERM or SIGINT drains: new requests get 503, queued and running
+// ones complete, then the process exits 0 (a second signal stops at once).
+#include <ATen/Parallel.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/tokenizer.h"
+#include "generate/model_source.h"
+#include "models/batch_invariant_linear.h"
+#include "models/llama/decode.h"
+#include "serve/chat_template.h"
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+
+namespace cadre {
+
+int cmd_serve(const Args& args) {
+  std::string model, tokenizer_path, chat_template = "llama2", dtype = "float32", model_name;
+  HttpOptions http;
+  int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256;
+  int64_t max_body_kib = 1024;
+  double drain_timeout = 60;
+  Flags flags("cadre serve --model <checkpoint|run_dir|hf_dir> [--host 127.0.0.1] [--port 8000] [--api-key KEY] [options]");
+  flags.add("--model", &model, "a checkpoint, a run or checkpoint directory, or a Hugging Face folder");
+  flags.add("--host", &http.host, "address to listen on (default 127.0.0.1: this machine only)");
+  flags.add("--port", &port, "port (default 8000; 0 picks a free one and prints it)");
+  flags.add("--api-key", &http.api_key, "require `Authorization: Bearer KEY` on /v1/* (default: $CADRE_API_KEY, else none)");
+  flags.add("--model-name", &model_name, "the model id clients send (default: the model directory's name)");
+  flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
+  flags.add("--chat-template", &chat_template, "llama2 (default), chatml, or a YAML file (system/user/assistant/generation)");
+  flags.add("--max-batch", &max_batch, "sequences decoded together (default 32)");
+  flags.add("--max-queue", &max_queue, "requests waiting for a slot before 429 (default 64)");
+  flags.add("--context", &context, "tokens per sequence, prompt included (default: the model's max_seq_len)");
+  flags.add("--step-tokens", &step_tokens, "prompt tokens taken in per decoding step (default 256)");
+  flags.add("--max-body-kib", &max_body_kib, "largest request body in KiB (default 1024; larger: 413)");
+  flags.add("--threads", &threads, "compute threads (default 2)");
+  flags.add("--dtype", &dtype, "weights: float32 (default) or bfloat16");
+  flags.add("--drain-timeout", &drain_timeout, "seconds SIGTERM waits for requests in flight (default 60)");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(!model.empty(), "--model is required\n", flags.usage());
+  CADRE_CONFIG_CHECK(port >= 0 && port <= 65535, "--port must be in 0..65535");
+  CADRE_CONFIG_CHECK(max_batch >= 1 && max_batch <= 1024, "--max-batch must be in 1..1024");
+  CADRE_CONFIG_CHECK(max_queue >= 0, "--max-queue must be >= 0");
+  CADRE_CONFIG_CHECK(step_tokens >= 1, "--step-tokens must be >= 1");
+  CADRE_CONFIG_CHECK(max_body_kib >= 1, "--max-body-kib must be >= 1");
+  CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
+  CADRE_CONFIG_CHECK(drain_timeout > 0, "--drain-timeout must be > 0");
+  CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
+  if (http.api_key.empty())
+    if (const char* key = std::getenv("CADRE_API_KEY")) http.api_key = key;
+
+  // Signals are taken by sigwait below, never by a handler: block them before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that vanished must not kill the server
+
+  at::set_num_threads(static_cast<int>(threads));
+  InferenceModel m = inference_model_load(model, tokenizer_path);
+  Tokenizer tokenizer(m.tokenizer);
+  CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.llama->config().vocab_size, "tokenizer '", m.tokenizer, "' has ",
+                     tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.llama->config().vocab_size);
+  CADRE_CONFIG_CHECK(context >= 0 && context <= m.llama->config().max_seq_len, "--context must be in 1..",
+                     m.llama->config().max_seq_len, " (the model's max_seq_len)");
+  ChatTemplate chat = ChatTemplate::load(chat_template);
+  LlamaDecoder decoder(*m.llama, {max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  m.llama.reset();  // the decoder holds its own (packed) copy of the weights
+  ServeMetrics metrics;
+  Scheduler scheduler(decoder, tokenizer, {max_batch, max_queue, step_tokens, threads}, metrics);
+  http.port = static_cast<int>(port);
+  http.max_body_bytes = max_body_kib * 1024;
+  http.model_name = model_name.empty() ? m.name : model_name;
+  http.vocab_size = decoder.vocab_size();
+  HttpServer server(http, scheduler, tokenizer, chat, metrics);
+  server.bind();
+  log::info(str("serve: ", m.source, " as '", http.model_name, "' on http://", http.host, ":", server.bound_port(),
+                " (max batch ", max_batch, ", queue ", max_queue, ", context ", decoder.max_len(), ", ", dtype,
+                " weights ", decoder.weight_bytes() / 1e6, " MB, KV cache ", decoder.cache_bytes() / 1e6, " MB, ",
+                batch_invariant_linear_isa(), " kernels, ", threads, " threads", http.api_key.empty() ? "" : ", API key required",
+                ")"));
+  std::printf("listening on http://%s:%d\n", http.host.c_str(), server.bound_port());
+  std::fflush(stdout);
+  std::thread listener([&] { server.run(); });
+
+  int received = 0;
+  sigwait(&stop_signals, &received);
+  log::info(str("serve: signal ", received, ": draining (new requests get 503)"));
+  scheduler.drain();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout);
+  std::atomic<bool> idle{false};
+  std::thread watch([&] {
+    scheduler.wait_idle();
+    idle = true;
+  });
+  // Wait for the drain, a second signal or the deadline, whichever comes first. The last two
+  // end the process at once: the requests still running are abandoned.
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (!idle) {
+    if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+      log::warn("serve: second signal: stopping without waiting for the requests in flight");
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      log::warn(str("serve: requests still running after --drain-timeout ", drain_timeout, " s: stopping"));
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+  watch.join();
+  server.stop();  // returns once the responses in progress were written
+  listener.join();
+  log::info("serve: drained; bye");
+  return 0;
+}
+
+}  // namespace cadre

@@ -1,0 +1,211 @@
+// Row-invariant GEMM kernels: a register tile of up to 4 x 4 output elements, each with its
+// own 16-lane accumulator, so tiling and threading never change any element's arithmetic.
+#include "models/batch_invariant_linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/error.h"
+
+// GCC 12 reports the deliberately undefined upper halves inside its own AVX-512 cast and
+// extract intrinsics as uninitialised (a known false positive of the intrinsics headers).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace cadre {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kTile = 4;        // rows of x and of W per register tile
+constexpr int64_t kBlock = 16;  // rows of W per unit of parallel work
+
+using bf16_bits = uint16_t;
+
+inline float widen(float w) { return w; }
+inline float widen(bf16_bits w) {
+  uint32_t u = static_cast<uint32_t>(w) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The fixed reduction tree: lanes i and i+8, then i+4, then i+2, then 0 and 1.
+inline float reduce_lanes(const float* v) {
+  float a[8], b[4];
+  for (int i = 0; i < 8; ++i) a[i] = v[i] + v[i + 8];
+  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
+  const float c0 = b[0] + b[2], c1 = b[1] + b[3];
+  return c0 + c1;
+}
+
+// Portable path: the AVX-512 arithmetic spelled out lane by lane (std::fma is one rounding,
+// as the vector FMA; a lane past K adds 0 * 0, as the masked load does).
+template <typename W>
+void tile_portable(const float* x, int64_t ldx, int mr, const W* w, int64_t ldw, int nr, int64_t K, float* y,
+                   int64_t ldy) {
+  for (int m = 0; m < mr; ++m)
+    for (int n = 0; n < nr; ++n) {
+      float acc[kLanes] = {};
+      for (int64_t k0 = 0; k0 < K; k0 += kLanes)
+        for (int l = 0; l < kLanes; ++l) {
+          const int64_t k = k0 + l;
+          const float a = k < K ? x[m * ldx + k] : 0.0f, b = k < K ? widen(w[n * ldw + k]) : 0.0f;
+          acc[l] = std::fma(a, b, acc[l]);
+        }
+      y[m * ldy + n] = reduce_lanes(acc);
+    }
+}
+
+#define CADRE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+CADRE_AVX512 inline __m512 load_w(const float* p) { return _mm512_loadu_ps(p); }
+CADRE_AVX512 inline __m512 load_w(const bf16_bits* p) {
+  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+CADRE_AVX512 inline __m512 load_w_masked(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+CADRE_AVX512 inline __m512 load_w_masked(const bf16_bits* p, __mmask16 mask) {
+  __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+CADRE_AVX512 inline float reduce_avx512(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 a = _mm256_add_ps(lo, hi);                                             // i + (i+8)
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  // i + (i+4)
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                // 0+2, 1+3
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));                      // 0 + 1
+}
+
+template <int MR, int NR, typename W>
+CADRE_AVX512 void tile_avx512(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* y, int64_t ldy) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    __m512 wv[NR];
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) wv[n] = load_w(w + n * ldw + k);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_loadu_ps(x + m * ldx + k);
+#pragma GCC unroll 4
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
+    __m512 wv[NR];
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) wv[n] = load_w_masked(w + n * ldw + k, mask);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * ldx + k);
+#pragma GCC unroll 4
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_fmadd_ps(xv, wv[n], acc[m][n]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = reduce_avx512(acc[m][n]);
+}
+
+template <typename W, int MR>
+void tile_avx512_rows(const float* x, int64_t ldx, const W* w, int64_t ldw, int nr, int64_t K, float* y, int64_t ldy) {
+  switch (nr) {
+    case 4: return tile_avx512<MR, 4>(x, ldx, w, ldw, K, y, ldy);
+    case 3: return tile_avx512<MR, 3>(x, ldx, w, ldw, K, y, ldy);
+    case 2: return tile_avx512<MR, 2>(x, ldx, w, ldw, K, y, ldy);
+    default: return tile_avx512<MR, 1>(x, ldx, w, ldw, K, y, ldy);
+  }
+}
+
+template <typename W>
+void tile_avx512_any(const float* x, int64_t ldx, int mr, const W* w, int64_t ldw, int nr, int64_t K, float* y,
+                     int64_t ldy) {
+  switch (mr) {
+    case 4: return tile_avx512_rows<W, 4>(x, ldx, w, ldw, nr, K, y, ldy);
+    case 3: return tile_avx512_rows<W, 3>(x, ldx, w, ldw, nr, K, y, ldy);
+    case 2: return tile_avx512_rows<W, 2>(x, ldx, w, ldw, nr, K, y, ldy);
+    default: return tile_avx512_rows<W, 1>(x, ldx, w, ldw, nr, K, y, ldy);
+  }
+}
+
+bool cpu_has_avx512() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+  }();
+  return yes;
+}
+
+std::atomic<bool> g_force_portable{false};
+
+bool use_avx512() { return cpu_has_avx512() && !g_force_portable.load(std::memory_order_relaxed); }
+
+template <typename W>
+void linear_rows(const float* x, int64_t M, int64_t K, const W* w, int64_t N, float* y, int64_t ldy) {
+  const bool avx512 = use_avx512();
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t n0 = b0 * kBlock; n0 < std::min(N, b1 * kBlock); n0 += kTile) {
+      const int nr = static_cast<int>(std::min<int64_t>(kTile, N - n0));
+      for (int64_t m0 = 0; m0 < M; m0 += kTile) {
+        const int mr = static_cast<int>(std::min<int64_t>(kTile, M - m0));
+        if (avx512) tile_avx512_any(x + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
+        else tile_portable(x + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void batch_invariant_linear_out(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out) {
+  CADRE_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "batch_invariant_linear: x must be a contiguous float32 matrix, got ", x.sizes(), " ", x.scalar_type());
+  CADRE_CHECK(weight.dim() == 2 && weight.is_contiguous() && weight.size(1) == x.size(1) &&
+                  (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16),
+              "batch_invariant_linear: weight must be a contiguous float32 or bfloat16 [N, ", x.size(1), "] matrix, got ",
+              weight.sizes(), " ", weight.scalar_type());
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  CADRE_CHECK(out.dim() == 2 && out.size(0) == M && out.size(1) == N && out.scalar_type() == at::kFloat &&
+                  out.stride(1) == 1,
+              "batch_invariant_linear: out must be float32 [", M, ", ", N, "] with unit column stride");
+  if (weight.scalar_type() == at::kFloat)
+    linear_rows(x.data_ptr<float>(), M, K, weight.data_ptr<float>(), N, out.data_ptr<float>(), out.stride(0));
+  else
+    linear_rows(x.data_ptr<float>(), M, K, reinterpret_cast<const bf16_bits*>(weight.data_ptr()), N,
+                out.data_ptr<float>(), out.stride(0));
+}
+
+at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& weight) {
+  at::Tensor out = at::empty({x.size(0), weight.size(0)}, at::kFloat);
+  batch_invariant_linear_out(x, weight, out);
+  return out;
+}
+
+float batch_invariant_dot(const float* a, const float* b, int64_t n) {
+  float y = 0;
+  if (use_avx512()) tile_avx512<1, 1>(a, n, b, n, n, &y, 1);
+  else tile_portable(a, n, 1, b, n, 1, n, &y, 1);
+  return y;
+}
+
+const char* batch_invariant_linear_isa() { return use_avx512() ? "avx512" : "portable"; }
+
+void batch_invariant_linear_force_portable(bool portable) { g_force_portable = portable; }
+
+}  // namespace cadre

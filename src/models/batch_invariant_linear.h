@@ -1,0 +1,31 @@
+// y = x W^T computed row by row with an arithmetic that does not depend on how many rows are
+// computed together: every output element is one dot product accumulated in 16 float lanes
+// (fused multiply-add, k in order) and reduced by one fixed tree. A sequence's logits are then
+// bit for bit the same whether it is decoded alone or batched with others, and whether its
+// prompt is processed in one call or token by token (batch invariance, which a BLAS GEMM does
+// not promise: its blocking, and so its rounding, changes with the matrix shape). The AVX-512
+// path and the portable path give identical bits. Weights are float32 or bfloat16 (widened
+// exactly to float32 in registers); threads split the output columns, never a dot product.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace cadre {
+
+// x [M, K] float32 contiguous, weight [N, K] float32 or bfloat16 contiguous -> [M, N] float32.
+at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& weight);
+
+// The same into `out` ([M, N] float32 contiguous, e.g. a slice of a bigger buffer).
+void batch_invariant_linear_out(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out);
+
+// A dot product of two float32 vectors of length n with the same arithmetic (attention scores).
+float batch_invariant_dot(const float* a, const float* b, int64_t n);
+
+// "avx512" or "portable": the path this CPU takes.
+const char* batch_invariant_linear_isa();
+
+// Forces the portable path (tests compare the two paths bit for bit; a CPU whose AVX-512 is
+// suspect can be run without it). Not thread-safe against concurrent kernels.
+void batch_invariant_linear_force_portable(bool portable);
+
+}  // namespace cadre

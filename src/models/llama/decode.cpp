@@ -1,0 +1,208 @@
+// The cached forward: per-row norms, rotary and SwiGLU, batch-invariant matrices, and
+// attention per (row, head) over the row's own slot.
+#include "models/llama/decode.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "models/batch_invariant_linear.h"
+
+namespace cadre {
+namespace {
+
+at::Tensor packed(const std::vector<at::Tensor>& parts, at::ScalarType dtype) {
+  std::vector<at::Tensor> detached;
+  for (const auto& p : parts) detached.push_back(p.detach().to(at::kFloat));
+  return at::cat(detached, 0).to(dtype).contiguous();
+}
+
+at::Tensor vector_of(const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); }
+
+// RMSNorm of each row of x [R, dim] into out, as the training forward computes it:
+// x * rsqrt(mean(x^2) + eps), then times the weight.
+void rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& out) {
+  const int64_t R = x.size(0), D = x.size(1);
+  const float* w = weight.data_ptr<float>();
+  at::parallel_for(0, R, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x.data_ptr<float>() + r * D;
+      float* o = out.data_ptr<float>() + r * D;
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * double(xr[i]);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(ss / double(D)) + static_cast<float>(eps));
+      for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] * scale) * w[i];
+    }
+  });
+}
+
+// x * cos + rotate_half(x) * sin for one head vector (HF's rotate-half layout).
+void rope_in_place(float* x, const float* cos, const float* sin, int64_t hd) {
+  const int64_t half = hd / 2;
+  float rotated[1024];
+  for (int64_t i = 0; i < half; ++i) {
+    rotated[i] = -x[i + half];
+    rotated[i + half] = x[i];
+  }
+  for (int64_t i = 0; i < hd; ++i) x[i] = x[i] * cos[i] + rotated[i] * sin[i];
+}
+
+}  // namespace
+
+LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options) : config_(model.config()), options_(options) {
+  const LlamaConfig& c = config_;
+  if (options_.max_len <= 0) options_.max_len = c.max_seq_len;
+  CADRE_CHECK(options_.slots >= 1, "decoder: slots must be >= 1");
+  CADRE_CHECK(options_.max_len <= c.max_seq_len, "decoder: max_len ", options_.max_len, " exceeds model.max_seq_len ",
+              c.max_seq_len);
+  CADRE_CHECK(options_.weight_dtype == at::kFloat || options_.weight_dtype == at::kBFloat16,
+              "decoder: weights must be float32 or bfloat16");
+  head_dim_ = c.dim / c.n_heads;
+  CADRE_CHECK(head_dim_ <= 1024, "decoder: head_dim ", head_dim_, " is above 1024");
+  at::NoGradGuard no_grad;
+  const at::ScalarType wt = options_.weight_dtype;
+  embedding_ = vector_of(model.tok_embeddings->weight);
+  norm_ = vector_of(model.norm->weight);
+  head_ = model.output ? packed({model.output->weight}, wt) : embedding_.to(wt).contiguous();
+  rope_cos_ = model.rope_cos().contiguous();
+  rope_sin_ = model.rope_sin().contiguous();
+  for (const auto& block : model.layers->blocks) {
+    Layer l;
+    l.attention_norm = vector_of(block->attention_norm->weight);
+    l.ffn_norm = vector_of(block->ffn_norm->weight);
+    const auto& a = *block->attention;
+    l.wqkv = packed({a.wq->weight, a.wk->weight, a.wv->weight}, wt);
+    l.wo = packed({a.wo->weight}, wt);
+    const auto& f = *block->feed_forward;
+    l.w13 = packed({f.w1->weight, f.w3->weight}, wt);
+    l.w2 = packed({f.w2->weight}, wt);
+    l.k_cache = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_}, at::kFloat);
+    l.v_cache = at::zeros_like(l.k_cache);
+    layers_.push_back(std::move(l));
+  }
+  lengths_.assign(static_cast<size_t>(options_.slots), 0);
+}
+
+void LlamaDecoder::reset(int64_t slot) {
+  CADRE_CHECK(slot >= 0 && slot < options_.slots, "decoder: no slot ", slot);
+  lengths_[static_cast<size_t>(slot)] = 0;
+}
+
+int64_t LlamaDecoder::weight_bytes() const {
+  int64_t bytes = head_.nbytes();
+  for (const auto& l : layers_) bytes += l.wqkv.nbytes() + l.wo.nbytes() + l.w13.nbytes() + l.w2.nbytes();
+  return bytes;
+}
+
+int64_t LlamaDecoder::cache_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& l : layers_) bytes += l.k_cache.nbytes() + l.v_cache.nbytes();
+  return bytes;
+}
+
+void LlamaDecoder::attention(const Layer& layer, const std::vector<DecodeRow>& rows,
+                             const std::vector<int64_t>& positions, const at::Tensor& qkv, at::Tensor& out) const {
+  const int64_t R = static_cast<int64_t>(rows.size()), H = config_.n_heads, KV = config_.n_kv_heads, hd = head_dim_;
+  const int64_t rep = H / KV, L = options_.max_len, width = qkv.size(1);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  int64_t longest = 0;
+  for (int64_t p : positions) longest = std::max(longest, p + 1);
+  // Small pieces of work stay on one thread: a task costs ~4 * positions * hd flops.
+  const int64_t grain = std::max<int64_t>(1, 65536 / (4 * longest * hd));
+  at::parallel_for(0, R * H, grain, [&](int64_t t0, int64_t t1) {
+    std::vector<float> q(static_cast<size_t>(hd)), p(static_cast<size_t>(longest));
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t r = task / H, h = task % H, g = h / rep, n = positions[static_cast<size_t>(r)] + 1;
+      const float* qr = qkv.data_ptr<float>() + r * width + h * hd;
+      for (int64_t i = 0; i < hd; ++i) q[i] = qr[i] * scale;  // q scaled first, as in training
+      const int64_t base = (rows[static_cast<size_t>(r)].slot * KV + g) * L * hd;
+      const float* K = layer.k_cache.data_ptr<float>() + base;
+      const float* V = layer.v_cache.data_ptr<float>() + base;
+      float top = -INFINITY;
+      for (int64_t t = 0; t < n; ++t) {
+        p[t] = batch_invariant_dot(q.data(), K + t * hd, hd);
+        top = std::max(top, p[t]);
+      }
+      float sum = 0;
+      for (int64_t t = 0; t < n; ++t) sum += (p[t] = std::exp(p[t] - top));
+      float* o = out.data_ptr<float>() + r * H * hd + h * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t t = 0; t < n; ++t) {
+        const float w = p[t] / sum;
+        const float* v = V + t * hd;
+        for (int64_t i = 0; i < hd; ++i) o[i] += w * v[i];
+      }
+    }
+  });
+}
+
+at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
+  const LlamaConfig& c = config_;
+  const int64_t R = static_cast<int64_t>(rows.size()), D = c.dim, H = c.n_heads, KV = c.n_kv_heads, hd = head_dim_;
+  const int64_t F = layers_.empty() ? 0 : layers_[0].w2.size(1), L = options_.max_len;
+  if (R == 0) return at::empty({0, c.vocab_size}, at::kFloat);
+  // Positions: each slot's rows continue its cache in order.
+  std::vector<int64_t> positions(static_cast<size_t>(R)), next = lengths_;
+  for (int64_t r = 0; r < R; ++r) {
+    const DecodeRow& row = rows[static_cast<size_t>(r)];
+    CADRE_CHECK(row.slot >= 0 && row.slot < options_.slots, "decoder: no slot ", row.slot);
+    CADRE_CHECK(row.token >= 0 && row.token < c.vocab_size, "decoder: token ", row.token, " is outside the vocabulary of ",
+                c.vocab_size);
+    int64_t& len = next[static_cast<size_t>(row.slot)];
+    CADRE_CHECK(len < L, "decoder: slot ", row.slot, " is full (", L, " positions)");
+    positions[static_cast<size_t>(r)] = len++;
+  }
+  at::Tensor h = at::empty({R, D}, at::kFloat), x = at::empty({R, D}, at::kFloat);
+  for (int64_t r = 0; r < R; ++r)
+    std::copy_n(embedding_.data_ptr<float>() + rows[static_cast<size_t>(r)].token * D, D, h.data_ptr<float>() + r * D);
+  const int64_t width = (H + 2 * KV) * hd;
+  at::Tensor qkv = at::empty({R, width}, at::kFloat), att = at::empty({R, H * hd}, at::kFloat);
+  at::Tensor proj = at::empty({R, D}, at::kFloat), gate_up = at::empty({R, 2 * F}, at::kFloat);
+  at::Tensor act = at::empty({R, F}, at::kFloat);
+  for (Layer& layer : layers_) {
+    rms_norm_rows(h, layer.attention_norm, c.norm_eps, x);
+    batch_invariant_linear_out(x, layer.wqkv, qkv);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t pos = positions[static_cast<size_t>(r)], slot = rows[static_cast<size_t>(r)].slot;
+      const float* cos = rope_cos_.data_ptr<float>() + pos * hd;
+      const float* sin = rope_sin_.data_ptr<float>() + pos * hd;
+      float* row = qkv.data_ptr<float>() + r * width;
+      for (int64_t head = 0; head < H + KV; ++head) rope_in_place(row + head * hd, cos, sin, hd);
+      for (int64_t g = 0; g < KV; ++g) {
+        const int64_t at_pos = ((slot * KV + g) * L + pos) * hd;
+        std::copy_n(row + (H + g) * hd, hd, layer.k_cache.data_ptr<float>() + at_pos);
+        std::copy_n(row + (H + KV + g) * hd, hd, layer.v_cache.data_ptr<float>() + at_pos);
+      }
+    }
+    attention(layer, rows, positions, qkv, att);
+    batch_invariant_linear_out(att, layer.wo, proj);
+    h.add_(proj);
+    rms_norm_rows(h, layer.ffn_norm, c.norm_eps, x);
+    batch_invariant_linear_out(x, layer.w13, gate_up);
+    at::parallel_for(0, R, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* g = gate_up.data_ptr<float>() + r * 2 * F;
+        float* a = act.data_ptr<float>() + r * F;
+        for (int64_t i = 0; i < F; ++i) a[i] = (g[i] / (1.0f + std::exp(-g[i]))) * g[F + i];
+      }
+    });
+    batch_invariant_linear_out(act, layer.w2, proj);
+    h.add_(proj);
+  }
+  std::vector<int64_t> wanted;
+  for (int64_t r = 0; r < R; ++r)
+    if (rows[static_cast<size_t>(r)].logits) wanted.push_back(r);
+  lengths_ = next;
+  if (wanted.empty()) return at::empty({0, c.vocab_size}, at::kFloat);
+  at::Tensor last = at::empty({static_cast<int64_t>(wanted.size()), D}, at::kFloat);
+  for (size_t i = 0; i < wanted.size(); ++i)
+    std::copy_n(h.data_ptr<float>() + wanted[i] * D, D, last.data_ptr<float>() + static_cast<int64_t>(i) * D);
+  at::Tensor normed = at::empty_like(last);
+  rms_norm_rows(last, norm_, c.norm_eps, normed);
+  return batch_invariant_linear(normed, head_);
+}
+
+}  // namespace cadre

@@ -1,0 +1,51 @@
+// The OpenAI-compatible HTTP front of `cadre serve` (cpp-httplib): routes
+//   GET  /health               200 {"status":"ok"}, 503 while draining
+//   GET  /metrics              Prometheus text
+//   GET  /v1/models[/<id>]     the one model served
+//   POST /v1/completions       prompt -> text (stream: SSE chunks ending in data: [DONE])
+//   POST /v1/chat/completions  messages -> chat template -> text
+// with `Authorization: Bearer <key>` checked on /v1/* when a key is set (401), a request body
+// limit (413), the context length enforced (400, OpenAI's context_length_exceeded), a full
+// queue answered 429, and every error in OpenAI's JSON shape. A streaming client that goes
+// away cancels its request, which frees its decoding slots at the next step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "serve/chat_template.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+
+namespace cadre {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                           // 0: any free port (see bound_port())
+  std::string api_key;                       // empty: no authentication
+  int64_t max_body_bytes = int64_t{1} << 20;
+  std::string model_name;
+  int64_t vocab_size = 0;
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpOptions options, Scheduler& scheduler, const Tokenizer& tokenizer, const ChatTemplate& chat,
+             ServeMetrics& metrics);
+  ~HttpServer();
+  // Binds the listening socket; ConfigError naming the address when it cannot.
+  void bind();
+  int bound_port() const { return port_; }
+  // Serves until stop(); requests in flight complete before it returns.
+  void run();
+  void stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace cadre

@@ -1,0 +1,232 @@
+// The decoding loop: admit, drop cancelled, one forward over every running sequence, sample.
+#include "serve/scheduler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "serve/api_error.h"
+
+namespace cadre {
+
+using Clock = std::chrono::steady_clock;
+
+bool RequestState::next(std::vector<SequenceEvent>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto ready = [&] { return !events_.empty() || unfinished_ == 0; };
+  if (timeout == std::chrono::milliseconds::max()) cv_.wait(lock, ready);
+  else if (!cv_.wait_for(lock, timeout, ready)) return true;
+  while (!events_.empty()) {
+    out.push_back(std::move(events_.front()));
+    events_.pop_front();
+  }
+  return !(out.empty() && unfinished_ == 0);
+}
+
+int64_t RequestState::completion_tokens() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return generated_;
+}
+
+std::string RequestState::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+void RequestState::push(SequenceEvent event, bool finished) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generated_;
+    events_.push_back(std::move(event));
+    if (finished) --unfinished_;
+  }
+  cv_.notify_all();
+}
+
+void RequestState::fail(const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = error;
+    unfinished_ = 0;
+  }
+  cv_.notify_all();
+}
+
+Scheduler::Scheduler(LlamaDecoder& decoder, const Tokenizer& tokenizer, SchedulerOptions options, ServeMetrics& metrics)
+    : decoder_(decoder), tokenizer_(tokenizer), options_(options), metrics_(metrics) {
+  CADRE_CHECK(options_.max_batch == decoder_.slots(), "scheduler: max_batch ", options_.max_batch, " != decoder slots ",
+              decoder_.slots());
+  for (int64_t s = options_.max_batch - 1; s >= 0; --s) free_slots_.push_back(s);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& r : running_) r.request->fail("the server stopped");
+  for (auto& q : queue_) q->fail("the server stopped");
+}
+
+std::shared_ptr<RequestState> Scheduler::submit(std::vector<int> prompt, GenerationParams params, int64_t n,
+                                                uint64_t seed) {
+  CADRE_CHECK(n >= 1 && n <= options_.max_batch, "scheduler: n = ", n, " is outside 1..", options_.max_batch);
+  CADRE_CHECK(!prompt.empty() && static_cast<int64_t>(prompt.size()) < decoder_.max_len(), "scheduler: a prompt of ",
+              prompt.size(), " tokens does not fit a context of ", decoder_.max_len());
+  if (draining_) throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
+  auto state = std::make_shared<RequestState>();
+  state->prompt_ = std::move(prompt);
+  state->params_ = std::move(params);
+  state->n_ = n;
+  state->seed_ = seed;
+  state->unfinished_ = n;
+  state->submitted_ = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
+      metrics_.rejected("queue_full");
+      return nullptr;
+    }
+    queue_.push_back(state);
+    metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
+  }
+  cv_.notify_all();
+  return state;
+}
+
+void Scheduler::drain() { draining_ = true; }
+
+void Scheduler::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return queue_.empty() && running_.empty(); });
+}
+
+void Scheduler::admit() {
+  while (!queue_.empty()) {
+    std::shared_ptr<RequestState> r = queue_.front();
+    if (r->cancelled()) {
+      queue_.pop_front();
+      metrics_.cancelled();
+      r->fail("cancelled");
+      continue;
+    }
+    if (static_cast<int64_t>(free_slots_.size()) < r->n_) break;  // first come, first served
+    queue_.pop_front();
+    for (int64_t choice = 0; choice < r->n_; ++choice) {
+      Running run;
+      run.request = r;
+      run.choice = choice;
+      run.slot = free_slots_.back();
+      free_slots_.pop_back();
+      decoder_.reset(run.slot);
+      run.sequence = std::make_unique<Sequence>(tokenizer_, r->prompt_, r->params_, decoder_.max_len(),
+                                                sequence_seed(r->seed_, choice));
+      running_.push_back(std::move(run));
+    }
+    metrics_.tokens(r->prompt_tokens(), 0);
+  }
+}
+
+void Scheduler::drop_cancelled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<RequestState>> gone;
+  auto it = std::remove_if(running_.begin(), running_.end(), [&](Running& r) {
+    if (!r.request->cancelled()) return false;
+    free_slots_.push_back(r.slot);
+    if (std::find(gone.begin(), gone.end(), r.request) == gone.end()) gone.push_back(r.request);
+    return true;
+  });
+  running_.erase(it, running_.end());
+  for (auto& r : gone) {
+    metrics_.cancelled();
+    r->fail("cancelled");
+  }
+}
+
+void Scheduler::step() {
+  // One token for each sequence that has its logits pending, then prompt chunks.
+  std::vector<DecodeRow> rows;
+  std::vector<std::pair<size_t, int64_t>> fed;  // (running index, tokens fed)
+  std::vector<size_t> sampled;                  // running indices whose last row has logits
+  auto feed = [&](size_t i, const std::vector<int>& tokens) {
+    const Running& r = running_[i];
+    const bool complete = r.sequence->prompt_done(r.sequence->fed() + static_cast<int64_t>(tokens.size()));
+    for (size_t k = 0; k < tokens.size(); ++k) rows.push_back({r.slot, tokens[k], complete && k + 1 == tokens.size()});
+    fed.push_back({i, static_cast<int64_t>(tokens.size())});
+    if (complete) sampled.push_back(i);
+  };
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const auto pending = running_[i].sequence->pending_tokens(2);
+    if (pending.size() == 1) feed(i, pending);
+  }
+  // Prompts share a budget per step, so one long prompt does not stall everyone's next token.
+  int64_t budget = std::max<int64_t>(options_.step_tokens, 16);
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    if (running_[i].sequence->pending_tokens(2).size() <= 1) continue;  // decoding: fed above
+    const auto pending = running_[i].sequence->pending_tokens(budget);
+    feed(i, pending);
+    budget -= static_cast<int64_t>(pending.size());
+  }
+  if (rows.empty()) return;
+  at::Tensor logits = decoder_.forward(rows);
+  for (const auto& [i, n] : fed) running_[i].sequence->mark_fed(n);
+  const int64_t vocab = logits.size(1);
+  const auto now = Clock::now();
+  for (size_t k = 0; k < sampled.size(); ++k) {
+    Running& r = running_[sampled[k]];
+    StepResult result = r.sequence->accept(logits.data_ptr<float>() + static_cast<int64_t>(k) * vocab, vocab);
+    if (!r.request->first_token_) {
+      r.request->first_token_ = true;
+      metrics_.first_token(std::chrono::duration<double>(now - r.request->submitted_).count());
+    }
+    const bool finished = result.finish != Finish::None;
+    r.request->push({r.choice, std::move(result)}, finished);
+  }
+  metrics_.tokens(0, static_cast<int64_t>(sampled.size()));
+  metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()));
+}
+
+void Scheduler::loop() {
+  at::set_num_threads(static_cast<int>(options_.threads));
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      if (stopping_) return;
+      admit();
+      metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
+    }
+    drop_cancelled();
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A failed step leaves the caches in an unknown state: every running request ends.
+      log::error(str("serve: decoding step failed: ", e.what()));
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& r : running_) {
+        r.request->fail(str("decoding failed: ", e.what()));
+        free_slots_.push_back(r.slot);
+      }
+      running_.clear();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = std::remove_if(running_.begin(), running_.end(), [&](Running& r) {
+        if (!r.sequence->finished()) return false;
+        free_slots_.push_back(r.slot);
+        return true;
+      });
+      running_.erase(it, running_.end());
+      metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
+    }
+    cv_.notify_all();  // wait_idle()
+  }
+}
+
+}  // namespace cadre

@@ -1,0 +1,319 @@
+// Import of Hugging Face folders, and fine-tuning from the result:
+// - export -> import -> export gives byte-identical folders (1 process and 2 ranks importing);
+// - folders written by Python without Cadre's code (two safetensors files with an index,
+//   bfloat16 / float16, grouped-query / tied head, rope_theta) import and reproduce the Python
+//   reference forward's logits (1e-5), and `cadre generate --greedy` continues a prompt with
+//   exactly the tokens the Python reference picks by argmax over full forwards (no cache);
+// - damaged folders exit 2 naming the tensor or file, and leave no checkpoint behind;
+// - train.init_from on 2 FULL_SHARD ranks starts from the imported weights (its first loss is
+//   the source model's loss on that batch), each rank reading only part of the checkpoint.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/hf_import.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/tensor_file.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "generate/model_source.h"
+#include "models/llama/config.h"
+#include "models/llama/model.h"
+#include "models/registry.h"
+#include "support/process.h"
+#include "train/batch_source.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  const double scale = want.abs().max().item<double>();
+  return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() / scale;
+}
+
+cadre::test::RunResult cadre_run(const std::vector<std::string>& args, double timeout_s = 300) {
+  std::vector<std::string> argv = {CADRE_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return cadre::test::run_process(argv, {}, timeout_s);
+}
+
+class HfImport : public ::testing::Test {
+ protected:
+  // The tiny_model fixture's dataset and trained run (40 steps, untied, grouped-query), read
+  // only; everything written goes to a temporary directory.
+  void SetUp() override {
+    const char* fixture = std::getenv("CADRE_TINY_MODEL");
+    ASSERT_TRUE(fixture) << "CADRE_TINY_MODEL is not set (ctest fixture tiny_model)";
+    fixture_ = fixture;
+    dir_ = std::make_unique<cadre::test::TempDir>("hf-import");
+  }
+  std::string data() const { return fixture_ + "/data"; }
+  std::string run() const { return fixture_ + "/run"; }
+  std::string path(const std::string& name) const { return *dir_ / name; }
+
+  std::string fixture_;
+  std::unique_ptr<cadre::test::TempDir> dir_;
+};
+
+TEST_F(HfImport, ExportImportExportIsByteIdentical) {
+  const std::string hf = path("rt-hf");
+  auto e1 = cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", hf});
+  ASSERT_EQ(e1.exit_code, 0) << e1.output;
+  for (int ranks : {1, 2}) {
+    const std::string ck = path("rt-ck" + std::to_string(ranks)), again = path("rt-hf" + std::to_string(ranks));
+    auto imp = ranks == 1 ? cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck})
+                          : cadre_run({"run", "--nproc-per-node", "2", "--", CADRE_BIN, "ckpt", "import", "--from", "hf", hf,
+                                       "--out", ck});
+    ASSERT_EQ(imp.exit_code, 0) << imp.output;
+    cadre::CheckpointReader reader(cadre::checkpoint_locate(ck));
+    EXPECT_EQ(reader.manifest().files.size(), static_cast<size_t>(ranks));
+    EXPECT_TRUE(reader.verify().empty());
+    auto e2 = cadre_run({"ckpt", "export", ck, "--format", "hf", "--out", again});
+    ASSERT_EQ(e2.exit_code, 0) << e2.output;
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"}) {
+      ASSERT_TRUE(fs::exists(again + "/" + f)) << f;
+      EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(again + "/" + f)) << f << " differs after import (" << ranks
+                                                                          << " rank(s))";
+    }
+    // The imported float32 values are the trained ones, bit for bit.
+    cadre::CheckpointReader trained(cadre::checkpoint_locate(run()));
+    for (const auto& [name, t] : trained.manifest().tensors) {
+      if (name.rfind("model.", 0) == 0) {
+        EXPECT_TRUE(at::equal(reader.read_tensor(name), trained.read_tensor(name))) << name;
+      }
+    }
+  }
+}
+
+TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreedyDecoding) {
+  at::set_num_threads(2);
+  cadre::Tokenizer tokenizer(data() + "/tokenizer.model");
+  const std::string prompt = "The state of the Union is";
+  std::vector<int> ids = {tokenizer.bos_id()};
+  for (int id : tokenizer.encode(prompt)) ids.push_back(id);
+  std::string id_list;
+  for (int id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  for (const std::string variant : {"bf16_gqa_untied", "f16_tied"}) {
+    SCOPED_TRACE(variant);
+    const std::string hf = path("py-" + variant), ck = path("py-ck-" + variant);
+    auto py = cadre::test::run_process(
+        {"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/hf_sharded_folder.py", hf, variant, id_list, "24"});
+    ASSERT_EQ(py.exit_code, 0) << py.output;
+    fs::copy_file(data() + "/tokenizer.model", hf + "/tokenizer.model");
+    auto imp = cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck});
+    ASSERT_EQ(imp.exit_code, 0) << imp.output;
+    EXPECT_NE(imp.output.find("from 2 safetensors file(s)"), std::string::npos) << imp.output;
+    EXPECT_NE(imp.output.find(variant == "f16_tied" ? "F16 -> float32" : "BF16 -> float32"), std::string::npos);
+    if (variant == "bf16_gqa_untied") {
+      EXPECT_NE(imp.output.find("ignored 1 tensor(s)"), std::string::npos) << imp.output;
+    }
+
+    const cadre::TensorDict ref = cadre::tensor_file_load(hf + "/reference.pt");
+    cadre::InferenceModel imported = cadre::inference_model_load(ck), direct = cadre::inference_model_load(hf);
+    EXPECT_EQ(imported.llama->config().tie_embeddings, variant == "f16_tied");
+    EXPECT_EQ(imported.llama->config().n_kv_heads, variant == "f16_tied" ? 4 : 2);
+    EXPECT_EQ(imported.llama->config().rope_theta, variant == "f16_tied" ? 10000.0 : 500000.0);
+    auto direct_params = direct.llama->named_parameters();
+    for (const auto& p : imported.llama->named_parameters())
+      EXPECT_TRUE(at::equal(p.value(), direct_params[p.key()])) << p.key();
+    at::NoGradGuard no_grad;
+    const double err = relative_error(imported.llama->forward(ref.at("tokens")), ref.at("logits"));
+    EXPECT_LT(err, 1e-5);
+    std::printf("%s: logits max relative error %.2e\n", variant.c_str(), err);
+
+    // Greedy decoding through the CLI, from the checkpoint (bf16) and from the folder (f16).
+    std::vector<int64_t> want(ref.at("greedy_tokens").data_ptr<int64_t>(),
+                              ref.at("greedy_tokens").data_ptr<int64_t>() + ref.at("greedy_tokens").numel());
+    for (const std::string& model : {variant == "f16_tied" ? hf : ck}) {
+      auto gen = cadre_run({"generate", "--model", model, "--tokenizer", data() + "/tokenizer.model", "--prompt", prompt,
+                            "--greedy", "--ignore-eos", "--max-tokens", "24", "--json", "--quiet"});
+      ASSERT_EQ(gen.exit_code, 0) << gen.output;
+      const json out = json::parse(gen.output.substr(gen.output.find('{')));
+      EXPECT_EQ(out["prompt_tokens"].get<std::vector<int>>(), ids);
+      EXPECT_EQ(out["tokens"].get<std::vector<int64_t>>(), want) << model;
+    }
+  }
+}
+
+// A valid single-file folder to damage, and the way to write safetensors by hand.
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+void write_raw_safetensors(const std::string& path, const std::vector<RawTensor>& tensors, uint64_t claimed = 0) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  uint64_t n = claimed ? claimed : text.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << text;
+  for (const auto& t : tensors) out << t.bytes;
+}
+
+std::vector<RawTensor> raw_tensors(const std::string& file) {
+  std::vector<RawTensor> out;
+  for (const auto& [name, t] : cadre::safetensors_read(file)) {
+    at::Tensor c = t.contiguous();
+    out.push_back({name, "F32", c.sizes().vec(), std::string(static_cast<const char*>(c.data_ptr()), c.nbytes())});
+  }
+  return out;
+}
+
+TEST_F(HfImport, DamagedFoldersExit2NamingTheTensorOrFile) {
+  const std::string good = path("bad-src");
+  ASSERT_EQ(cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", good}).exit_code, 0);
+  const std::vector<RawTensor> tensors = raw_tensors(good + "/model.safetensors");
+  int case_number = 0;
+  // Builds a damaged copy, imports it (in this process: the CLI maps ConfigError to exit 2, as
+  // the first case checks), and checks the words expected and that no checkpoint was left.
+  auto check = [&](const std::string& what, const std::function<void(const std::string&)>& damage,
+                   const std::vector<std::string>& expected) {
+    SCOPED_TRACE(what);
+    const std::string folder = path("bad-" + std::to_string(++case_number)), out = folder + "-ck";
+    fs::create_directories(folder);
+    fs::copy_file(good + "/config.json", folder + "/config.json");
+    damage(folder);
+    std::string message;
+    try {
+      cadre::HfImportOptions options;
+      options.from = folder;
+      options.out = out;
+      cadre::hf_import(options, cadre::model_hf_import_target);
+      ADD_FAILURE() << "imported";
+    } catch (const cadre::ConfigError& e) {
+      message = e.what();
+    }
+    std::printf("%s: %s\n", what.c_str(), message.c_str());
+    for (const auto& e : expected) EXPECT_NE(message.find(e), std::string::npos) << "'" << e << "' not in: " << message;
+    EXPECT_TRUE(!fs::exists(out) || cadre::checkpoint_list(out).empty()) << "a checkpoint was left in " << out;
+    if (case_number == 1) {
+      auto r = cadre_run({"ckpt", "import", "--from", "hf", folder, "--out", out});
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    }
+  };
+  const std::string victim = "model.layers.1.mlp.up_proj.weight";
+  auto without = [&](const std::string& name) {
+    std::vector<RawTensor> kept;
+    for (const auto& t : tensors)
+      if (t.name != name) kept.push_back(t);
+    return kept;
+  };
+  check("missing tensor", [&](const std::string& f) { write_raw_safetensors(f + "/model.safetensors", without(victim)); },
+        {victim, "layers.1.feed_forward.w3.weight"});
+  check("wrong shape", [&](const std::string& f) {
+    auto t = tensors;
+    for (auto& x : t)
+      if (x.name == victim) std::swap(x.shape[0], x.shape[1]);
+    write_raw_safetensors(f + "/model.safetensors", t);
+  }, {victim, "[64, 192]", "[192, 64]"});
+  check("integer dtype", [&](const std::string& f) {
+    auto t = tensors;
+    for (auto& x : t)
+      if (x.name == victim) {
+        x.dtype = "I8";
+        x.bytes.resize(x.bytes.size() / 4);
+      }
+    write_raw_safetensors(f + "/model.safetensors", t);
+  }, {victim, "dtype I8", "model.safetensors"});
+  check("unknown dtype", [&](const std::string& f) {
+    auto t = tensors;
+    for (auto& x : t)
+      if (x.name == victim) x.dtype = "Q4_K";
+    write_raw_safetensors(f + "/model.safetensors", t);
+  }, {victim, "Q4_K"});
+  check("truncated file", [&](const std::string& f) {
+    write_raw_safetensors(f + "/model.safetensors", tensors);
+    fs::resize_file(f + "/model.safetensors", fs::file_size(f + "/model.safetensors") - 1000);
+  }, {"model.safetensors", "truncated"});
+  check("header claims more bytes than the file has", [&](const std::string& f) {
+    write_raw_safetensors(f + "/model.safetensors", tensors, uint64_t{1} << 40);
+  }, {"model.safetensors", "header claims 1099511627776 bytes"});
+  check("index names a missing file", [&](const std::string& f) {
+    write_raw_safetensors(f + "/model-00001-of-00002.safetensors", tensors);
+    json index = {{"weight_map", json::object()}};
+    for (const auto& t : tensors) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+    index["weight_map"][victim] = "model-00002-of-00002.safetensors";
+    cadre::test::write_text(f + "/model.safetensors.index.json", index.dump());
+  }, {"model-00002-of-00002.safetensors"});
+  check("rope_scaling", [&](const std::string& f) {
+    write_raw_safetensors(f + "/model.safetensors", tensors);
+    json c = json::parse(read_bytes(good + "/config.json"));
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    cadre::test::write_text(f + "/config.json", c.dump());
+  }, {"config.json", "rope_scaling"});
+  check("no config.json", [&](const std::string& f) {
+    write_raw_safetensors(f + "/model.safetensors", tensors);
+    fs::remove(f + "/config.json");
+  }, {"config.json"});
+}
+
+TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
+  const std::string hf = path("ft-hf"), ck = path("ft-ck"), ft = path("ft-run");
+  ASSERT_EQ(cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", hf}).exit_code, 0);
+  ASSERT_EQ(cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck}).exit_code, 0);
+  // A config without model keys: they come from the checkpoint.
+  cadre::test::write_text(path("ft.yaml"), "model:\n  arch: llama\ndata:\n  batch_size: 4\noptim:\n  lr: 0.001\n"
+                                           "  warmup_steps: 0\ntrain:\n  steps: 3\n  threads: 1\n  eval_interval: 0\n"
+                                           "parallel:\n  strategy: FULL_SHARD\n");
+  auto r = cadre_run({"run", "--nproc-per-node", "2", "--", CADRE_BIN, "train", "--config", path("ft.yaml"), "--set",
+                      "data.dir=" + data(), "--set", "run.dir=" + ft, "--set", "train.init_from=" + ck});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Each rank read its part only.
+  const std::regex read_line(R"(init_from: rank (\d) read (\d+) of (\d+) bytes)");
+  int ranks = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), read_line), end; it != end; ++it, ++ranks)
+    EXPECT_LT(std::stod((*it)[2]), 0.75 * std::stod((*it)[3])) << it->str();
+  EXPECT_EQ(ranks, 2) << r.output;
+  // The model keys came from the checkpoint.
+  const cadre::Config resolved = cadre::config_load(ft + "/config.yaml", {});
+  EXPECT_EQ(cadre::llama_config(resolved.model).dim, 64);
+  EXPECT_EQ(cadre::llama_config(resolved.model).n_kv_heads, 2);
+  // Step 1's loss is the trained model's loss on the first global batch (8 samples).
+  cadre::InferenceModel trained = cadre::inference_model_load(run());
+  auto batches = cadre::BatchSource::open(data(), cadre::Split::Train, static_cast<uint64_t>(resolved.train.seed));
+  cadre::Batch batch = batches->next(8, 0, 8);
+  at::NoGradGuard no_grad;
+  const double want = cadre::llama_loss(trained.llama->forward(batch.input), batch.target).item<double>();
+  std::ifstream metrics(ft + "/metrics.jsonl");
+  std::string first;
+  std::getline(metrics, first);
+  const double got = json::parse(first)["loss"].get<double>();
+  EXPECT_NEAR(got, want, 1e-5 * want) << "first fine-tuning loss " << got << ", the trained model's " << want;
+  EXPECT_LT(got, 5.0);  // far below a fresh model's ln(512) = 6.24
+  EXPECT_EQ(json::parse(read_bytes(ft + "/summary.json"))["initialised_from"], cadre::checkpoint_locate(ck));
+  // A model key that changes a shape is refused before training, naming the tensor.
+  auto bad = cadre_run({"train", "--config", path("ft.yaml"), "--set", "data.dir=" + data(), "--set",
+                        "run.dir=" + path("ft-bad"), "--set", "train.init_from=" + ck, "--set", "model.n_kv_heads=4"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("attention.wk.weight"), std::string::npos) << bad.output;
+}
+
+}  // namespace

@@ -1,0 +1,141 @@
+// The KV-cache decoder against the training forward, and its batch invariance.
+//
+// - Logits from the cache, position by position, equal the full-sequence forward's
+//   (models/llama/model.h) to 1e-5 relative to their largest magnitude: both are float32 with
+//   different summation orders (the decoder's own kernel vs OpenBLAS), ~1e-7 apart in practice.
+// - Bit for bit: a prompt fed in one call or token by token; a sequence decoded alone or in
+//   one forward with other sequences at other positions; the AVX-512 and the portable kernels.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include "models/batch_invariant_linear.h"
+#include "models/llama/decode.h"
+#include "models/llama/model.h"
+
+namespace {
+
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  const double scale = want.abs().max().item<double>();
+  const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+  return scale > 0 ? diff / scale : diff;
+}
+
+cadre::LlamaConfig small_config(bool tied, int64_t kv_heads) {
+  cadre::LlamaConfig c;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.vocab_size = 300;
+  c.multiple_of = 32;
+  c.max_seq_len = 96;
+  c.rope_theta = 500000;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+at::Tensor random_tokens(int64_t vocab, int64_t n, uint64_t seed) {
+  return at::randint(vocab, {n}, at::make_generator<at::CPUGeneratorImpl>(seed), at::kLong);
+}
+
+// Logits of every position, feeding `chunk` tokens per call.
+at::Tensor decode_all(cadre::LlamaDecoder& decoder, int64_t slot, const at::Tensor& tokens, int64_t chunk) {
+  decoder.reset(slot);
+  std::vector<at::Tensor> parts;
+  for (int64_t i = 0; i < tokens.size(0); i += chunk) {
+    std::vector<cadre::DecodeRow> rows;
+    for (int64_t k = i; k < std::min(tokens.size(0), i + chunk); ++k) rows.push_back({slot, tokens[k].item<int64_t>(), true});
+    parts.push_back(decoder.forward(rows));
+  }
+  return at::cat(parts, 0);
+}
+
+class LlamaDecode : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
+
+TEST_P(LlamaDecode, CachedLogitsEqualFullSequenceLogitsAtEveryPosition) {
+  at::set_num_threads(2);
+  const auto [tied, kv] = GetParam();
+  cadre::Llama model(small_config(tied, kv));
+  model.init_weights(11);
+  const at::Tensor tokens = random_tokens(300, 80, 5);
+  at::Tensor full;
+  {
+    at::NoGradGuard no_grad;
+    full = model.forward(tokens.unsqueeze(0)).squeeze(0);
+  }
+  cadre::LlamaDecoder decoder(model, {1, 0, at::kFloat});
+  const at::Tensor stepwise = decode_all(decoder, 0, tokens, 1);
+  ASSERT_EQ(stepwise.sizes(), full.sizes());
+  double worst = 0;
+  for (int64_t t = 0; t < tokens.size(0); ++t) {
+    const double err = relative_error(stepwise[t], full[t]);
+    worst = std::max(worst, err);
+    EXPECT_LT(err, 1e-5) << "position " << t;
+  }
+  std::printf("max relative error over %lld positions: %.2e\n", static_cast<long long>(tokens.size(0)), worst);
+  // The same tokens fed as one prompt, or in chunks of 7, give the same bits.
+  EXPECT_TRUE(at::equal(decode_all(decoder, 0, tokens, tokens.size(0)), stepwise));
+  EXPECT_TRUE(at::equal(decode_all(decoder, 0, tokens, 7), stepwise));
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndGrouped, LlamaDecode,
+                         ::testing::Values(std::make_tuple(false, int64_t{2}), std::make_tuple(true, int64_t{4})));
+
+TEST(LlamaDecodeBatch, SequencesGiveTheSameBitsAloneOrBatchedWithOthers) {
+  at::set_num_threads(2);
+  cadre::Llama model(small_config(false, 2));
+  model.init_weights(3);
+  const int64_t S = 8;
+  cadre::LlamaDecoder decoder(model, {S, 0, at::kFloat});
+  std::vector<at::Tensor> prompts, alone;
+  for (int64_t s = 0; s < S; ++s) {
+    prompts.push_back(random_tokens(300, 10 + 7 * s, 100 + s));
+    alone.push_back(decode_all(decoder, s, prompts[s], 1));
+  }
+  // Now all at once: each call takes one more token from every sequence (so the rows are at
+  // different positions), and sequence s also gets s extra tokens at once on its first call.
+  for (int64_t s = 0; s < S; ++s) decoder.reset(s);
+  std::vector<std::vector<at::Tensor>> got(S);
+  std::vector<int64_t> next(S, 0);
+  for (bool more = true; more;) {
+    more = false;
+    std::vector<cadre::DecodeRow> rows;
+    std::vector<int64_t> owner;
+    for (int64_t s = S - 1; s >= 0; --s) {  // reversed order on purpose
+      const int64_t take = next[s] == 0 ? s + 1 : 1;
+      for (int64_t k = 0; k < take && next[s] < prompts[s].size(0); ++k) {
+        rows.push_back({s, prompts[s][next[s]++].item<int64_t>(), true});
+        owner.push_back(s);
+      }
+      more = more || next[s] < prompts[s].size(0);
+    }
+    at::Tensor logits = decoder.forward(rows);
+    for (size_t i = 0; i < owner.size(); ++i) got[owner[i]].push_back(logits[static_cast<int64_t>(i)]);
+  }
+  for (int64_t s = 0; s < S; ++s) EXPECT_TRUE(at::equal(at::stack(got[s]), alone[s])) << "sequence " << s;
+}
+
+TEST(BatchInvariantLinear, RowsEqualAloneAndMatchMatmul) {
+  at::set_num_threads(2);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  for (int64_t K : {64, 100, 333}) {
+    const at::Tensor x = at::randn({37, K}, gen), w = at::randn({53, K}, gen);
+    const at::Tensor all = cadre::batch_invariant_linear(x, w);
+    EXPECT_LT(relative_error(all, at::matmul(x, w.t())), 1e-6) << "K " << K;
+    for (int64_t m : {0, 5, 36})
+      EXPECT_TRUE(at::equal(cadre::batch_invariant_linear(x.narrow(0, m, 1).contiguous(), w), all.narrow(0, m, 1))) << m;
+    // bfloat16 weights: exactly the float32 product with the weights rounded to bfloat16.
+    const at::Tensor wb = w.to(at::kBFloat16);
+    EXPECT_TRUE(at::equal(cadre::batch_invariant_linear(x, wb), cadre::batch_invariant_linear(x, wb.to(at::kFloat))));
+    // The portable path gives the same bits as the vector one.
+    cadre::batch_invariant_linear_force_portable(true);
+    const at::Tensor portable = cadre::batch_invariant_linear(x, w);
+    cadre::batch_invariant_linear_force_portable(false);
+    EXPECT_TRUE(at::equal(portable, all)) << "K " << K << " (vector path: " << cadre::batch_invariant_linear_isa() << ")";
+  }
+}
+
+}  // namespace

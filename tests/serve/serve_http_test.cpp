@@ -1,0 +1,271 @@
+// `cadre serve` over real HTTP on loopback, against the tiny model the tiny_model fixture
+// trained: bad requests get OpenAI-shaped 4xx answers and the server stays up; the API key;
+// a full queue answers 429; a client that disconnects frees its slot; SIGTERM drains the
+// requests in flight; /metrics passes promtool. (The OpenAI client and the 32-client load
+// test are Node tests beside this file.)
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "support/process.h"
+#include "support/server_process.h"
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string model_dir() {
+  const char* dir = std::getenv("CADRE_TINY_MODEL");
+  return dir ? std::string(dir) + "/run" : "";
+}
+
+constexpr const char* kModel = "run";  // the fixture's run directory name
+constexpr int kEos = 2;                // the tiny tokenizer's </s>
+
+// A `cadre serve` on a free port; killed (group) when the test ends.
+struct Server {
+  explicit Server(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {CADRE_BIN, "serve", "--model", model_dir(), "--port", "0", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    process = std::make_unique<cadre::test::ServerProcess>(argv);
+    const std::string port_text = process->wait_for("listening on http://127.0.0.1:", 120);
+    if (port_text.empty()) throw std::runtime_error("cadre serve did not start:\n" + process->output());
+    port = std::stoi(port_text);
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  httplib::Result post(const std::string& path, const std::string& body, const httplib::Headers& headers = {}) const {
+    return client().Post(path.c_str(), headers, body, "application/json");
+  }
+  // A metric's value from /metrics (-1 when absent).
+  double metric(const std::string& name) const {
+    auto r = client().Get("/metrics");
+    if (!r) return -1;
+    std::smatch m;
+    if (std::regex_search(r->body, m, std::regex("\n" + name + " ([0-9.e+-]+)\n"))) return std::stod(m[1]);
+    return -1;
+  }
+  std::unique_ptr<cadre::test::ServerProcess> process;
+  int port = 0;
+};
+
+// A streaming request on a raw socket, so the test decides when to read and when to hang up.
+class RawStream {
+ public:
+  RawStream(int port, const std::string& path, const std::string& body) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect failed");
+    const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (send(fd_, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
+      throw std::runtime_error("send failed");
+  }
+  ~RawStream() { close(); }
+  // Reads until `text` has arrived (true) or the deadline / end of stream (false).
+  bool read_until(const std::string& text, double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (received_.find(text) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0 || fd_ < 0) return false;
+      timeval tv{static_cast<time_t>(left / 1000), static_cast<suseconds_t>((left % 1000) * 1000)};
+      setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char buf[8192];
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return received_.find(text) != std::string::npos;
+      received_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  int fd_ = -1;
+  std::string received_;
+};
+
+// A completion that cannot end early: EOS is banned, so it runs for max_tokens.
+std::string long_completion(int max_tokens, bool stream) {
+  return json{{"model", kModel}, {"prompt", "The state of the Union"}, {"max_tokens", max_tokens},
+              {"logit_bias", {{std::to_string(kEos), -100}}}, {"stream", stream}, {"temperature", 0}}
+      .dump();
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& param, const std::string& what) {
+  ASSERT_TRUE(r) << what << ": no response";
+  EXPECT_EQ(r->status, status) << what << ": " << r->body;
+  const json body = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(body.is_object() && body.contains("error")) << what << ": " << r->body;
+  const json& e = body["error"];
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << what;
+  EXPECT_TRUE(e.contains("type") && e.contains("param") && e.contains("code")) << what << ": " << r->body;
+  if (!param.empty()) {
+    EXPECT_EQ(e["param"], param) << what << ": " << r->body;
+  }
+}
+
+class ServeHttp : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(model_dir().empty()) << "CADRE_TINY_MODEL is not set (ctest fixture tiny_model)"; }
+};
+
+TEST_F(ServeHttp, BadRequestsGetOpenAiErrorsAndTheServerStaysUp) {
+  Server s;
+  const std::string c = "/v1/completions", chat = "/v1/chat/completions";
+  expect_error(s.post(c, "{\"model\": \"run\", \"prompt\": "), 400, "", "truncated JSON");
+  expect_error(s.post(c, "[1, 2]"), 400, "", "not an object");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "temperature": "hot"})"), 400, "temperature", "string temperature");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "max_tokens": 2.5})"), 400, "max_tokens", "fractional max_tokens");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "n": "2"})"), 400, "n", "string n");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "stop": 5})"), 400, "stop", "numeric stop");
+  expect_error(s.post(c, R"({"model": "run", "prompt": 7})"), 400, "prompt", "numeric prompt");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "temperature": 3})"), 400, "temperature", "temperature 3");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "best_of": 3})"), 400, "best_of", "unsupported best_of");
+  expect_error(s.post(c, R"({"model": "run", "prompt": "hi", "frobnicate": true})"), 400, "frobnicate", "unknown field");
+  expect_error(s.post(c, R"({"model": "run", "prompt": [1, 99999]})"), 400, "prompt", "token id beyond the vocabulary");
+  expect_error(s.post(chat, R"({"model": "run", "messages": "hi"})"), 400, "messages", "string messages");
+  expect_error(s.post(chat, R"({"model": "run", "messages": [{"role": "robot", "content": "x"}]})"), 400,
+               "messages[0].role", "bad role");
+  expect_error(s.post(chat, R"({"model": "run", "messages": [{"role": "user", "content": "x"}], "tools": []})"), 400,
+               "tools", "tools");
+  expect_error(s.post(chat, R"({"model": "run", "messages": [{"role": "user", "content": "x"}],
+                               "response_format": {"type": "json_schema"}})"), 400, "response_format", "json_schema");
+  expect_error(s.post(c, R"({"model": "gpt-4", "prompt": "hi"})"), 404, "model", "unknown model");
+  // Longer than the context (1024 tokens): OpenAI's context_length_exceeded.
+  std::string words;
+  for (int i = 0; i < 1100; ++i) words += " nation";
+  auto too_long = s.post(c, json{{"model", kModel}, {"prompt", words}, {"max_tokens", 4}}.dump());
+  expect_error(too_long, 400, "prompt", "over-long prompt");
+  EXPECT_NE(too_long->body.find("context_length_exceeded"), std::string::npos) << too_long->body;
+  auto too_many = s.post(c, json{{"model", kModel}, {"prompt", "hi"}, {"max_tokens", 5000}}.dump());
+  expect_error(too_many, 400, "prompt", "max_tokens beyond the context");
+  // A body over the 1 MiB limit: 413 before it is parsed.
+  expect_error(s.post(c, json{{"model", kModel}, {"prompt", std::string(2 << 20, 'a')}}.dump()), 413, "", "2 MiB body");
+  expect_error(s.client().Get("/v1/nothing"), 404, "", "unknown route");
+  // Still serving.
+  auto ok = s.post(c, json{{"model", kModel}, {"prompt", "The Congress"}, {"max_tokens", 5}, {"temperature", 0}}.dump());
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  const json body = json::parse(ok->body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+}
+
+TEST_F(ServeHttp, ApiKeyIsCheckedWhenSet) {
+  Server s({"--api-key", "s3cret"});
+  const std::string body = json{{"model", kModel}, {"prompt", "The"}, {"max_tokens", 2}}.dump();
+  auto none = s.post("/v1/completions", body);
+  expect_error(none, 401, "", "no key");
+  EXPECT_NE(none->body.find("invalid_api_key"), std::string::npos);
+  expect_error(s.post("/v1/completions", body, {{"Authorization", "Bearer wrong"}}), 401, "", "wrong key");
+  expect_error(s.client().Get("/v1/models"), 401, "", "models without a key");
+  auto ok = s.post("/v1/completions", body, {{"Authorization", "Bearer s3cret"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(s.client().Get("/health")->status, 200);  // health checks need no key
+}
+
+TEST_F(ServeHttp, FullQueueAnswers429) {
+  Server s({"--max-batch", "1", "--max-queue", "1"});
+  // The one slot: a long streamed completion, seen running once its first chunk arrived.
+  RawStream running(s.port, "/v1/completions", long_completion(1000, true));
+  ASSERT_TRUE(running.read_until("data: {", 60)) << running.received();
+  // The one queue place: a second request, waiting (seen in /metrics).
+  auto queued = std::async(std::launch::async, [&] { return s.post("/v1/completions", long_completion(3, false)); });
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (s.metric("cadre_serve_queue_depth") != 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(s.metric("cadre_serve_queue_depth"), 1);
+  // A third has nowhere to go.
+  auto refused = s.post("/v1/completions", long_completion(3, false));
+  expect_error(refused, 429, "", "third request");
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  ASSERT_EQ(running.received().find("[DONE]"), std::string::npos) << "the first request ended before the 429; the test "
+                                                                       "did not exercise a full queue";
+  running.close();  // frees the slot: the queued request runs
+  auto second = queued.get();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 200) << second->body;
+  EXPECT_NE(s.client().Get("/metrics")->body.find("cadre_serve_requests_rejected_total{reason=\"queue_full\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(ServeHttp, ClientDisconnectFreesItsSlot) {
+  Server s({"--max-batch", "1"});
+  {
+    RawStream gone(s.port, "/v1/completions", long_completion(1000, true));
+    ASSERT_TRUE(gone.read_until("data: {", 60)) << gone.received();
+  }  // hung up after the first chunk
+  // With one slot, this runs only once the abandoned request left the batch.
+  auto next = s.post("/v1/completions", long_completion(5, false));
+  ASSERT_TRUE(next);
+  ASSERT_EQ(next->status, 200) << next->body;
+  EXPECT_EQ(s.metric("cadre_serve_requests_cancelled_total"), 1);
+  // The abandoned request stopped long before its 1000 tokens.
+  EXPECT_LT(s.metric("cadre_serve_generated_tokens_total"), 1000);
+}
+
+TEST_F(ServeHttp, SigtermDrainsRequestsInFlight) {
+  Server s;
+  RawStream running(s.port, "/v1/completions",
+                    json{{"model", kModel}, {"prompt", "The state of the Union"}, {"max_tokens", 300},
+                         {"logit_bias", {{std::to_string(kEos), -100}}}, {"stream", true},
+                         {"stream_options", {{"include_usage", true}}}}
+                        .dump());
+  ASSERT_TRUE(running.read_until("data: {", 60)) << running.received();
+  s.process->signal(SIGTERM);
+  EXPECT_FALSE(s.process->wait_for("draining", 30).empty()) << s.process->output();
+  // The request in flight completes with every token and the end marker.
+  ASSERT_TRUE(running.read_until("data: [DONE]", 120)) << running.received().substr(0, 2000);
+  EXPECT_NE(running.received().find("\"completion_tokens\":300"), std::string::npos);
+  EXPECT_EQ(s.process->wait_exit(60), 0) << s.process->output();
+  EXPECT_NE(s.process->output().find("drained"), std::string::npos) << s.process->output();
+  // Nothing is accepted any more.
+  auto after = s.post("/v1/completions", long_completion(2, false));
+  EXPECT_TRUE(!after || after->status == 503) << (after ? after->body : "");
+}
+
+TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
+  Server s;
+  for (bool stream : {false, true}) {
+    auto r = s.post("/v1/chat/completions", json{{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                                                 {"max_tokens", 4}, {"stream", stream}}.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  auto m = s.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  cadre::test::TempDir dir("serve-metrics");
+  cadre::test::write_text(dir / "metrics.txt", m->body);
+  auto check = cadre::test::run_process({"sh", "-c", "promtool check metrics < " + (dir / "metrics.txt")});
+  EXPECT_EQ(check.exit_code, 0) << check.output << "\n" << m->body;
+  for (const char* name : {"cadre_serve_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2",
+                           "cadre_serve_time_to_first_token_seconds_count 2", "cadre_serve_queue_depth 0",
+                           "cadre_serve_generated_tokens_total 8"})
+    EXPECT_NE(m->body.find(name), std::string::npos) << name << "\n" << m->body;
+}
+
+}  // namespace
