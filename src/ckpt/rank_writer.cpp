@@ -64,7 +64,7 @@ CheckpointManifest rank_write(const std::string& dir, int64_t rank, const Snapsh
   OutFile out(dir + "/" + name, rank);
   for (const SnapshotPiece& p : snapshot.pieces()) {
     const size_t n = snapshot_piece_bytes(p);
-    PieceRecord record{0, out.written(), p.start, p.count, crc32c(snapshot.data(p), n)};
+    PieceRecord record{0, out.written(), p.box, /*flat=*/false, crc32c(snapshot.data(p), n)};
     out.write(snapshot.data(p), n);
     auto [it, fresh] = index.tensors.emplace(p.tensor, TensorRecord{p.dtype, p.shape, {}});
     CADRE_CHECK(it->second.dtype == p.dtype && it->second.shape == p.shape, "checkpoint rank ", rank, ": tensor '",
