@@ -117,7 +117,7 @@ struct FlatState {
   comm::Work reduce_work;
   bool reduce_pending = false;
   at::Tensor reduce_in, reduce_out;
-  bool reduced = false;  // ZeRO-1: a reduction happened since the last zero_grad
+  bool reduced = false;  // ZeRO-1: reduced since the last training forward
 };
 
 class FsdpTree {
@@ -435,6 +435,15 @@ void FsdpTree::root_pre_forward() {
   order_pos_.assign(units.size(), -1);
   const bool grad = at::GradMode::is_enabled();
   if (grad) {
+    // ZeRO-1: a reduced gradient was the last step's (its own block reduced in place, the rest
+    // this rank's unreduced values): a training forward after it starts from zero, whether or
+    // not the caller zeroed the optimizer's view. Accumulation spans micro-batches under
+    // no_sync(), which never reduce.
+    for (size_t k = 0; k < flats.size(); ++k)
+      if (state_[k]->reduced) {
+        flats[k]->grad_full.zero_();
+        state_[k]->reduced = false;
+      }
     relink_grads();
     if (options.broadcast_buffers && root_->is_training()) broadcast_buffers();
   }
@@ -528,10 +537,9 @@ void FsdpTree::start_reduce(size_t k) {
   FlatParam& f = *flats[k];
   FlatState& st = *state_[k];
   if (zero1()) {
-    // The shard's gradient is reduced into its own block of the whole gradient, in place
-    // (other ranks' blocks keep this rank's unreduced values, hence one reduction per step).
-    CADRE_CHECK(!st.reduced, "ZERO1 unit ", f.unit, ": a second reducing backward without zero_grad() in between "
-                "(accumulate micro-batches under no_sync(); only the last backward of a step reduces)");
+    // The shard's gradient is reduced into its own block of the whole gradient, in place; the
+    // other blocks keep this rank's unreduced values until the next training forward clears
+    // the buffer (root_pre_forward).
     st.reduced = true;
     if (!options.groups.shard) return;  // one rank: the gradient is final as it is
   }

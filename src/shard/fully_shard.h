@@ -27,8 +27,8 @@
 //                  complete, each rank updates its shard, and the updated shards are
 //                  all-gathered before the unit's next forward (prefetched like FULL_SHARD's).
 //                  In bf16 that is 2 + 2 + 12/N bytes per parameter. Gradients are kept (and
-//                  accumulated over micro-batches) in the compute dtype; one reducing backward
-//                  per zero_grad().
+//                  accumulated over micro-batches, under no_sync) in the compute dtype; the
+//                  first training forward after a reducing backward starts them from zero.
 // Float32 master shards are what the optimizer updates; compute runs in param_dtype; gradients
 // are reduced in reduce_dtype and accumulated in float32 (ZERO1: in param_dtype). Buffers (BatchNorm statistics) are
 // not sharded: in a training forward they are broadcast from rank 0, as DDP does. Parameters

@@ -148,6 +148,8 @@ TrainSummary train_run(const Config& config) {
   const comm::JobEnv env = comm::JobEnv::from_env();
   std::unique_ptr<Model> model = model_build(c);
   DatasetManifest manifest = check_inputs(c, *model);
+  CADRE_CONFIG_CHECK(env.world_size % c.parallel.tp_size == 0, "parallel.tp_size ", c.parallel.tp_size,
+                     " does not divide WORLD_SIZE=", env.world_size, " (data parallelism runs over WORLD_SIZE / tp_size)");
   model->check_parallel(c.parallel);  // tensor parallelism must divide what it splits
   const int rank = env.rank, world = env.world_size;
   const bool lead = rank == 0;  // rank 0 writes the run directory and shows progress
@@ -164,8 +166,6 @@ TrainSummary train_run(const Config& config) {
   shard_options.mixed_precision = {dtype(c.parallel.mixed_precision.param_dtype),
                                    dtype(c.parallel.mixed_precision.reduce_dtype)};
   shard_options.prefetch = c.parallel.prefetch;
-  CADRE_CONFIG_CHECK(env.world_size % c.parallel.tp_size == 0, "parallel.tp_size ", c.parallel.tp_size,
-                     " does not divide WORLD_SIZE=", env.world_size, " (data parallelism runs over WORLD_SIZE / tp_size)");
   const int64_t hybrid_size =
       shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, env) : 0;
   comm::CommOptions comm_options;

@@ -13,6 +13,7 @@
 // exceeds 1e-5 of its scale (float32) or 1e-2 (bf16).
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <string>
