@@ -166,7 +166,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(t.threads >= 1, "train.threads must be >= 1");
   CADRE_CONFIG_CHECK(t.log_interval >= 1, "train.log_interval must be >= 1");
   CADRE_CONFIG_CHECK(t.eval_interval >= 0, "train.eval_interval must be >= 0");
-  CADRE_CONFIG_CHECK(t.eval_batches >= 1, "train.eval_batches must be >= 1");
+  CADRE_CONFIG_CHECK(t.eval_batches >= 0, "train.eval_batches must be >= 0 (0: the whole validation split)");
 
   const auto& p = c.parallel;
   CADRE_CONFIG_CHECK(p.strategy == "FULL_SHARD" || p.strategy == "SHARD_GRAD_OP" ||

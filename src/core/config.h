@@ -43,7 +43,7 @@ struct TrainConfig {
   int64_t threads = 2;          // intra-op threads per process
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables validation
-  int64_t eval_batches = 8;
+  int64_t eval_batches = 8;     // global batches per evaluation; 0: the whole validation split
   // Stop after this step as if interrupted (a checkpoint is written); the LR schedule still
   // spans `steps`. 0: run to `steps`.
   int64_t stop_at = 0;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "data/mapped_file.h"
+
 namespace cadre {
 
 constexpr char kImageShardMagic[8] = {'C', 'A', 'D', 'R', 'E', 'I', 'M', 'G'};
@@ -37,10 +39,6 @@ uint64_t image_shard_write(const std::string& path, ImageShape shape, const std:
 class ImageShardReader {
  public:
   ImageShardReader(const std::string& path, bool verify);
-  ~ImageShardReader();
-  ImageShardReader(ImageShardReader&& other) noexcept;
-  ImageShardReader& operator=(ImageShardReader&&) = delete;
-  ImageShardReader(const ImageShardReader&) = delete;
 
   uint64_t size() const { return header_.count; }
   ImageShape shape() const { return {header_.channels, header_.height, header_.width}; }
@@ -50,9 +48,8 @@ class ImageShardReader {
 
  private:
   std::string path_;
+  MappedFile file_;
   ImageShardHeader header_{};
-  const uint8_t* map_ = nullptr;
-  size_t map_size_ = 0;
 };
 
 }  // namespace cadre

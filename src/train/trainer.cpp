@@ -91,36 +91,58 @@ struct Evaluation {
   double accuracy = -1;  // classifiers only
 };
 
-// Mean validation loss (and accuracy) over train.eval_batches global batches of the
-// validation split (the first eval_batches * batch_size * dp samples); each data-parallel rank
-// evaluates its slice of each (tensor-parallel ranks the same slice, together), so the figure
-// does not depend on how the global batch is split across ranks. Collective under sharding:
-// every rank runs the same number of forwards. `group`: the data-parallel ranks.
+// Mean validation loss (and accuracy). With train.eval_batches = N > 0: over N global batches
+// of the validation split (the first N * batch_size * dp samples), each data-parallel rank
+// evaluating its slice of each (tensor-parallel ranks the same slice, together), so the figure
+// does not depend on how the batch is split across ranks. With 0: the whole split once, each
+// data-parallel rank a contiguous part. Collective under sharding: every rank runs the same
+// number of forwards (a rank out of samples runs one and ignores it). `rank` and `world` are
+// the data-parallel rank and size, `group` the data-parallel ranks.
 Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
                     comm::Communicator* group) {
   at::NoGradGuard no_grad;
   model.module().train(false);
-  const uint64_t B = static_cast<uint64_t>(c.data.batch_size), G = B * static_cast<uint64_t>(world);
-  double total = 0, correct = 0;
-  for (int64_t b = 0; b < c.train.eval_batches; ++b) {
-    std::vector<uint64_t> indices;
-    for (uint64_t i = 0; i < B; ++i) indices.push_back((b * G + rank * B + i) % val.num_samples());
-    LossOutput out = model.loss(val.at(indices));
-    total += out.loss.item<double>();
+  const uint64_t B = static_cast<uint64_t>(c.data.batch_size), W = static_cast<uint64_t>(world);
+  const uint64_t N = val.num_samples(), r = static_cast<uint64_t>(rank);
+  std::vector<std::vector<uint64_t>> batches;
+  if (c.train.eval_batches > 0) {
+    for (int64_t b = 0; b < c.train.eval_batches; ++b) {
+      std::vector<uint64_t> indices;
+      for (uint64_t i = 0; i < B; ++i) indices.push_back((b * B * W + r * B + i) % N);
+      batches.push_back(indices);
+    }
+  } else {
+    const uint64_t lo = N * r / W, hi = N * (r + 1) / W, per_rank = (N + W - 1) / W;
+    for (uint64_t start = lo; batches.size() < (per_rank + B - 1) / B; start += B) {
+      std::vector<uint64_t> indices;
+      for (uint64_t i = start; i < std::min(hi, start + B); ++i) indices.push_back(i);
+      batches.push_back(indices);
+    }
+  }
+  double total = 0, correct = 0, count = 0;
+  for (const auto& indices : batches) {
+    LossOutput out = model.loss(val.at(indices.empty() ? std::vector<uint64_t>{0} : indices));
+    if (indices.empty()) continue;
+    const double n = double(indices.size());
+    total += out.loss.item<double>() * n;
     correct += double(out.correct);
+    count += n;
   }
   model.module().train(true);
   if (group) {
-    at::Tensor sums = at::empty({2}, at::kFloat);
+    at::Tensor sums = at::empty({3}, at::kDouble);
     sums[0] = total;
     sums[1] = correct;
-    group->all_reduce(sums, comm::ReduceOp::Sum);
-    total = sums[0].item<double>();
-    correct = sums[1].item<double>();
+    sums[2] = count;
+    at::Tensor f = sums.to(at::kFloat);  // the communicator reduces float32
+    group->all_reduce(f, comm::ReduceOp::Sum);
+    total = f[0].item<double>();
+    correct = f[1].item<double>();
+    count = f[2].item<double>();
   }
   Evaluation e;
-  e.loss = total / double(c.train.eval_batches * world);
-  if (correct >= 0) e.accuracy = correct / double(c.train.eval_batches * G);
+  e.loss = total / count;
+  if (correct >= 0) e.accuracy = correct / count;
   return e;
 }
 
