@@ -8,15 +8,15 @@ namespace cadre {
 
 StateFormula state_formula(Strategy strategy, const ShardMemory& m, int64_t c) {
   const int64_t psi = m.padded_numel, n = m.shard_size;
-  const std::string params = str(double(psi) / 1e6, "M params, N = ", n);
+  const std::string params = str(double(psi) / 1e6, "M params"), sharded = str(params, ", N = ", n);
   switch (strategy) {
     case Strategy::NoShard:
       if (c == 4) return {16 * psi, str("16 x ", params)};
       return {(16 + c) * psi, str("(16 + ", c, ") x ", params)};
     case Strategy::Zero1:
-      if (c == 4) return {8 * psi + 8 * psi / n, str("(8 + 8/N) x ", params)};
-      return {2 * c * psi + 12 * psi / n, str("(", 2 * c, " + 12/N) x ", params)};
-    default: return {16 * psi / n, str("16/N x ", params)};
+      if (c == 4) return {8 * psi + 8 * psi / n, str("(8 + 8/N) x ", sharded)};
+      return {2 * c * psi + 12 * psi / n, str("(", 2 * c, " + 12/N) x ", sharded)};
+    default: return {16 * psi / n, str("16/N x ", sharded)};
   }
 }
 
