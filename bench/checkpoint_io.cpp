@@ -86,7 +86,8 @@ int main(int argc, char** argv) try {
   options.strategy = cadre::Strategy::NoShard;
   options.mixed_precision.param_dtype =
       c.parallel.mixed_precision.param_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  cadre::FSDPModule sharded = model->parallelize(options, c.parallel);
+  const cadre::DeviceMesh mesh({}, 1, {});  // one rank
+  cadre::FSDPModule sharded = model->parallelize(mesh, options, c.parallel);
   cadre::AdamW optimizer(sharded.parameters(), sharded.decay_mask(), {});
   const int64_t T = llama.max_seq_len;
   at::Tensor tokens = at::randint(llama.vocab_size, {c.data.batch_size, T + 1}, at::kLong);

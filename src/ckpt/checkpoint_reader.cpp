@@ -65,7 +65,7 @@ const TensorRecord& CheckpointReader::tensor(const std::string& name) const {
 
 void CheckpointReader::read_piece(const std::string& name, const TensorRecord& t, const PieceRecord& p,
                                   std::vector<char>& buf) const {
-  const size_t n = static_cast<size_t>(p.count * dtype_element_size(t.dtype));
+  const size_t n = static_cast<size_t>(p.numel() * dtype_element_size(t.dtype));
   buf.resize(n);
   const FileRecord& f = manifest_.files[p.file];
   size_t done = 0;
@@ -80,7 +80,10 @@ void CheckpointReader::read_piece(const std::string& name, const TensorRecord& t
   bytes_read_ += static_cast<int64_t>(n);
   if (crc32c(buf.data(), n) != p.crc32c)
     throw CheckpointError(str("checkpoint '", dir_, "': checksum mismatch in ", f.name, " bytes ", p.offset, "..",
-                              p.offset + n, " (tensor '", name, "' elements ", p.start, "..", p.start + p.count, ")"));
+                              p.offset + n, " (tensor '", name, "' ",
+                              p.flat ? str("elements ", p.box.offsets[0], "..", p.box.offsets[0] + p.box.sizes[0])
+                                     : "box " + box_text(p.box),
+                              ")"));
 }
 
 void CheckpointReader::read(const std::string& name, int64_t start, int64_t count, void* out) const {
@@ -88,20 +91,36 @@ void CheckpointReader::read(const std::string& name, int64_t start, int64_t coun
   if (start < 0 || count < 0 || start + count > t.numel())
     throw CheckpointError(str("checkpoint '", dir_, "': elements ", start, "..", start + count, " are outside tensor '",
                               name, "' of ", t.numel()));
+  // A range of the flattened tensor is a range of it as one box of [numel] elements.
+  read_runs(name, t, {{start, start, count}}, start, count, out);
+}
+
+void CheckpointReader::read(const std::string& name, const Box& box, int64_t start, int64_t count, void* out) const {
+  const TensorRecord& t = tensor(name);
+  if (!box_fits(box, t.shape) || start < 0 || count < 0 || start + count > box.numel())
+    throw CheckpointError(str("checkpoint '", dir_, "': elements ", start, "..", start + count, " of box ",
+                              box_text(box), " are outside tensor '", name, "' of ", t.shape.size(), " dimension(s)"));
+  read_runs(name, t, box_runs(t.shape, box, start, count), start, count, out);
+}
+
+void CheckpointReader::read_runs(const std::string& name, const TensorRecord& t, const std::vector<Run>& wanted,
+                                 int64_t start, int64_t count, void* out) const {
   const int64_t elem = dtype_element_size(t.dtype);
+  char* dst = static_cast<char*>(out);
   std::vector<char> buf;
   int64_t covered = 0;
   for (const PieceRecord& p : t.pieces) {
-    const int64_t lo = std::max(start, p.start), hi = std::min(start + count, p.start + p.count);
-    if (lo >= hi) continue;
+    const std::vector<Run> stored = t.runs(p);
+    // Only pieces holding wanted elements are read (each whole, for its checksum).
+    if (runs_intersect(wanted, stored, [](int64_t, int64_t, int64_t) {}) == 0) continue;
     read_piece(name, t, p, buf);
-    std::memcpy(static_cast<char*>(out) + (lo - start) * elem, buf.data() + (lo - p.start) * elem,
-                static_cast<size_t>((hi - lo) * elem));
-    covered += hi - lo;
+    covered += runs_intersect(wanted, stored, [&](int64_t to, int64_t from, int64_t n) {
+      std::memcpy(dst + (to - start) * elem, buf.data() + from * elem, static_cast<size_t>(n * elem));
+    });
   }
   if (covered != count)
-    throw CheckpointError(str("checkpoint '", dir_, "': tensor '", name, "' elements ", start, "..", start + count,
-                              " are not all stored"));
+    throw CheckpointError(str("checkpoint '", dir_, "': tensor '", name, "': ", count - covered, " of the ", count,
+                              " elements asked for are not stored"));
 }
 
 int64_t CheckpointReader::bytes_total() const {

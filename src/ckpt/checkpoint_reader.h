@@ -1,6 +1,7 @@
-// Reads a committed sharded checkpoint: any slice of any tensor, from whichever rank files
-// hold it, so a job of another size or strategy loads only its own part (no rank ever
-// assembles the whole model). Every piece read is checked against its CRC-32C.
+// Reads a committed sharded checkpoint: any box of any tensor (or any range of a box's
+// elements), from whichever rank files hold it, so a job of another size, strategy or
+// tensor-parallel layout loads only its own part (no rank ever assembles the whole model).
+// Every piece read is checked against its CRC-32C.
 #pragma once
 
 #include <atomic>
@@ -28,9 +29,12 @@ class CheckpointReader {
   bool has(const std::string& tensor) const { return manifest_.tensors.count(tensor) > 0; }
   const TensorRecord& tensor(const std::string& name) const;  // CheckpointError if absent
 
-  // Copies elements [start, start + count) of the flattened tensor into `out` (count elements
-  // of the tensor's dtype). Each stored piece overlapping the range is read whole and its
+  // Copies elements [start, start + count) of `box` (its row-major order) into `out` (count
+  // elements of the tensor's dtype). Each stored piece overlapping them is read whole and its
   // checksum verified; CheckpointError names the tensor, file and byte range on a mismatch.
+  void read(const std::string& tensor, const Box& box, int64_t start, int64_t count, void* out) const;
+  void read(const std::string& tensor, const Box& box, void* out) const { read(tensor, box, 0, box.numel(), out); }
+  // Elements [start, start + count) of the flattened tensor.
   void read(const std::string& tensor, int64_t start, int64_t count, void* out) const;
 
   // The whole tensor, assembled (for export and tools, not for training: a training rank
@@ -49,6 +53,10 @@ class CheckpointReader {
  private:
   void open_files();
   void read_piece(const std::string& tensor, const TensorRecord& t, const PieceRecord& p, std::vector<char>& buf) const;
+  // Fills `out` with elements [start, start + count) of the wanted region, whose runs
+  // (positions in the region's own order) are `wanted`.
+  void read_runs(const std::string& tensor, const TensorRecord& t, const std::vector<Run>& wanted, int64_t start,
+                 int64_t count, void* out) const;
 
   std::string dir_;
   CheckpointManifest manifest_;

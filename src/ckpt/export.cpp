@@ -1,4 +1,4 @@
-// Hugging Face and .pt export, through the model's name adapter.
+// Hugging Face, .pt and DCP export, through the model's name adapter.
 #include "ckpt/export.h"
 
 #include <ATen/ATen.h>
@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
+#include "ckpt/dcp_export.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/tensor_file.h"
 #include "core/error.h"
@@ -18,15 +19,16 @@ namespace fs = std::filesystem;
 namespace cadre {
 
 std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_for) {
-  CADRE_CONFIG_CHECK(o.format == "hf" || o.format == "pt", "--format must be hf or pt, got '", o.format, "'");
+  CADRE_CONFIG_CHECK(o.format == "hf" || o.format == "pt" || o.format == "dcp", "--format must be hf, pt or dcp, got '",
+                     o.format, "'");
   CADRE_CONFIG_CHECK(!o.out.empty(), "--out is required");
   const std::string checkpoint = checkpoint_locate(o.checkpoint);
   CheckpointReader reader(checkpoint);
   // The checkpoint carries the config it was trained with: the export needs nothing else.
   Config config = config_parse(reader.manifest().config_yaml, checkpoint + "/" + kManifestFile, {});
   std::unique_ptr<StateDictAdapter> adapter = adapter_for(config);
-  CADRE_CONFIG_CHECK(adapter || o.format == "pt", "model.arch '", config.model.arch,
-                     "' has no Hugging Face format; export it with --format pt (its own tensor names)");
+  CADRE_CONFIG_CHECK(adapter || o.format != "hf", "model.arch '", config.model.arch,
+                     "' has no Hugging Face format; export it with --format pt or dcp (its own tensor names)");
   std::string tokenizer = o.tokenizer;
   // An imported checkpoint carries its tokenizer; a trained one finds it beside its data.
   if (tokenizer.empty() && fs::is_regular_file(checkpoint + "/tokenizer.model")) tokenizer = checkpoint + "/tokenizer.model";
@@ -34,21 +36,29 @@ std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_
   CADRE_CONFIG_CHECK(tokenizer.empty() || fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");
 
   // Parameters, then buffers (BatchNorm statistics) under their own names.
-  std::map<std::string, at::Tensor> tensors;
+  std::map<std::string, std::string> names;  // checkpoint tensor -> exported name
   for (const auto& [name, t] : reader.manifest().tensors) {
     std::string own;
     if (name.rfind("model.", 0) == 0) own = name.substr(6);
     else if (name.rfind("buffer.", 0) == 0) own = name.substr(7);
     else continue;
     std::string external = adapter ? adapter->external_name(own) : own;
-    if (!external.empty()) tensors[external] = reader.read_tensor(name);
+    if (!external.empty()) names[name] = external;
   }
-  CADRE_CHECK(!tensors.empty(), "checkpoint '", checkpoint, "' holds no model.* tensors");
+  CADRE_CHECK(!names.empty(), "checkpoint '", checkpoint, "' holds no model.* tensors");
+  const char* naming = adapter ? " with Hugging Face names" : "";
+  if (o.format == "dcp") {
+    // The stored boxes go out as DCP chunks: nothing is assembled.
+    const int64_t chunks = dcp_export(reader, names, o.out);
+    return str("wrote ", names.size(), " tensors (", chunks, " chunks)", naming, " from ", checkpoint,
+               " to ", o.out, " (.metadata, __0_0.distcp)");
+  }
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, external] : names) tensors[external] = reader.read_tensor(name);
 
   if (o.format == "pt") {
     tensor_file_save(o.out, tensors);
-    return str("wrote ", tensors.size(), " tensors", adapter ? " with Hugging Face names" : "", " from ", checkpoint,
-               " to ", o.out);
+    return str("wrote ", tensors.size(), " tensors", naming, " from ", checkpoint, " to ", o.out);
   }
   fs::create_directories(o.out);
   safetensors_write(o.out + "/model.safetensors", tensors, {{"format", "pt"}});

@@ -1,7 +1,9 @@
 // Export of a trained checkpoint to the formats other tools load: a Hugging Face folder (the
-// model's config.json, model.safetensors with the format's tensor names, tokenizer files) and
-// a .pt file that Python's torch.load reads. The model supplies the names through its
-// StateDictAdapter; a model without one exports its own names to .pt only.
+// model's config.json, model.safetensors with the format's tensor names, tokenizer files), a
+// .pt file that Python's torch.load reads, and a PyTorch distributed checkpoint directory
+// (ckpt/dcp_export.h) whose chunks are the checkpoint's own boxes. The model supplies the
+// names through its StateDictAdapter; a model without one exports its own names to .pt and
+// DCP only.
 #pragma once
 
 #include <functional>
@@ -15,8 +17,8 @@ namespace cadre {
 
 struct ExportOptions {
   std::string checkpoint; // a checkpoint, or a run/checkpoint directory (newest complete one)
-  std::string format;     // "hf" (a folder) or "pt" (one file)
-  std::string out;        // folder for hf, file for pt
+  std::string format;     // "hf" (a folder), "pt" (one file) or "dcp" (a folder)
+  std::string out;        // folder for hf and dcp, file for pt
   std::string tokenizer;  // SentencePiece model; default: the checkpoint's own, else <data.dir>/tokenizer.model
 };
 

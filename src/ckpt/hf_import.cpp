@@ -124,7 +124,8 @@ std::string hf_import(const HfImportOptions& o, const HfImportTargetFor& target_
       const int64_t n = numel_of(t->shape);
       buffer.resize(static_cast<size_t>(n));
       folder.read_float32(*t->source, buffer.data());
-      writer.append("model." + t->name, "float32", t->shape, 0, n, reinterpret_cast<const char*>(buffer.data()));
+      writer.append("model." + t->name, "float32", t->shape, box_whole(t->shape),
+                    reinterpret_cast<const char*>(buffer.data()));
       bytes += n * 4;
     }
     writer.finish();

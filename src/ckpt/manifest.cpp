@@ -15,6 +15,10 @@ int64_t TensorRecord::numel() const {
   return n;
 }
 
+std::vector<Run> TensorRecord::runs(const PieceRecord& p) const {
+  return p.flat ? std::vector<Run>{{p.box.offsets[0], 0, p.box.sizes[0]}} : box_runs(shape, p.box);
+}
+
 int64_t dtype_element_size(const std::string& dtype) {
   if (dtype == "float32" || dtype == "int32") return 4;
   if (dtype == "bfloat16" || dtype == "float16") return 2;
@@ -29,8 +33,14 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, t] : m.tensors) {
     nlohmann::json pieces = nlohmann::json::array();
-    for (const auto& p : t.pieces)
-      pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"start", p.start}, {"count", p.count}, {"crc32c", p.crc32c}});
+    for (const auto& p : t.pieces) {
+      if (p.flat)
+        pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"start", p.box.offsets[0]},
+                          {"count", p.box.sizes[0]}, {"crc32c", p.crc32c}});
+      else
+        pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"offsets", p.box.offsets},
+                          {"sizes", p.box.sizes}, {"crc32c", p.crc32c}});
+    }
     tensors[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces}};
   }
   nlohmann::json j = {{"format", "cadre-checkpoint"}, {"version", m.version},     {"step", m.step},
@@ -46,8 +56,9 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& so
     nlohmann::json j = nlohmann::json::parse(text);
     if (j.value("format", "") != "cadre-checkpoint") throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
     m.version = j.at("version").get<int>();
-    if (m.version != CheckpointManifest::kVersion)
-      throw CheckpointError(str(source, ": manifest version ", m.version, ", this build reads ", CheckpointManifest::kVersion));
+    if (m.version != 1 && m.version != CheckpointManifest::kVersion)
+      throw CheckpointError(str(source, ": manifest version ", m.version, ", this build reads 1 and ",
+                                CheckpointManifest::kVersion));
     m.step = j.at("step").get<int64_t>();
     m.world_size = j.at("world_size").get<int64_t>();
     m.strategy = j.at("strategy").get<std::string>();
@@ -63,10 +74,19 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& so
       r.shape = t.at("shape").get<std::vector<int64_t>>();
       const int64_t elem = dtype_element_size(r.dtype);
       for (const auto& p : t.at("pieces")) {
-        PieceRecord pr{p.at("file").get<int64_t>(), p.at("offset").get<int64_t>(), p.at("start").get<int64_t>(),
-                       p.at("count").get<int64_t>(), p.at("crc32c").get<uint32_t>()};
-        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || pr.start < 0 || pr.count <= 0 ||
-            pr.start + pr.count > r.numel() || pr.offset < 0 || pr.offset + pr.count * elem > m.files[pr.file].bytes)
+        PieceRecord pr;
+        pr.file = p.at("file").get<int64_t>();
+        pr.offset = p.at("offset").get<int64_t>();
+        pr.crc32c = p.at("crc32c").get<uint32_t>();
+        pr.flat = m.version == 1;
+        if (pr.flat) {
+          pr.box = {{p.at("start").get<int64_t>()}, {p.at("count").get<int64_t>()}};
+        } else {
+          pr.box = {p.at("offsets").get<std::vector<int64_t>>(), p.at("sizes").get<std::vector<int64_t>>()};
+        }
+        const bool inside = pr.flat ? box_fits(pr.box, {r.numel()}) : box_fits(pr.box, r.shape);
+        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || !inside || pr.offset < 0 ||
+            pr.offset + pr.numel() * elem > m.files[pr.file].bytes)
           throw CheckpointError(str(source, ": ", where, " has a piece outside its tensor or file"));
         r.pieces.push_back(pr);
       }
@@ -101,16 +121,32 @@ CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks) 
     }
   }
   for (auto& [name, t] : out.tensors) {
-    std::sort(t.pieces.begin(), t.pieces.end(), [](const PieceRecord& a, const PieceRecord& b) { return a.start < b.start; });
-    int64_t next = 0;
-    for (const auto& p : t.pieces) {
-      CADRE_CHECK(p.start == next, "checkpoint tensor '", name, "': elements ", std::min(next, p.start), "..",
-                  std::max(next, p.start), p.start > next ? " are missing" : " are written twice");
-      next = p.start + p.count;
-    }
-    CADRE_CHECK(next == t.numel(), "checkpoint tensor '", name, "': elements ", next, "..", t.numel(), " are missing");
+    // Pieces in the order of their first element: boxes of one rank, then of the next.
+    std::sort(t.pieces.begin(), t.pieces.end(), [](const PieceRecord& a, const PieceRecord& b) { return a.box.offsets < b.box.offsets; });
+    std::string problem = pieces_coverage_problem(t);
+    CADRE_CHECK(problem.empty(), "checkpoint tensor '", name, "': ", problem);
   }
   return out;
+}
+
+std::string pieces_coverage_problem(const TensorRecord& t) {
+  // The pieces tile the tensor exactly when their runs, sorted, follow one another from the
+  // first element to the last.
+  std::vector<Run> runs;
+  for (const auto& p : t.pieces) {
+    std::vector<Run> r = t.runs(p);
+    runs.insert(runs.end(), r.begin(), r.end());
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.at < b.at; });
+  int64_t next = 0;
+  for (const auto& r : runs) {
+    if (r.at != next)
+      return str("elements ", std::min(next, r.at), "..", std::max(next, r.at),
+                 r.at > next ? " are missing" : " are stored twice");
+    next = r.at + r.count;
+  }
+  if (next != t.numel()) return str("elements ", next, "..", t.numel(), " are missing");
+  return "";
 }
 
 }  // namespace cadre

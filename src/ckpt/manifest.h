@@ -1,7 +1,9 @@
 // The manifest of a sharded checkpoint (manifest.json): for every tensor its global shape and
-// dtype and which byte ranges of which rank files hold which slice of it, with a CRC-32C per
-// slice; plus the training state (step, data position, ...) and the run's config. A rank's own
-// index (what it wrote) uses the same structure with one file; the lead merges them.
+// dtype and which byte ranges of which rank files hold which box of it (offset and length per
+// dimension, as PyTorch DCP's chunks), with a CRC-32C per piece; plus the training state (step,
+// data position, ...) and the run's config. A rank's own index (what it wrote) uses the same
+// structure with one file; the lead merges them. Version 1 manifests (pieces as ranges of the
+// flattened tensor) still parse and read.
 #pragma once
 
 #include <cstdint>
@@ -9,22 +11,28 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/box.h"
+
 namespace cadre {
 
-// Elements [start, start + count) of the flattened tensor, stored at `offset` in file `file`.
+// A box of the tensor, its elements row-major at `offset` in file `file`. A version-1 piece
+// (`flat`) is elements [box.offsets[0], + box.sizes[0]) of the flattened tensor instead.
 struct PieceRecord {
   int64_t file = 0;  // index into CheckpointManifest::files
   int64_t offset = 0;
-  int64_t start = 0;
-  int64_t count = 0;
+  Box box;
+  bool flat = false;
   uint32_t crc32c = 0;
+  int64_t numel() const { return box.numel(); }
 };
 
 struct TensorRecord {
   std::string dtype;  // "float32", "uint8", ... (dtype_element_size knows them)
   std::vector<int64_t> shape;
-  std::vector<PieceRecord> pieces;  // sorted by start, disjoint, covering every element
+  std::vector<PieceRecord> pieces;  // disjoint, covering every element exactly once
   int64_t numel() const;
+  // Where piece `p`'s elements are in the flattened tensor, in its storage order.
+  std::vector<Run> runs(const PieceRecord& p) const;
 };
 
 struct FileRecord {
@@ -34,7 +42,7 @@ struct FileRecord {
 };
 
 struct CheckpointManifest {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;  // 2: boxes; 1: ranges of the flattened tensor
   int version = kVersion;
   int64_t step = 0;
   int64_t world_size = 1;
@@ -51,6 +59,10 @@ std::string manifest_to_json(const CheckpointManifest& manifest);
 // Parses and checks structure (versions, file indices, piece bounds); CheckpointError naming
 // `source` and the offending field otherwise.
 CheckpointManifest manifest_parse(const std::string& text, const std::string& source);
+
+// Why `tensor`'s pieces do not hold each of its elements exactly once: "" when they tile it;
+// otherwise the first gap or overlap in flattened order ("elements 10..12 are missing").
+std::string pieces_coverage_problem(const TensorRecord& tensor);
 
 // Folds rank indexes into one manifest: files appended, pieces renumbered, then every tensor
 // checked to be covered exactly once (Error naming the tensor and the gap or overlap).

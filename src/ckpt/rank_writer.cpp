@@ -62,9 +62,9 @@ RankFileWriter::RankFileWriter(const std::string& dir, int64_t rank, const Check
 RankFileWriter::~RankFileWriter() = default;
 
 void RankFileWriter::append(const std::string& tensor, const std::string& dtype, const std::vector<int64_t>& shape,
-                            int64_t start, int64_t count, const char* bytes) {
-  const size_t n = static_cast<size_t>(count * dtype_element_size(dtype));
-  PieceRecord record{0, file_->written(), start, count, crc32c(bytes, n)};
+                            const Box& box, const char* bytes) {
+  const size_t n = static_cast<size_t>(box.numel() * dtype_element_size(dtype));
+  PieceRecord record{0, file_->written(), box, /*flat=*/false, crc32c(bytes, n)};
   file_->write(bytes, n);
   auto [it, fresh] = index_.tensors.emplace(tensor, TensorRecord{dtype, shape, {}});
   CADRE_CHECK(it->second.dtype == dtype && it->second.shape == shape, "checkpoint rank ", rank_, ": tensor '", tensor,
@@ -86,7 +86,7 @@ CheckpointManifest RankFileWriter::finish() {
 CheckpointManifest rank_write(const std::string& dir, int64_t rank, const Snapshot& snapshot,
                               const CheckpointManifest& header) {
   RankFileWriter writer(dir, rank, header);
-  for (const SnapshotPiece& p : snapshot.pieces()) writer.append(p.tensor, p.dtype, p.shape, p.start, p.count, snapshot.data(p));
+  for (const SnapshotPiece& p : snapshot.pieces()) writer.append(p.tensor, p.dtype, p.shape, p.box, snapshot.data(p));
   return writer.finish();
 }
 

@@ -22,9 +22,9 @@ class RankFileWriter {
   RankFileWriter(const RankFileWriter&) = delete;
   RankFileWriter& operator=(const RankFileWriter&) = delete;
 
-  // Appends elements [start, start + count) of `tensor` (global `shape`, `dtype`).
-  void append(const std::string& tensor, const std::string& dtype, const std::vector<int64_t>& shape, int64_t start,
-              int64_t count, const char* bytes);
+  // Appends the elements of `box` of `tensor` (global `shape`, `dtype`), row-major in the box.
+  void append(const std::string& tensor, const std::string& dtype, const std::vector<int64_t>& shape, const Box& box,
+              const char* bytes);
   // fsyncs and closes the file, writes <dir>/rank-NNNNN.index.json and returns the index.
   CheckpointManifest finish();
 

@@ -6,7 +6,7 @@
 namespace cadre {
 
 size_t snapshot_piece_bytes(const SnapshotPiece& piece) {
-  return static_cast<size_t>(piece.count * dtype_element_size(piece.dtype));
+  return static_cast<size_t>(piece.box.numel() * dtype_element_size(piece.dtype));
 }
 
 char* Snapshot::add(SnapshotPiece piece) {

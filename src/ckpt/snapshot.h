@@ -7,13 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/box.h"
+
 namespace cadre {
 
 struct SnapshotPiece {
   std::string tensor;           // full name, e.g. "model.layers.0.attention.wq.weight"
   std::string dtype;            // "float32", "uint8", ...
   std::vector<int64_t> shape;   // global shape of the tensor
-  int64_t start = 0, count = 0; // elements of the flattened tensor
+  Box box;                      // which elements (row-major inside the box)
   size_t offset = 0;            // where the bytes are in Snapshot::bytes
 };
 

@@ -19,6 +19,11 @@ void tensor_file_save(const std::string& path, const TensorDict& tensors) {
   file_write_atomic(path, std::string(bytes.begin(), bytes.end()));
 }
 
+std::string tensor_bytes(const at::Tensor& tensor) {
+  std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(tensor.detach().contiguous().clone()));
+  return std::string(bytes.begin(), bytes.end());
+}
+
 TensorDict tensor_file_load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   CADRE_CHECK(in, "cannot open tensor file '", path, "'");

@@ -17,4 +17,7 @@ using TensorDict = std::map<std::string, at::Tensor>;
 void tensor_file_save(const std::string& path, const TensorDict& tensors);
 TensorDict tensor_file_load(const std::string& path);
 
+// One tensor (contiguous, its own storage) in torch.save's format: what torch.load reads.
+std::string tensor_bytes(const at::Tensor& tensor);
+
 }  // namespace cadre

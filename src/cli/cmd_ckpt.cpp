@@ -23,7 +23,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: cadre ckpt inspect <checkpoint|run_dir>\n"
     "       cadre ckpt verify <checkpoint|run_dir|checkpoint_dir>\n"
-    "       cadre ckpt export <checkpoint|run_dir> --format hf|pt --out <path> [--tokenizer <file>]\n"
+    "       cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]\n"
     "       cadre ckpt import --from hf <hf_dir> --out <checkpoint_dir>\n";
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -101,10 +101,12 @@ int ckpt_verify(const Args& args) {
 int ckpt_export(const Args& args) {
   ExportOptions o;
   std::string run;
-  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|pt --out <path> [--tokenizer <file>]");
+  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]");
   flags.add("--run", &run, "run directory (same as the positional argument)");
-  flags.add("--format", &o.format, "hf: Hugging Face Llama folder; pt: one torch.load-able file");
-  flags.add("--out", &o.out, "output folder (hf) or file (pt)");
+  flags.add("--format", &o.format,
+            "hf: Hugging Face Llama folder; pt: one torch.load-able file; dcp: a folder torch.distributed.checkpoint "
+            "loads (torch 1.13: torch.distributed._shard.checkpoint)");
+  flags.add("--out", &o.out, "output folder (hf, dcp) or file (pt)");
   flags.add("--tokenizer", &o.tokenizer, "SentencePiece model to include (default: the run's data.dir)");
   o.checkpoint = path_argument(flags, args, run);
   std::printf("%s\n", checkpoint_export(o, model_state_dict_adapter).c_str());

@@ -39,6 +39,7 @@ std::vector<Field> config_fields(Config& c) {
       {"train.init_from", &c.train.init_from},
       {"parallel.strategy", &c.parallel.strategy},
       {"parallel.shard_group_size", &c.parallel.shard_group_size},
+      {"parallel.tp_size", &c.parallel.tp_size},
       {"parallel.mixed_precision.param_dtype", &c.parallel.mixed_precision.param_dtype},
       {"parallel.mixed_precision.reduce_dtype", &c.parallel.mixed_precision.reduce_dtype},
       {"parallel.activation_checkpointing", &c.parallel.activation_checkpointing},
@@ -181,10 +182,11 @@ void config_validate(const Config& c) {
 
   const auto& p = c.parallel;
   CADRE_CONFIG_CHECK(p.strategy == "FULL_SHARD" || p.strategy == "SHARD_GRAD_OP" ||
-                         p.strategy == "HYBRID_SHARD" || p.strategy == "NO_SHARD",
+                         p.strategy == "HYBRID_SHARD" || p.strategy == "NO_SHARD" || p.strategy == "ZERO1",
                      "parallel.strategy: unknown '", p.strategy,
-                     "' (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD)");
+                     "' (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD, ZERO1)");
   CADRE_CONFIG_CHECK(p.shard_group_size >= 0, "parallel.shard_group_size must be >= 0");
+  CADRE_CONFIG_CHECK(p.tp_size >= 1, "parallel.tp_size must be >= 1 (1: no tensor parallelism), got ", p.tp_size);
   CADRE_CONFIG_CHECK(p.wrap_min_params >= 0, "parallel.wrap_min_params must be >= 0 (0: one unit per block)");
   CADRE_CONFIG_CHECK(p.comm_timeout > 0, "parallel.comm_timeout must be > 0 seconds, got ", p.comm_timeout);
   CADRE_CONFIG_CHECK(p.strategy == "HYBRID_SHARD" || p.shard_group_size == 0,

@@ -64,8 +64,13 @@ struct MixedPrecisionConfig {
 };
 
 struct ParallelConfig {
-  std::string strategy = "NO_SHARD";     // FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD
-  int64_t shard_group_size = 0;          // HYBRID_SHARD: ranks per shard group (0: local world)
+  // Over the data-parallel dimension: FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD |
+  // ZERO1 (parameters and gradients replicated, optimizer state sharded).
+  std::string strategy = "NO_SHARD";
+  int64_t shard_group_size = 0;          // HYBRID_SHARD: data-parallel ranks per shard group (0: per node)
+  // Tensor-parallel ranks per model replica (consecutive ranks, so inside a node); the data
+  // parallel dimension is WORLD_SIZE / tp_size. 1: no tensor parallelism.
+  int64_t tp_size = 1;
   MixedPrecisionConfig mixed_precision;
   bool activation_checkpointing = false;
   bool prefetch = true;

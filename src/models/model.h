@@ -1,5 +1,6 @@
 // What the trainer needs from a model, and nothing about which model it is: build and
-// initialise it, parallelize it (FSDP units, activation checkpointing), a loss on a batch,
+// initialise it, parallelize it (tensor parallelism where the model has a plan, FSDP units,
+// activation checkpointing), a loss on a batch,
 // whether a dataset suits it, and how its parameters map to an external format. Each model
 // lives in models/<name>/ and is built by models/registry.h from the config's `model:` section.
 #pragma once
@@ -13,7 +14,9 @@
 
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
+#include "core/error.h"
 #include "data/manifest.h"
+#include "shard/device_mesh.h"
 #include "shard/fully_shard.h"
 
 namespace cadre {
@@ -36,9 +39,17 @@ class Model {
   virtual torch::nn::Module& module() = 0;
   // Deterministic initialisation from a seed (the same on every rank).
   virtual void init_weights(uint64_t seed) = 0;
-  // Makes the model's FSDP units (and activation checkpointing when parallel asks for it)
-  // and returns the root's handle. Called once, after init_weights and before training.
-  virtual FSDPModule parallelize(const FullyShardOptions& options, const ParallelConfig& parallel) = 0;
+  // ConfigError naming the key when the parallel section does not suit the model, before any
+  // work starts. By default a model has no tensor-parallel plan and refuses tp_size > 1.
+  virtual void check_parallel(const ParallelConfig& parallel) const {
+    CADRE_CONFIG_CHECK(parallel.tp_size == 1, "parallel.tp_size ", parallel.tp_size, ": ", describe(),
+                       " has no tensor-parallel plan (use 1)");
+  }
+  // Splits the model over the mesh's tp dimension where it has a plan (setting
+  // options.tensor_parallel), then makes its FSDP units over options' groups (the dp
+  // dimension) and activation checkpointing when parallel asks for it; returns the root's
+  // handle. Called once, after init_weights and before training.
+  virtual FSDPModule parallelize(const DeviceMesh& mesh, FullyShardOptions options, const ParallelConfig& parallel) = 0;
   // Forward (through cadre::call, so units gather and free) and the loss.
   virtual LossOutput loss(const Batch& batch) = 0;
 

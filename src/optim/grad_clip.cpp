@@ -9,8 +9,9 @@ double grad_sq_norm(const std::vector<at::Tensor>& grads) {
   double total = 0;
   for (const auto& g : grads)
     if (g.defined() && g.numel() > 0) {
-      // Per-tensor norms in the gradient's dtype, combined in float64, as PyTorch does.
-      double n = g.norm().item<double>();
+      // Per-tensor norms, combined in float64, as PyTorch does; bf16 gradients (ZeRO-1 keeps
+      // them in the compute dtype) are summed in float32.
+      double n = at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).item<double>();
       total += n * n;
     }
   return total;

@@ -19,7 +19,7 @@ void storage_resize(const at::Tensor& t, int64_t bytes) {
 }  // namespace
 
 FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
-                     int group_size, int group_rank, at::ScalarType compute)
+                     int group_size, int group_rank, at::ScalarType compute, bool replicated)
     : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)) {
   at::NoGradGuard no_grad;
   CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
@@ -39,6 +39,9 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   if (group_size == 1 && compute == at::kFloat) {
     full = values;
     master = full;
+  } else if (replicated && compute == at::kFloat) {
+    full = values;
+    master = full.narrow(0, shard_offset, shard_numel);  // the optimizer updates it in place
   } else {
     master = values.narrow(0, shard_offset, shard_numel).clone();
     full = values.to(compute);  // a fresh, resizable storage
@@ -46,14 +49,16 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   for (size_t i = 0; i < params.size(); ++i)
     params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
 
-  grad_full = at::zeros({padded}, at::kFloat);
+  grad_full = at::zeros({padded}, replicated ? compute : at::kFloat);
   // Autograd accumulates into a gradient that already exists in place, so these views stay
   // the gradients' storage for the whole run.
   for (size_t i = 0; i < params.size(); ++i) {
     grad_views.push_back(grad_full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
     params[i].mutable_grad() = grad_views.back();
   }
-  grad_shard = group_size == 1 ? grad_full : at::zeros({shard_numel}, at::kFloat);
+  if (group_size == 1) grad_shard = grad_full;
+  else if (replicated) grad_shard = grad_full.narrow(0, shard_offset, shard_numel);  // reduce-scattered in place
+  else grad_shard = at::zeros({shard_numel}, at::kFloat);
 }
 
 bool FlatParam::full_allocated() const { return storage_allocated(full); }
@@ -61,10 +66,11 @@ void FlatParam::full_allocate() {
   if (!full_allocated()) storage_resize(full, full_bytes());
 }
 void FlatParam::full_free() {
-  CADRE_CHECK(!master_is_full(), "FSDP unit ", unit, ": cannot free a full buffer that is the master");
+  CADRE_CHECK(!master_is_full() && !master_in_full(), "FSDP unit ", unit, ": cannot free a full buffer that holds the master");
   storage_resize(full, 0);
 }
 int64_t FlatParam::full_bytes() const { return padded * static_cast<int64_t>(full.element_size()); }
+int64_t FlatParam::grad_bytes() const { return padded * static_cast<int64_t>(grad_full.element_size()); }
 
 void FlatParam::relink_grads() {
   for (size_t i = 0; i < params.size(); ++i)
@@ -74,11 +80,12 @@ void FlatParam::relink_grads() {
 bool FlatParam::grad_allocated() const { return storage_allocated(grad_full); }
 void FlatParam::grad_allocate_zero() {
   if (grad_allocated()) return;
-  storage_resize(grad_full, padded * 4);
+  storage_resize(grad_full, grad_bytes());
   grad_full.zero_();
 }
 void FlatParam::grad_free() {
-  CADRE_CHECK(!grad_shard.is_same(grad_full), "FSDP unit ", unit, ": cannot free a gradient that is the shard's");
+  CADRE_CHECK(!grad_shard.is_same(grad_full) && !grad_shard_in_full(), "FSDP unit ", unit,
+              ": cannot free a gradient that holds the shard's");
   storage_resize(grad_full, 0);
 }
 

@@ -2,7 +2,8 @@
 // shard group divides it evenly; the module's parameters become views of the buffer, and each
 // rank keeps only its contiguous shard in float32 (the master). The full buffer's storage can
 // be freed and re-materialised without touching the views: autograd's saved tensors and the
-// module see the new bytes because they share the storage.
+// module see the new bytes because they share the storage. ZeRO-1 keeps the full buffer and
+// a full gradient in the compute dtype instead; its shard is a view of its own block of them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,15 +24,17 @@ struct FlatParam {
   int64_t shard_offset = 0;         // this rank's shard starts here in the full buffer
 
   at::Tensor full;       // compute dtype [padded]; storage freed when the unit is resharded
-  at::Tensor grad_full;  // float32 [padded]; the params' .grad are views of it
+  at::Tensor grad_full;  // float32 (ZeRO-1: compute dtype) [padded]; the params' .grad are views of it
   at::Tensor master;     // float32 [shard_numel]: this rank's shard, what the optimizer updates
-  at::Tensor grad_shard; // float32 [shard_numel]: reduced gradient of the shard
+  at::Tensor grad_shard; // [shard_numel]: reduced gradient of the shard (ZeRO-1: a view of grad_full)
   std::vector<at::Tensor> grad_views;  // each parameter's view of grad_full: its .grad
 
   // Takes the parameters (initialised, equal on every rank), builds the buffers and makes the
   // parameters views of `full`. With one rank per group and float32 compute, `master` is `full`.
+  // `replicated` (ZeRO-1): full and grad_full stay whole; with float32 compute the master is
+  // the own block of `full` itself.
   FlatParam(std::string unit, std::vector<std::string> names, std::vector<at::Tensor> params, int group_size,
-            int group_rank, at::ScalarType compute);
+            int group_rank, at::ScalarType compute, bool replicated = false);
 
   bool full_allocated() const;
   void full_allocate();  // storage back to its size (contents undefined)
@@ -40,10 +43,14 @@ struct FlatParam {
   void grad_allocate_zero();
   void grad_free();
   bool master_is_full() const { return master.is_same(full); }
+  // The master (gradient shard) lives inside the full buffer (gradient): ZeRO-1's own block.
+  bool master_in_full() const { return master.storage().is_alias_of(full.storage()); }
+  bool grad_shard_in_full() const { return grad_shard.storage().is_alias_of(grad_full.storage()); }
   // Points each parameter's .grad back at its view of grad_full when something replaced it
   // (Module::zero_grad with set_to_none drops it; the next backward would then miss the buffer).
   void relink_grads();
   int64_t full_bytes() const;  // bytes of the full buffer when allocated
+  int64_t grad_bytes() const;  // bytes of the full gradient when allocated
 };
 
 }  // namespace cadre

@@ -29,7 +29,9 @@ Strategy parse_strategy(const std::string& name) {
   if (name == "SHARD_GRAD_OP") return Strategy::ShardGradOp;
   if (name == "HYBRID_SHARD") return Strategy::HybridShard;
   if (name == "NO_SHARD") return Strategy::NoShard;
-  throw ConfigError(str("parallel.strategy: unknown '", name, "' (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD)"));
+  if (name == "ZERO1") return Strategy::Zero1;
+  throw ConfigError(
+      str("parallel.strategy: unknown '", name, "' (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD, ZERO1)"));
 }
 
 const char* strategy_name(Strategy s) {
@@ -38,6 +40,7 @@ const char* strategy_name(Strategy s) {
     case Strategy::ShardGradOp: return "SHARD_GRAD_OP";
     case Strategy::HybridShard: return "HYBRID_SHARD";
     case Strategy::NoShard: return "NO_SHARD";
+    case Strategy::Zero1: return "ZERO1";
   }
   return "?";
 }
@@ -114,6 +117,7 @@ struct FlatState {
   comm::Work reduce_work;
   bool reduce_pending = false;
   at::Tensor reduce_in, reduce_out;
+  bool reduced = false;  // ZeRO-1: reduced since the last training forward
 };
 
 class FsdpTree {
@@ -146,6 +150,9 @@ class FsdpTree {
 
  private:
   bool sharded() const { return options.strategy != Strategy::NoShard; }
+  // Parameters stay whole between steps (DDP, ZeRO-1): nothing is ever freed.
+  bool keeps_full() const { return options.strategy == Strategy::NoShard || options.strategy == Strategy::Zero1; }
+  bool zero1() const { return options.strategy == Strategy::Zero1; }
   void build_flats(torch::nn::Module& root);
   void gather_start(size_t k);
   void gather_wait(size_t k);
@@ -190,9 +197,9 @@ void FsdpTree::ensure_init() {
   CADRE_CHECK(sharded() || !shard_group, "NO_SHARD takes no shard group (use ShardGroups::replica)");
   free_after_forward_ = options.reshard_after_forward.value_or(options.strategy == Strategy::FullShard ||
                                                                options.strategy == Strategy::HybridShard);
-  free_after_backward_ = sharded();
-  CADRE_CHECK(sharded() || !options.reshard_after_forward.value_or(false),
-              "reshard_after_forward needs a sharding strategy (NO_SHARD keeps a full replica)");
+  free_after_backward_ = !keeps_full();
+  CADRE_CHECK(!keeps_full() || !options.reshard_after_forward.value_or(false),
+              "reshard_after_forward needs a strategy that shards parameters (NO_SHARD and ZERO1 keep them whole)");
 
   // Names: modules and parameters by their path from the root.
   std::unordered_map<const torch::nn::Module*, std::string> module_name{{root_, ""}};
@@ -313,7 +320,7 @@ void FsdpTree::build_flats(torch::nn::Module& root) {
     std::vector<std::string> names;
     for (const auto& p : by_flat[k]) names.push_back(param_name[p.unsafeGetTensorImpl()]);
     flats.push_back(std::make_unique<FlatParam>(flat_names[k], names, by_flat[k], group, group_rank,
-                                                options.mixed_precision.param_dtype));
+                                                options.mixed_precision.param_dtype, zero1()));
     FlatParam& f = *flats.back();
     auto st = std::make_unique<FlatState>();
     for (auto& p : f.params) {
@@ -335,9 +342,11 @@ void FsdpTree::build_flats(torch::nn::Module& root) {
       if (lo >= hi) continue;
       at::Tensor piece = f.master.narrow(0, lo - f.shard_offset, hi - lo);
       // Not a view (optimizers detach_() gradients, which views refuse) but the same bytes:
-      // grad_shard's storage is never resized, and the deleter keeps it alive.
-      at::Tensor grad = at::from_blob(f.grad_shard.data_ptr<float>() + (lo - f.shard_offset), {hi - lo},
-                                      [keep = f.grad_shard](void*) {}, at::kFloat);
+      // grad_shard's storage is never resized (ZeRO-1: nor grad_full's, which holds it), and
+      // the deleter keeps it alive.
+      at::Tensor grad = at::from_blob(static_cast<char*>(f.grad_shard.data_ptr()) +
+                                          (lo - f.shard_offset) * f.grad_shard.element_size(),
+                                      {hi - lo}, [keep = f.grad_shard](void*) {}, f.grad_shard.options());
       piece.mutable_grad() = grad;
       pieces.push_back(piece);
       piece_grads_.push_back(grad);
@@ -391,7 +400,7 @@ void FsdpTree::gather_wait(size_t k) {
 
 void FsdpTree::reshard(size_t k) {
   FlatParam& f = *flats[k];
-  if (f.master_is_full() || !f.full_allocated() || !sharded()) return;
+  if (f.master_is_full() || !f.full_allocated() || keeps_full()) return;
   if (state_[k]->gather_pending) gather_wait(k);
   f.full_free();
 }
@@ -426,6 +435,15 @@ void FsdpTree::root_pre_forward() {
   order_pos_.assign(units.size(), -1);
   const bool grad = at::GradMode::is_enabled();
   if (grad) {
+    // ZeRO-1: a reduced gradient was the last step's (its own block reduced in place, the rest
+    // this rank's unreduced values): a training forward after it starts from zero, whether or
+    // not the caller zeroed the optimizer's view. Accumulation spans micro-batches under
+    // no_sync(), which never reduce.
+    for (size_t k = 0; k < flats.size(); ++k)
+      if (state_[k]->reduced) {
+        flats[k]->grad_full.zero_();
+        state_[k]->reduced = false;
+      }
     relink_grads();
     if (options.broadcast_buffers && root_->is_training()) broadcast_buffers();
   }
@@ -518,9 +536,18 @@ void FsdpTree::start_reduce(size_t k) {
   at::NoGradGuard no_grad;
   FlatParam& f = *flats[k];
   FlatState& st = *state_[k];
-  const bool low = options.mixed_precision.reduce_dtype != at::kFloat;
-  st.reduce_in = low ? f.grad_full.to(options.mixed_precision.reduce_dtype) : f.grad_full;
-  if (options.groups.shard) {
+  if (zero1()) {
+    // The shard's gradient is reduced into its own block of the whole gradient, in place; the
+    // other blocks keep this rank's unreduced values until the next training forward clears
+    // the buffer (root_pre_forward).
+    st.reduced = true;
+    if (!options.groups.shard) return;  // one rank: the gradient is final as it is
+  }
+  st.reduce_in = f.grad_full.to(options.mixed_precision.reduce_dtype);  // the buffer itself when the dtypes agree
+  if (zero1()) {
+    st.reduce_out = st.reduce_in.is_same(f.grad_full) ? f.grad_shard : at::empty({f.shard_numel}, st.reduce_in.options());
+    st.reduce_work = options.groups.shard->reduce_scatter_async(st.reduce_out, st.reduce_in, comm::ReduceOp::Avg);
+  } else if (options.groups.shard) {
     st.reduce_out = at::empty({f.shard_numel}, st.reduce_in.options());
     st.reduce_work = options.groups.shard->reduce_scatter_async(st.reduce_out, st.reduce_in, comm::ReduceOp::Avg);
   } else if (options.groups.replica) {
@@ -548,7 +575,11 @@ void FsdpTree::reduce_finish(size_t k) {
     st.reduce_pending = false;
   }
   if (!st.reduce_out.defined()) return;
-  if (options.groups.shard) {
+  if (zero1()) {
+    // A reduction in another dtype lands in the shard's block; a whole one-rank gradient
+    // converted for nothing is simply dropped.
+    if (options.groups.shard && !st.reduce_out.is_same(f.grad_shard)) f.grad_shard.copy_(st.reduce_out);
+  } else if (options.groups.shard) {
     if (options.groups.replica) options.groups.replica->all_reduce(st.reduce_out, comm::ReduceOp::Avg);
     f.grad_shard.add_(st.reduce_out.to(at::kFloat));
     f.grad_free();
@@ -619,18 +650,33 @@ void FsdpTree::broadcast_buffers() {
 }
 
 void FsdpTree::zero_grad() {
-  for (auto& f : flats) {
-    f->grad_shard.zero_();
-    if (f->grad_allocated()) f->grad_full.zero_();
+  for (size_t k = 0; k < flats.size(); ++k) {
+    FlatParam& f = *flats[k];
+    f.grad_shard.zero_();
+    if (f.grad_allocated()) f.grad_full.zero_();
+    state_[k]->reduced = false;
   }
 }
 
 double FsdpTree::clip_grad_norm(double max_norm) {
   // Per-parameter norms summed in the root's parameter order (as torch's clip_grad_norm_), so
   // the figure does not depend on how parameters are grouped into units or buckets.
-  std::vector<at::Tensor> pieces_in_order;
-  for (size_t k : piece_norm_order_) pieces_in_order.push_back(piece_grads_[k]);
-  double sq = grad_sq_norm(pieces_in_order);
+  // Under tensor parallelism a split parameter's square adds over the tensor-parallel ranks,
+  // a replicated one (the same gradient on each of them) counts once.
+  const TensorParallelLayout* tp = options.tensor_parallel.get();
+  std::vector<at::Tensor> split, whole;
+  for (size_t k : piece_norm_order_) {
+    const Placement* where = tp ? tp->find(piece_layout[k].name) : nullptr;
+    (where && !where->replicated ? split : whole).push_back(piece_grads_[k]);
+  }
+  double sq = grad_sq_norm(whole);
+  if (tp && tp->group) {
+    at::Tensor t = at::scalar_tensor(grad_sq_norm(split), at::kFloat).reshape({1});
+    tp->group->all_reduce(t, comm::ReduceOp::Sum);
+    sq += t.item<double>();
+  } else {
+    sq += grad_sq_norm(split);
+  }
   std::vector<at::Tensor> grads;
   for (auto& f : flats) grads.push_back(f->grad_shard);
   if (options.groups.shard) {
@@ -670,7 +716,7 @@ void FsdpTree::note_working_set() {
   int64_t bytes = 0;
   for (auto& f : flats) {
     if (!f->master_is_full() && f->full_allocated()) bytes += f->full_bytes();
-    if (!f->grad_shard.is_same(f->grad_full) && f->grad_allocated()) bytes += f->padded * 4;
+    if (!f->grad_shard.is_same(f->grad_full) && f->grad_allocated()) bytes += f->grad_bytes();
   }
   peak_working_ = std::max(peak_working_, bytes);
 }
@@ -683,10 +729,14 @@ ShardMemory FsdpTree::memory() const {
   m.flat_params = static_cast<int64_t>(flats.size());
   for (auto& f : flats) {
     m.padded_numel += f->padded;
-    m.params += f->shard_numel * 4;
-    // A compute copy kept between steps (NO_SHARD in bf16) is model state too.
-    if (!f->master_is_full() && !free_after_backward_) m.params += f->full_bytes();
-    m.grads += f->shard_numel * 4;
+    // What stays allocated between steps, each buffer once: the float32 master and a compute
+    // copy kept whole (NO_SHARD and ZeRO-1 in bf16; ZeRO-1's float32 master is part of it),
+    // the reduced gradient shard and a gradient kept whole (NO_SHARD, ZeRO-1).
+    const bool full_at_rest = f->master_in_full() || !free_after_backward_;
+    m.params += (f->master_in_full() ? 0 : f->shard_numel * 4) + (full_at_rest ? f->full_bytes() : 0);
+    const bool grad_at_rest = f->grad_shard_in_full() || !free_after_backward_;
+    m.grads += (f->grad_shard_in_full() ? 0 : f->shard_numel * static_cast<int64_t>(f->grad_shard.element_size())) +
+               (grad_at_rest ? f->grad_bytes() : 0);
   }
   return m;
 }
@@ -702,6 +752,7 @@ namespace {
 
 bool same_options(const FullyShardOptions& a, const FullyShardOptions& b) {
   return a.strategy == b.strategy && a.groups.shard == b.groups.shard && a.groups.replica == b.groups.replica &&
+         a.tensor_parallel == b.tensor_parallel &&
          a.mixed_precision.param_dtype == b.mixed_precision.param_dtype &&
          a.mixed_precision.reduce_dtype == b.mixed_precision.reduce_dtype;
 }
@@ -795,6 +846,7 @@ int FSDPModule::replica_index() {
 }
 std::vector<std::pair<std::string, at::Tensor>> FSDPModule::unsharded_state() { return tree().unsharded; }
 ShardMemory FSDPModule::memory() { return tree().memory(); }
+const TensorParallelLayout* FSDPModule::tensor_parallel() { return tree().options.tensor_parallel.get(); }
 const std::vector<std::unique_ptr<FlatParam>>& FSDPModule::flat_params() { return tree().flats; }
 bool FSDPModule::replicas_identical() { return tree().replicas_identical(); }
 

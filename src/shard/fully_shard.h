@@ -21,8 +21,16 @@
 //   NO_SHARD       DDP: a full replica; gradients are all-reduced in buckets of about
 //                  `bucket_bytes` (parameters in reverse registration order, as DDP) as soon
 //                  as a bucket's gradients are complete, overlapping the rest of the backward.
+//   ZERO1          ZeRO stage 1 (DeepSpeed): parameters and gradients stay whole on every rank
+//                  in the compute dtype; only the float32 master and the optimizer state are
+//                  sharded. A unit's gradients are reduce-scattered as soon as they are
+//                  complete, each rank updates its shard, and the updated shards are
+//                  all-gathered before the unit's next forward (prefetched like FULL_SHARD's).
+//                  In bf16 that is 2 + 2 + 12/N bytes per parameter. Gradients are kept (and
+//                  accumulated over micro-batches, under no_sync) in the compute dtype; the
+//                  first training forward after a reducing backward starts them from zero.
 // Float32 master shards are what the optimizer updates; compute runs in param_dtype; gradients
-// are reduced in reduce_dtype and accumulated in float32. Buffers (BatchNorm statistics) are
+// are reduced in reduce_dtype and accumulated in float32 (ZERO1: in param_dtype). Buffers (BatchNorm statistics) are
 // not sharded: in a training forward they are broadcast from rank 0, as DDP does. Parameters
 // that do not require grad are left as they are (full on every rank, not updated).
 //
@@ -41,10 +49,11 @@
 
 #include "comm/comm.h"
 #include "shard/flat_param.h"
+#include "shard/placement.h"
 
 namespace cadre {
 
-enum class Strategy { FullShard, ShardGradOp, HybridShard, NoShard };
+enum class Strategy { FullShard, ShardGradOp, HybridShard, NoShard, Zero1 };
 Strategy parse_strategy(const std::string& name);  // ConfigError names parallel.strategy
 const char* strategy_name(Strategy strategy);
 
@@ -74,6 +83,12 @@ struct FullyShardOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   // Broadcast buffers from rank 0 before each training forward (DDP's broadcast_buffers).
   bool broadcast_buffers = true;
+  // Parameters that tensor parallelism already split (a 2-D mesh: these groups are the data
+  // parallel dimension, the layout's group the tensor-parallel one). FSDP shards the local
+  // parts like any parameter; the global gradient norm adds split parameters' squares over
+  // the tensor-parallel group and counts replicated ones once; checkpoints place each local
+  // part in its global tensor. Null: no tensor parallelism.
+  std::shared_ptr<const TensorParallelLayout> tensor_parallel;
 };
 
 // Bytes this rank holds for model state, and the most gathered-unit bytes alive at once.
@@ -89,7 +104,8 @@ struct ShardMemory {
 };
 
 // Where one optimizer piece sits: elements [start, start + numel) of parameter `name`
-// (flattened, global shape `shape`), inside flat parameter `unit`'s shard on this rank.
+// (flattened, shape `shape` on this rank: its tensor-parallel part when the parameter is
+// split, see FullyShardOptions::tensor_parallel), inside flat parameter `unit`'s shard.
 struct ShardPiece {
   size_t unit = 0;
   std::string name;
@@ -146,6 +162,8 @@ class FSDPModule {
   std::vector<std::pair<std::string, at::Tensor>> unsharded_state();
 
   ShardMemory memory();
+  // The tensor-parallel layout the units were made with (null without tensor parallelism).
+  const TensorParallelLayout* tensor_parallel();
   const std::vector<std::unique_ptr<FlatParam>>& flat_params();
 
   // Diagnostic (collective): gathers one flat parameter at a time and checks every rank holds

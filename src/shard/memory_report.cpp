@@ -6,13 +6,25 @@
 
 namespace cadre {
 
-MemoryReport memory_report(const ShardMemory& measured, int64_t optimizer_bytes, bool resident_compute_copy,
-                           int64_t compute_bytes_per_param) {
+StateFormula state_formula(Strategy strategy, const ShardMemory& m, int64_t c) {
+  const int64_t psi = m.padded_numel, n = m.shard_size;
+  const std::string params = str(double(psi) / 1e6, "M params"), sharded = str(params, ", N = ", n);
+  switch (strategy) {
+    case Strategy::NoShard:
+      if (c == 4) return {16 * psi, str("16 x ", params)};
+      return {(16 + c) * psi, str("(16 + ", c, ") x ", params)};
+    case Strategy::Zero1:
+      if (c == 4) return {8 * psi + 8 * psi / n, str("(8 + 8/N) x ", sharded)};
+      return {2 * c * psi + 12 * psi / n, str("(", 2 * c, " + 12/N) x ", sharded)};
+    default: return {16 * psi / n, str("16/N x ", sharded)};
+  }
+}
+
+MemoryReport memory_report(const ShardMemory& measured, int64_t optimizer_bytes, const StateFormula& formula) {
   MemoryReport r;
   r.measured = measured;
   r.measured.optimizer = optimizer_bytes;
-  const int64_t psi = measured.padded_numel;
-  r.formula_state = 16 * psi / measured.shard_size + (resident_compute_copy ? compute_bytes_per_param * psi : 0);
+  r.formula = formula;
   r.peak_rss = process_peak_rss_bytes();
   return r;
 }
@@ -22,7 +34,9 @@ nlohmann::json MemoryReport::to_json() const {
           {"grad_bytes", measured.grads},
           {"optimizer_bytes", measured.optimizer},
           {"state_bytes", measured.params + measured.grads + measured.optimizer},
-          {"formula_state_bytes", formula_state},
+          {"formula_state_bytes", formula.bytes},
+          {"formula", formula.text},
+          {"params_on_rank", measured.padded_numel},
           {"peak_working_bytes", measured.peak_working},
           {"shard_size", measured.shard_size},
           {"units", measured.units},
@@ -32,12 +46,12 @@ nlohmann::json MemoryReport::to_json() const {
 
 std::string MemoryReport::to_text() const {
   auto mib = [](int64_t b) { return double(b) / (1 << 20); };
-  char line[320];
+  char line[400];
   std::snprintf(line, sizeof line,
                 "memory per rank: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB = state %.2f MiB "
-                "(formula %.2f MiB over %d rank(s)); gathered working set peak %.2f MiB; peak RSS %.1f MiB",
+                "(formula %.2f MiB: %s); gathered working set peak %.2f MiB; peak RSS %.1f MiB",
                 mib(measured.params), mib(measured.grads), mib(measured.optimizer),
-                mib(measured.params + measured.grads + measured.optimizer), mib(formula_state), measured.shard_size,
+                mib(measured.params + measured.grads + measured.optimizer), mib(formula.bytes), formula.text.c_str(),
                 mib(measured.peak_working), mib(peak_rss));
   return line;
 }

@@ -1,6 +1,13 @@
-// Per-rank model-state memory against the ZeRO/FSDP formulas: with Ψ parameters sharded over
-// N ranks, float32 masters (4Ψ/N), float32 gradients (4Ψ/N) and AdamW's two moments (8Ψ/N)
-// make 16Ψ/N bytes; a resident compute copy adds its bytes (NO_SHARD with bf16: 2Ψ).
+// Per-rank model-state memory against the ZeRO/FSDP formulas. With Ψ parameters on this rank
+// (its tensor-parallel part: Ψ_model / tp for split parameters), N data-parallel ranks in the
+// shard group and c bytes per compute element:
+//   FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD  16Ψ/N: float32 masters 4, gradients 4, AdamW's
+//                                            two moments 8, each sharded
+//   NO_SHARD                                 16Ψ, plus cΨ for a compute copy in another dtype
+//   ZERO1                                    2cΨ + 12Ψ/N: compute parameters and gradients
+//                                            whole, master and moments sharded; 4 + 12/N bytes
+//                                            per parameter in bf16 (the ZeRO paper's stage 1),
+//                                            8 + 8/N in float32 (the parameters are the master)
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,15 +17,22 @@
 
 namespace cadre {
 
+struct StateFormula {
+  int64_t bytes = 0;
+  std::string text;  // e.g. "(4 + 12/N) x 1.2M params, N = 2"
+};
+
+// The formula for `measured` (Ψ = its padded_numel, N = its shard_size).
+StateFormula state_formula(Strategy strategy, const ShardMemory& measured, int64_t compute_bytes_per_param);
+
 struct MemoryReport {
   ShardMemory measured;
-  int64_t formula_state = 0;  // 16 * padded Ψ / N (+ resident compute copy)
+  StateFormula formula;
   int64_t peak_rss = 0;
   nlohmann::json to_json() const;
   std::string to_text() const;
 };
 
-MemoryReport memory_report(const ShardMemory& measured, int64_t optimizer_bytes, bool resident_compute_copy,
-                           int64_t compute_bytes_per_param);
+MemoryReport memory_report(const ShardMemory& measured, int64_t optimizer_bytes, const StateFormula& formula);
 
 }  // namespace cadre

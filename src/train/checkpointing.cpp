@@ -18,11 +18,36 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-void stage_float(Snapshot& snapshot, const std::string& name, const ShardPiece& where, const at::Tensor& values) {
+// Where an optimizer piece's parameter sits in the global tensor: its tensor-parallel box, or
+// the whole parameter.
+struct GlobalPlace {
+  std::vector<int64_t> shape;
+  Box part;
+};
+GlobalPlace global_place(const ShardPiece& where, const TensorParallelLayout* tp) {
+  const Placement* p = tp ? tp->find(where.name) : nullptr;
+  if (!p) return {where.shape, box_whole(where.shape)};
+  return {p->global_shape, {p->offsets, where.shape}};
+}
+
+// Written by this rank: a tensor-parallel copy of a replicated parameter only by the first
+// rank of the group (data-parallel replicas are sorted out by the caller).
+bool writes_tensor_parallel_copy(const ShardPiece& where, const TensorParallelLayout* tp) {
+  if (!tp || !tp->group) return true;
+  const Placement* p = tp->find(where.name);
+  return (p && !p->replicated) || tp->group->rank() == 0;
+}
+
+void stage_float(Snapshot& snapshot, const std::string& name, const ShardPiece& where, const GlobalPlace& place,
+                 const at::Tensor& values) {
   CADRE_CHECK(values.scalar_type() == at::kFloat && values.is_contiguous(), "checkpoint: '", name,
               "' is not a contiguous float32 tensor");
-  char* out = snapshot.add({name, "float32", where.shape, where.start, values.numel(), 0});
-  std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.numel()) * sizeof(float));
+  const char* from = static_cast<const char*>(values.data_ptr());
+  for (const Box& box : box_split_range(place.part, where.start, values.numel())) {
+    const size_t bytes = static_cast<size_t>(box.numel()) * sizeof(float);
+    std::memcpy(snapshot.add({name, "float32", place.shape, box, 0}), from, bytes);
+    from += bytes;
+  }
 }
 
 // Checkpoint dtype names of the buffer dtypes Cadre stores.
@@ -45,32 +70,40 @@ at::Tensor rng_state() {
 void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, int rank) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
+  const TensorParallelLayout* tp = model.tensor_parallel();
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
     // A shard that several replicas hold is written once; units are spread over the replicas
     // so they share the writing.
     if (static_cast<int>(where.unit % model.replica_count()) != model.replica_index()) continue;
-    stage_float(snapshot, "model." + where.name, where, pieces[k]);
-    stage_float(snapshot, "optim.exp_avg." + where.name, where, optimizer.exp_avg()[k]);
-    stage_float(snapshot, "optim.exp_avg_sq." + where.name, where, optimizer.exp_avg_sq()[k]);
+    if (!writes_tensor_parallel_copy(where, tp)) continue;
+    const GlobalPlace place = global_place(where, tp);
+    stage_float(snapshot, "model." + where.name, where, place, pieces[k]);
+    stage_float(snapshot, "optim.exp_avg." + where.name, where, place, optimizer.exp_avg()[k]);
+    stage_float(snapshot, "optim.exp_avg_sq." + where.name, where, place, optimizer.exp_avg_sq()[k]);
   }
   // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   if (rank == 0)
     for (const auto& [name, t] : model.unsharded_state()) {
       at::Tensor values = t.contiguous();
       const std::string dtype = buffer_dtype(values, name);
-      char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), 0, values.numel(), 0});
+      char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), box_whole(values.sizes().vec()), 0});
       std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
     }
   at::Tensor rng = rng_state();
-  char* out = snapshot.add({str("rng.cpu.rank", rank), "uint8", {rng.numel()}, 0, rng.numel(), 0});
+  char* out = snapshot.add({str("rng.cpu.rank", rank), "uint8", {rng.numel()}, box_whole({rng.numel()}), 0});
   std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
 }
 
 void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bool optimizer) {
+  // Global shapes: a tensor-parallel part is checked as the tensor it is part of.
   std::map<std::string, std::vector<int64_t>> expected;
+  const TensorParallelLayout* tp = model.tensor_parallel();
   for (const auto& unit : model.flat_params())
-    for (size_t i = 0; i < unit->names.size(); ++i) expected[unit->names[i]] = unit->params[i].sizes().vec();
+    for (size_t i = 0; i < unit->names.size(); ++i) {
+      const Placement* p = tp ? tp->find(unit->names[i]) : nullptr;
+      expected[unit->names[i]] = p ? p->global_shape : unit->params[i].sizes().vec();
+    }
   const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
   for (const auto& [name, shape] : expected) {
     for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."}) {
@@ -98,9 +131,13 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bo
 void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
+  const TensorParallelLayout* tp = model.tensor_parallel();
   at::NoGradGuard no_grad;
-  for (size_t k = 0; k < layout.size(); ++k)
-    reader.read("model." + layout[k].name, layout[k].start, pieces[k].numel(), pieces[k].data_ptr());
+  for (size_t k = 0; k < layout.size(); ++k) {
+    const ShardPiece& where = layout[k];
+    reader.read("model." + where.name, global_place(where, tp).part, where.start, pieces[k].numel(),
+                pieces[k].data_ptr());
+  }
   for (auto& [name, t] : model.unsharded_state()) {
     const TensorRecord& r = reader.tensor("buffer." + name);
     CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name), "checkpoint '", reader.dir(), "': buffer '", name, "' is ",
@@ -116,11 +153,14 @@ void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& 
   load_model_state(reader, model);
   {
     const auto& layout = model.piece_layout();
+    const TensorParallelLayout* tp = model.tensor_parallel();
     at::NoGradGuard no_grad;
     for (size_t k = 0; k < layout.size(); ++k) {
+      const ShardPiece& where = layout[k];
+      const Box part = global_place(where, tp).part;
       const int64_t n = optimizer.exp_avg()[k].numel();
-      reader.read("optim.exp_avg." + layout[k].name, layout[k].start, n, optimizer.exp_avg()[k].data_ptr());
-      reader.read("optim.exp_avg_sq." + layout[k].name, layout[k].start, n, optimizer.exp_avg_sq()[k].data_ptr());
+      reader.read("optim.exp_avg." + where.name, part, where.start, n, optimizer.exp_avg()[k].data_ptr());
+      reader.read("optim.exp_avg_sq." + where.name, part, where.start, n, optimizer.exp_avg_sq()[k].data_ptr());
     }
   }
   const auto& state = reader.manifest().state;

@@ -3,9 +3,12 @@
 //   buffer.<name>             buffers (BatchNorm statistics) and frozen parameters, from rank 0
 //   rng.cpu.rank<r>                                                  uint8, CPU generator state
 //   state: data_position (global samples consumed), optimizer_steps
-// Each rank stages the slices its shard holds (a shard replicated on several ranks is written
-// by one of them), and loads the slices its shard needs under the current layout, whatever
-// the layout that wrote them.
+// Each rank stages the boxes its shard holds: its FSDP shard of a parameter's local part is a
+// range of that part's elements, and the part is a box of the global parameter (the whole of
+// it without tensor parallelism), so the range is written as the few boxes it spans. A shard
+// replicated on several ranks (data-parallel replicas, tensor-parallel copies of a norm) is
+// written by one of them. Loading reads the boxes the current layout needs, whatever the
+// layout that wrote them.
 #pragma once
 
 #include <cstdint>

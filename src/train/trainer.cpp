@@ -1,5 +1,6 @@
-// The training loop, top to bottom: check inputs, build and shard the model (whichever the
-// config names: the loop only sees models/model.h), build the optimizer, resume from a
+// The training loop, top to bottom: check inputs, lay the ranks out as a dp x tp mesh, build
+// and parallelize the model (whichever the config names: the loop only sees models/model.h;
+// tensor parallelism over tp, FSDP or ZeRO-1 over dp), build the optimizer, resume from a
 // checkpoint, then for each step run the micro-batches, clip, update, log, evaluate and
 // checkpoint (in the background); wait for the last save at the end.
 #include "train/trainer.h"
@@ -30,6 +31,7 @@
 #include "obs/train_observer.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "shard/device_mesh.h"
 #include "shard/memory_report.h"
 #include "shard/parallel_groups.h"
 #include "train/batch_source.h"
@@ -46,20 +48,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Inputs the config points at must agree with it before any work starts (exit code 2).
-// HYBRID_SHARD's shard group: parallel.shard_group_size, or the ranks of one node. It must
-// divide the world, and with one node and no size given it would be FULL_SHARD in disguise.
+// HYBRID_SHARD's shard group, in data-parallel ranks: parallel.shard_group_size, or the
+// data-parallel ranks of one node. It must divide the data-parallel size, and with one node
+// and no size given it would be FULL_SHARD in disguise.
 int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
+  const int64_t tp = c.parallel.tp_size, dp = env.world_size / tp;
   int64_t size = c.parallel.shard_group_size;
   if (size == 0) {
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    size = local && *local ? std::atoll(local) : env.world_size;
-    CADRE_CONFIG_CHECK(env.world_size == 1 || size < env.world_size,
-                       "parallel.shard_group_size: HYBRID_SHARD needs a shard group size > 0 when all ",
-                       env.world_size, " ranks are on one node (LOCAL_WORLD_SIZE=", size,
+    const int64_t per_node = local && *local ? std::atoll(local) : env.world_size;
+    size = std::max<int64_t>(1, per_node / tp);
+    CADRE_CONFIG_CHECK(dp == 1 || size < dp, "parallel.shard_group_size: HYBRID_SHARD needs a shard group size > 0 when all ",
+                       dp, " data-parallel ranks are on one node (LOCAL_WORLD_SIZE=", per_node, ", tp_size ", tp,
                        "); set it, or use FULL_SHARD");
   }
-  CADRE_CONFIG_CHECK(size >= 1 && env.world_size % size == 0, "parallel.shard_group_size ", size,
-                     " does not divide WORLD_SIZE=", env.world_size);
+  CADRE_CONFIG_CHECK(size >= 1 && dp % size == 0, "parallel.shard_group_size ", size,
+                     " does not divide the data-parallel size ", dp, " (WORLD_SIZE=", env.world_size, " / tp_size ", tp, ")");
   return size;
 }
 
@@ -91,10 +95,12 @@ struct Evaluation {
 };
 
 // Mean validation loss (and accuracy). With train.eval_batches = N > 0: over N global batches
-// of the validation split (the first N * batch_size * world samples), each rank evaluating its
-// slice of each, so the figure does not depend on how the batch is split across ranks. With 0:
-// the whole split once, each rank a contiguous part. Collective under sharding: every rank
-// runs the same number of forwards (a rank out of samples runs one and ignores it).
+// of the validation split (the first N * batch_size * dp samples), each data-parallel rank
+// evaluating its slice of each (tensor-parallel ranks the same slice, together), so the figure
+// does not depend on how the batch is split across ranks. With 0: the whole split once, each
+// data-parallel rank a contiguous part. Collective under sharding: every rank runs the same
+// number of forwards (a rank out of samples runs one and ignores it). `rank` and `world` are
+// the data-parallel rank and size, `group` the data-parallel ranks.
 Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
                     comm::Communicator* group) {
   at::NoGradGuard no_grad;
@@ -168,6 +174,9 @@ TrainSummary train_run(const Config& config) {
   const comm::JobEnv env = comm::JobEnv::from_env();
   std::unique_ptr<Model> model = model_build(c);
   DatasetManifest manifest = check_inputs(c, *model);
+  CADRE_CONFIG_CHECK(env.world_size % c.parallel.tp_size == 0, "parallel.tp_size ", c.parallel.tp_size,
+                     " does not divide WORLD_SIZE=", env.world_size, " (data parallelism runs over WORLD_SIZE / tp_size)");
+  model->check_parallel(c.parallel);  // tensor parallelism must divide what it splits
   const int rank = env.rank, world = env.world_size;
   const bool lead = rank == 0;  // rank 0 writes the run directory and shows progress
   if (world > 1) log::set_rank(rank);
@@ -192,9 +201,13 @@ TrainSummary train_run(const Config& config) {
   obs::flight_recorder_set_dump_dir(c.run.dir + "/flight_recorder");
   comm::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.parallel.comm_timeout * 1000));
-  ParallelGroups groups = make_parallel_groups(env, shard_options.strategy, hybrid_size, comm_options);
+  // The ranks as dp x tp: tensor parallelism within consecutive ranks, data parallelism (the
+  // strategy's shard and replica groups) across them.
+  DeviceMesh mesh(env, c.parallel.tp_size, comm_options);
+  ParallelGroups groups = make_parallel_groups(mesh.dp(), shard_options.strategy, hybrid_size);
   shard_options.groups = groups.groups;
-  comm::Communicator* group = groups.world.get();
+  comm::Communicator* group = mesh.world();
+  const int dp = mesh.dp_size(), dp_rank = mesh.dp_rank();
 
   // --- model, optimizer, data -------------------------------------------------------------
   model->init_weights(static_cast<uint64_t>(c.train.seed));
@@ -204,9 +217,10 @@ TrainSummary train_run(const Config& config) {
     for (auto& p : model->module().parameters()) group->broadcast(p, 0);
     for (auto& b : model->module().buffers()) group->broadcast(b, 0);
   }
-  // FSDP units over the model (NO_SHARD is DDP: the same flat buffers, reduced in buckets).
-  // The optimizer sees only this rank's float32 shard, so its state shrinks with the world size.
-  FSDPModule sharded = model->parallelize(shard_options, c.parallel);
+  // Tensor parallelism over the mesh's tp ranks, then FSDP units over the dp ranks (NO_SHARD is
+  // DDP: the same flat buffers, reduced in buckets). The optimizer sees only this rank's
+  // float32 shard, so its state shrinks with the data-parallel size.
+  FSDPModule sharded = model->parallelize(mesh, shard_options, c.parallel);
   AdamW optimizer(sharded.parameters(), sharded.decay_mask(),
                   {c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay});
   LrSchedule schedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
@@ -265,11 +279,12 @@ TrainSummary train_run(const Config& config) {
     return summary;
   }
 
-  const int64_t samples_per_step = B * accum * world;
+  const int64_t samples_per_step = B * accum * dp;
   const int64_t units_per_step = samples_per_step * train_data->sample_len();
   const std::string unit = model->throughput_unit();
   log::info(str("train: ", model->describe(), ", ", c.parallel.strategy, ", compute ",
-                c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ", c.train.threads, " threads; ",
+                c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) (", mesh.describe(), ") x ",
+                c.train.threads, " threads; ",
                 train_data->num_samples(), " train samples; ", units_per_step, " ", unit, " per step"));
 
   std::unique_ptr<JsonLog> metrics;
@@ -291,10 +306,10 @@ TrainSummary train_run(const Config& config) {
     sharded.zero_grad();
     double loss_sum = 0, correct = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      // Each rank takes its slice of the global micro-batch; together they read what one
-      // rank with world * B samples would.
+      // Each data-parallel rank takes its slice of the global micro-batch (tensor-parallel
+      // ranks the same one); together they read what one rank with dp * B samples would.
       Batch batch = timer.data([&] {
-        return train_data->next(static_cast<uint64_t>(B * world), static_cast<uint64_t>(rank * B),
+        return train_data->next(static_cast<uint64_t>(B * dp), static_cast<uint64_t>(dp_rank * B),
                                 static_cast<uint64_t>(B));
       });
       // Gradients are reduced across ranks only in the last micro-batch's backward.
@@ -307,9 +322,10 @@ TrainSummary train_run(const Config& config) {
     }
     stopping = stop_signal.received();
     if (group) {
-      // The loss, for the log, is the mean over ranks; a stop signal on any rank rides along,
-      // so all ranks stop after the same step at no extra cost, and so do every rank's compute
-      // and wait times so far (straggler attribution).
+      // The loss, for the log, is the mean over ranks (tensor-parallel ranks hold the same
+      // one); a stop signal on any rank rides along, so all ranks stop after the same step at
+      // no extra cost, and so do every rank's compute and wait times so far (straggler
+      // attribution).
       at::Tensor l = at::empty({3 + int64_t(observer.gather_slots())}, at::kFloat);
       float* v = l.data_ptr<float>();
       v[0] = float(loss_sum);
@@ -319,7 +335,7 @@ TrainSummary train_run(const Config& config) {
       group->all_reduce(l, comm::ReduceOp::Sum);
       loss_sum = double(v[0] / float(world));  // rounded as an averaging all-reduce rounds it
       if (v[1] > 0 && !stopping) stopping = SIGTERM;  // another rank's
-      correct = double(v[2]);
+      correct = double(v[2]) / double(mesh.tp_size());  // each tensor-parallel rank counted the same samples
       observer.read_slots(step + 1, v + 3);
     }
     double grad_norm = sharded.clip_grad_norm(c.optim.grad_clip);
@@ -341,7 +357,7 @@ TrainSummary train_run(const Config& config) {
 
     bool last = step + 1 == end_step;
     if (val_data && ((step + 1) % c.train.eval_interval == 0 || last)) {
-      Evaluation e = evaluate(*model, *val_data, c, rank, world, group);
+      Evaluation e = evaluate(*model, *val_data, c, dp_rank, dp, mesh.dp());
       record["val_loss"] = e.loss;
       observer.validated(e.loss);
       summary.final_val_loss = e.loss;
@@ -362,7 +378,7 @@ TrainSummary train_run(const Config& config) {
       CheckpointManifest header;
       header.step = step + 1;
       header.world_size = world;
-      header.strategy = c.parallel.strategy;
+      header.strategy = c.parallel.tp_size > 1 ? str(c.parallel.strategy, ", tp ", c.parallel.tp_size) : c.parallel.strategy;
       header.state = {{"data_position", static_cast<int64_t>(train_data->position())},
                       {"optimizer_steps", optimizer.steps()}};
       header.config_yaml = config_to_yaml(c);
@@ -417,9 +433,10 @@ TrainSummary train_run(const Config& config) {
   int64_t optimizer_bytes = 0;
   for (const auto& t : optimizer.exp_avg()) optimizer_bytes += t.numel() * 4;
   for (const auto& t : optimizer.exp_avg_sq()) optimizer_bytes += t.numel() * 4;
-  const bool resident_copy = shard_options.strategy == Strategy::NoShard &&
-                             shard_options.mixed_precision.param_dtype != at::kFloat;
-  MemoryReport memory = memory_report(sharded.memory(), optimizer_bytes, resident_copy, 2);
+  const ShardMemory measured = sharded.memory();
+  const int64_t compute_bytes = at::elementSize(shard_options.mixed_precision.param_dtype);
+  MemoryReport memory =
+      memory_report(measured, optimizer_bytes, state_formula(shard_options.strategy, measured, compute_bytes));
   if (lead) log::info("train: " + memory.to_text());
   // Never the whole model on a rank: the check gathers one unit at a time, and only on request.
   std::optional<bool> identical;
@@ -439,6 +456,8 @@ TrainSummary train_run(const Config& config) {
                       {"initialised_from", initialised_from},
                       {"checkpoint", summary.checkpoint},
                       {"world_size", world},
+                      {"tp_size", mesh.tp_size()},
+                      {"dp_size", dp},
                       {"final_loss", summary.final_loss},
                       {"final_val_loss", summary.final_val_loss},
                       {unit + "_per_s", summary.throughput},

@@ -1,17 +1,23 @@
 // The checkpoint format and its life cycle, in one process: pieces written by several
 // "ranks" (threads agreeing through a latch) merge into one manifest; any slice reads back
-// across piece boundaries; keep-K pruning; and every kind of damage (flipped byte, truncated
-// or missing shard, missing marker, failed write) is reported by name and never touches the
-// previous checkpoint.
+// across piece boundaries; pieces are boxes, so tensor-parallel column and row blocks cut
+// further by FSDP read back as any box or range under any other layout; version-1 manifests
+// (ranges of flattened tensors) still read; keep-K pruning; and every kind of damage (flipped
+// byte, truncated or missing shard, missing marker, failed write, gaps and overlaps) is
+// reported by name and never touches the previous checkpoint.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <thread>
+#include <tuple>
 
+#include "ckpt/box.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_error.h"
 #include "ckpt/checkpoint_reader.h"
@@ -84,14 +90,19 @@ void stage_share(cadre::Snapshot& snap, int64_t rank, int64_t world, float base)
     const int64_t count = std::min(numel, start + per) - start;
     if (count == 0) continue;
     auto values = ramp(numel, base);
-    char* out = snap.add({name, "float32", shape, start, count, 0});
-    std::memcpy(out, values.data() + start, static_cast<size_t>(count) * sizeof(float));
+    const float* from = values.data() + start;
+    for (const cadre::Box& box : cadre::box_split_range(cadre::box_whole(shape), start, count)) {
+      std::memcpy(snap.add({name, "float32", shape, box, 0}), from, static_cast<size_t>(box.numel()) * sizeof(float));
+      from += box.numel();
+    }
   }
 }
 
+using StageFn = std::function<void(cadre::Snapshot&, int64_t rank, int64_t world)>;
+
 // Saves step `step` as `world` ranks (threads); returns each rank's error ("" if none).
 std::vector<std::string> save_as_ranks(const std::string& dir, int64_t step, int64_t world, float base, int64_t keep = 3,
-                                       int64_t failing_rank = -1) {
+                                       int64_t failing_rank = -1, const StageFn& stage = nullptr) {
   ThreadAgreement agreement(static_cast<int>(world));
   std::vector<std::string> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
@@ -100,7 +111,8 @@ std::vector<std::string> save_as_ranks(const std::string& dir, int64_t step, int
       try {
         CheckpointSaver saver({dir, r, world, keep, /*async=*/true}, [&](bool ok) { return agreement.agree(ok); });
         cadre::Snapshot& snap = saver.stage();
-        stage_share(snap, r, world, base);
+        if (stage) stage(snap, r, world);
+        else stage_share(snap, r, world, base);
         if (r == failing_rank) {
           // Its file name is taken by a directory: open() fails as a full disk would.
           fs::create_directories(dir + "/" + cadre::checkpoint_partial_name(step) + "/" +
@@ -125,6 +137,16 @@ void flip_byte(const std::string& path, int64_t offset) {
   c = static_cast<char>(c ^ 0x10);
   f.seekp(offset);
   f.write(&c, 1);
+}
+
+// Why manifest_merge refuses these rank indexes ("" when it accepts them).
+std::string merge_error(const std::vector<CheckpointManifest>& parts) {
+  try {
+    cadre::manifest_merge(parts);
+  } catch (const cadre::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -250,21 +272,13 @@ TEST(CheckpointFormat, MergeRefusesGapsAndOverlaps) {
   auto index = [](int64_t start, int64_t count) {
     CheckpointManifest m = header(1, 2);
     m.files.push_back({"f", 1000, 0});
-    m.tensors["t"] = {"float32", {10}, {{0, 0, start, count, 0}}};
+    m.tensors["t"] = {"float32", {10}, {{0, 0, cadre::Box{{start}, {count}}, false, 0}}};
     return m;
   };
-  auto message = [&](std::vector<CheckpointManifest> parts) {
-    try {
-      cadre::manifest_merge(parts);
-    } catch (const cadre::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_EQ(message({index(0, 5), index(5, 5)}), "");
-  EXPECT_NE(message({index(0, 4), index(5, 5)}).find("missing"), std::string::npos);
-  EXPECT_NE(message({index(0, 6), index(5, 5)}).find("twice"), std::string::npos);
-  EXPECT_NE(message({index(0, 5)}).find("missing"), std::string::npos);
+  EXPECT_EQ(merge_error({index(0, 5), index(5, 5)}), "");
+  EXPECT_NE(merge_error({index(0, 4), index(5, 5)}).find("missing"), std::string::npos);
+  EXPECT_NE(merge_error({index(0, 6), index(5, 5)}).find("twice"), std::string::npos);
+  EXPECT_NE(merge_error({index(0, 5)}).find("missing"), std::string::npos);
 }
 
 TEST(CheckpointFormat, AMalformedManifestIsACheckpointError) {
@@ -272,4 +286,134 @@ TEST(CheckpointFormat, AMalformedManifestIsACheckpointError) {
             std::string::npos);
   EXPECT_NE(error_of([] { cadre::manifest_parse("{\"format\": \"other\"}", "m.json"); }).find("not a Cadre checkpoint"),
             std::string::npos);
+}
+
+namespace {
+
+// The elements (flat indices) a list of runs covers, in order.
+std::vector<int64_t> elements_of(const std::vector<cadre::Run>& runs) {
+  std::vector<int64_t> out;
+  for (const auto& r : runs)
+    for (int64_t i = 0; i < r.count; ++i) out.push_back(r.at + i);
+  return out;
+}
+
+}  // namespace
+
+TEST(Boxes, ARangeOfABoxSplitsIntoBoxesListingItInOrder) {
+  const std::vector<int64_t> shape = {3, 4, 5};
+  for (const cadre::Box& box : {cadre::box_whole(shape), cadre::Box{{1, 1, 2}, {2, 3, 3}}}) {
+    const int64_t n = box.numel();
+    for (int64_t start = 0; start < n; ++start)
+      for (int64_t count = 1; start + count <= n; count += 3) {
+        std::vector<cadre::Run> pieces;
+        const auto boxes = cadre::box_split_range(box, start, count);
+        EXPECT_LE(boxes.size(), 5u) << "at most 2 * dims - 1 boxes";
+        for (const auto& b : boxes) {
+          auto r = cadre::box_runs(shape, b);
+          pieces.insert(pieces.end(), r.begin(), r.end());
+        }
+        ASSERT_EQ(elements_of(pieces), elements_of(cadre::box_runs(shape, box, start, count)))
+            << cadre::box_text(box) << " elements " << start << "+" << count;
+      }
+  }
+  // Whole trailing dimensions merge into one run.
+  EXPECT_EQ(cadre::box_runs(shape, cadre::Box{{1, 0, 0}, {2, 4, 5}}).size(), 1u);
+  EXPECT_EQ(cadre::box_runs(shape, cadre::Box{{0, 0, 1}, {3, 4, 2}}).size(), 12u);
+}
+
+// Two tensor-parallel ranks split "w" [6, 10] by columns (row-parallel) and "v" [10, 6] by rows
+// (column-parallel); two data-parallel ranks each then hold a contiguous half of every local
+// part (FSDP), written as the boxes that half spans. Any other layout reads what it needs.
+TEST(CheckpointFormat, TensorParallelBoxesReadBackUnderAnyLayout) {
+  cadre::test::TempDir dir("ckpt-boxes");
+  auto stage = [](cadre::Snapshot& snap, int64_t rank, int64_t world) {
+    const int64_t tp_rank = rank % 2, dp_rank = rank / 2;
+    for (auto [name, shape, dim] : {std::tuple<std::string, std::vector<int64_t>, int>{"w", {6, 10}, 1},
+                                    std::tuple<std::string, std::vector<int64_t>, int>{"v", {10, 6}, 0}}) {
+      auto values = ramp(60, name == "w" ? 0.f : 1000.f);
+      cadre::Box part = cadre::box_whole(shape);
+      part.sizes[dim] /= 2;
+      part.offsets[dim] = tp_rank * part.sizes[dim];
+      const int64_t half = part.numel() / 2, start = dp_rank * half;
+      for (const cadre::Box& box : cadre::box_split_range(part, start, half)) {
+        char* out = snap.add({name, "float32", shape, box, 0});
+        for (const auto& r : cadre::box_runs(shape, box)) {
+          std::memcpy(out, values.data() + r.at, static_cast<size_t>(r.count) * sizeof(float));
+          out += r.count * sizeof(float);
+        }
+      }
+    }
+    (void)world;
+  };
+  for (const auto& e : save_as_ranks(dir.path(), 7, 4, 0.f, 3, -1, stage)) ASSERT_EQ(e, "");
+  CheckpointReader reader(dir / "step-00000007");
+  EXPECT_GE(reader.tensor("w").pieces.size(), 4u);
+  for (const char* name : {"w", "v"}) {
+    const float base = name[0] == 'w' ? 0.f : 1000.f;
+    const auto& shape = reader.tensor(name).shape;
+    // One rank: the whole tensor.
+    std::vector<float> all(60);
+    reader.read(name, 0, 60, all.data());
+    EXPECT_EQ(all, ramp(60, base)) << name;
+    // Another tensor-parallel layout: a box across both stored parts, and the second of
+    // three FSDP thirds of a 3-way column part.
+    const cadre::Box across = name[0] == 'w' ? cadre::Box{{1, 3}, {4, 5}} : cadre::Box{{3, 1}, {4, 4}};
+    std::vector<float> got(static_cast<size_t>(across.numel()));
+    reader.read(name, across, got.data());
+    for (const auto& r : cadre::box_runs(shape, across))
+      for (int64_t i = 0; i < r.count; ++i) EXPECT_EQ(got[r.pos + i], base + r.at + i) << name << " " << r.at + i;
+    const cadre::Box third_cols{{0, shape[1] / 3}, {shape[0], shape[1] / 3}};
+    const int64_t third = third_cols.numel() / 3;
+    std::vector<float> part(static_cast<size_t>(third));
+    reader.read(name, third_cols, third, third, part.data());
+    for (const auto& r : cadre::box_runs(shape, third_cols, third, third))
+      for (int64_t i = 0; i < r.count; ++i) EXPECT_EQ(part[r.pos - third + i], base + r.at + i) << name;
+  }
+  EXPECT_TRUE(reader.verify().empty());
+}
+
+// A checkpoint written by a Cadre before boxes: manifest version 1, pieces as ranges of the
+// flattened tensor (here cut mid-row), COMMITTED with only the step.
+TEST(CheckpointFormat, VersionOneManifestsReadAsRangesOfTheFlattenedTensor) {
+  cadre::test::TempDir dir("ckpt-v1");
+  const std::string path = dir / "step-00000004";
+  fs::create_directories(path);
+  auto values = ramp(30, 5.f);
+  {
+    std::ofstream bin(path + "/rank-00000-of-00001.bin", std::ios::binary);
+    bin.write(reinterpret_cast<const char*>(values.data()), 30 * sizeof(float));
+  }
+  const uint32_t head = cadre::crc32c(values.data(), 7 * sizeof(float));
+  const uint32_t tail = cadre::crc32c(values.data() + 7, 23 * sizeof(float));
+  cadre::test::write_text(
+      path + "/manifest.json",
+      "{\"format\": \"cadre-checkpoint\", \"version\": 1, \"step\": 4, \"world_size\": 1, \"strategy\": \"NO_SHARD\",\n"
+      " \"state\": {\"data_position\": 32, \"optimizer_steps\": 4}, \"config_yaml\": \"\",\n"
+      " \"files\": [{\"name\": \"rank-00000-of-00001.bin\", \"bytes\": 120, \"rank\": 0}],\n"
+      " \"tensors\": {\"a\": {\"dtype\": \"float32\", \"shape\": [6, 5], \"pieces\": [\n"
+      "   {\"file\": 0, \"offset\": 0, \"start\": 0, \"count\": 7, \"crc32c\": " + std::to_string(head) + "},\n"
+      "   {\"file\": 0, \"offset\": 28, \"start\": 7, \"count\": 23, \"crc32c\": " + std::to_string(tail) + "}]}}}\n");
+  cadre::test::write_text(path + "/COMMITTED", "4\n");
+  CheckpointReader reader(path);
+  EXPECT_EQ(reader.manifest().version, 1);
+  EXPECT_TRUE(reader.verify().empty());
+  const cadre::Box box{{1, 1}, {3, 3}};  // rows 1..3, columns 1..3: across the cut at element 7
+  std::vector<float> got(9);
+  reader.read("a", box, got.data());
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(got[r * 3 + c], 5.f + (1 + r) * 5 + 1 + c) << r << "," << c;
+}
+
+TEST(CheckpointFormat, MergeRefusesOverlappingOrMissingBoxes) {
+  auto index = [](cadre::Box box) {
+    CheckpointManifest m = header(1, 2);
+    m.files.push_back({"f", 1000, 0});
+    m.tensors["w"] = {"float32", {6, 10}, {{0, 0, box, false, 0}}};
+    return m;
+  };
+  const cadre::Box left{{0, 0}, {6, 5}}, right{{0, 5}, {6, 5}};
+  EXPECT_EQ(merge_error({index(left), index(right)}), "");
+  EXPECT_NE(merge_error({index(left), index(cadre::Box{{0, 4}, {6, 6}})}).find("twice"), std::string::npos);
+  EXPECT_NE(merge_error({index(left), index(cadre::Box{{0, 5}, {5, 5}})}).find("missing"), std::string::npos);
 }

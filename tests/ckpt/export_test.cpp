@@ -1,12 +1,14 @@
 // Export: a trained run exported to a Hugging Face folder and to a .pt file loads in Python
 // (Debian's python3-torch) without Cadre's code, and a Llama forward written from HF's names
-// reproduces Cadre's logits. Bad input is refused with the file named.
+// reproduces Cadre's logits; a tensor-parallel run's checkpoint (every matrix stored as row or
+// column boxes of its ranks) exports the same way. Bad input is refused with the file named.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
+#include <iostream>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
@@ -23,6 +25,8 @@
 
 namespace {
 
+std::string str_case(bool tied, int tp) { return std::string(tied ? "tied" : "untied") + "-tp" + std::to_string(tp); }
+
 class Export : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -35,13 +39,14 @@ class Export : public ::testing::Test {
   // Cadre's own logits for a fixed batch beside the run. (That the shards assemble into the
   // trained model is the resume tests' business: a 1-rank run resumed from them continues the
   // 2-rank run's losses.)
-  static std::string train_run(const std::string& name, bool tied) {
+  static std::string train_run(const std::string& name, bool tied, int tp) {
     std::string run = *dir_ / name;
     auto r = cadre::test::run_process({CADRE_BIN, "run", "--nproc-per-node", "2", "--", CADRE_BIN, "train", "--config",
                                        CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set", "data.dir=" + (*dir_ / "data"),
                                        "--set", "run.dir=" + run, "--set", "train.steps=3", "--set", "train.threads=1",
                                        "--set", "parallel.strategy=FULL_SHARD", "--set",
-                                       std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
+                                       std::string("model.tie_embeddings=") + (tied ? "true" : "false"), "--set",
+                                       "parallel.tp_size=" + std::to_string(tp)});
     EXPECT_EQ(r.exit_code, 0) << r.output;
     cadre::Config config = cadre::config_load(run + "/config.yaml", {});
     const cadre::LlamaConfig llama = cadre::llama_config(config.model);
@@ -64,8 +69,13 @@ cadre::test::TempDir* Export::dir_ = nullptr;
 }  // namespace
 
 TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
-  for (bool tied : {false, true}) {
-    std::string run = train_run(tied ? "tied" : "untied", tied);
+  struct Case {
+    bool tied;
+    int tp;
+  };
+  for (const Case& c : {Case{false, 1}, Case{true, 1}, Case{true, 2}}) {
+    const bool tied = c.tied;
+    std::string run = train_run(str_case(c.tied, c.tp), tied, c.tp);
     std::string hf = run + "/hf", pt = run + "/model.pt";
     cadre::checkpoint_export({run, "hf", hf, ""}, cadre::model_state_dict_adapter);
     cadre::checkpoint_export({run, "pt", pt, ""}, cadre::model_state_dict_adapter);
@@ -73,9 +83,25 @@ TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
       EXPECT_TRUE(std::filesystem::exists(hf + "/" + f)) << f;
     auto check = cadre::test::run_process(
         {"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf, pt, run + "/cadre_logits.pt"});
-    EXPECT_EQ(check.exit_code, 0) << (tied ? "tied: " : "untied: ") << check.output;
+    EXPECT_EQ(check.exit_code, 0) << str_case(c.tied, c.tp) << ": " << check.output;
     EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
   }
+}
+
+// A tensor-parallel run's checkpoint exported as a PyTorch distributed checkpoint: its boxes
+// become DCP chunks, and Python's torch.distributed checkpoint reader loads them into a state
+// dict equal to the .pt export.
+TEST_F(Export, DcpExportLoadsWithTorchDistributedCheckpoint) {
+  const std::string run = train_run("dcp-tp2", false, 2);
+  const std::string dcp = run + "/dcp", pt = run + "/model.pt";
+  const std::string line = cadre::checkpoint_export({run, "dcp", dcp, ""}, cadre::model_state_dict_adapter);
+  cadre::checkpoint_export({run, "pt", pt, ""}, cadre::model_state_dict_adapter);
+  EXPECT_NE(line.find("chunks"), std::string::npos) << line;
+  for (const char* f : {".metadata", "__0_0.distcp"}) EXPECT_TRUE(std::filesystem::exists(dcp + "/" + f)) << f;
+  auto check = cadre::test::run_process({"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/dcp_load_check.py", dcp, pt});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
+  std::cout << "[export] " << line << "\n[export] " << check.output << std::flush;
 }
 
 TEST(Safetensors, RoundTripsEveryDtype) {

@@ -1,6 +1,8 @@
 // Resume and reshard with real training processes: 20 steps + resume + 20 equals 40 straight
 // (bit for bit at the same world size), a checkpoint of 2 FULL_SHARD ranks continues on 1, 3
-// and 4 ranks under other strategies (each rank reading only its part), SIGTERM checkpoints
+// and 4 ranks under other strategies (each rank reading only its part), checkpoints reshard
+// across both mesh dimensions (dp 2 x tp 2 to 1 rank and to 4 FULL_SHARD ranks, FULL_SHARD to
+// tp 2), a version-1 checkpoint (ranges of flattened tensors) still loads, SIGTERM checkpoints
 // the step it arrives at, and damaged or foreign checkpoints are skipped or refused without
 // harm, including a full disk.
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "support/process.h"
@@ -31,7 +34,7 @@ struct Outcome {
 };
 
 class Resume : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     dir_ = new cadre::test::TempDir("resume");
     cadre::test::prepare_tiny_dataset(dir_->path(), 8, 30000);
@@ -145,46 +148,155 @@ TEST_F(Resume, TwentyStepsThenResumeEqualsFortyStraightBitForBit) {
   }
 }
 
-TEST_F(Resume, TwoRankFullShardCheckpointContinuesOnOneThreeAndFourRanks) {
-  const auto& whole = straight("straight2", 2, kTwoRanks);
+namespace {
+
+// The step-20 checkpoint of a 2-rank FULL_SHARD run (the first 20 steps of "straight2"),
+// trained once and shared.
+std::string full_shard_source(Resume* test) {
+  static std::string checkpoint;
+  if (!checkpoint.empty()) return checkpoint;
   auto first = kTwoRanks;
   first.push_back("train.stop_at=20");
-  Outcome a = train("source", 2, first);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  const std::string checkpoint = path("source") + "/checkpoints/step-00000020";
-  // The global batch stays 12 samples; only its split over ranks and the strategy change.
-  struct Target {
-    int world;
-    std::vector<std::string> sets;
-  };
-  for (const Target& t : {Target{1, {"parallel.strategy=NO_SHARD", "data.batch_size=12"}},
-                          Target{3, {"parallel.strategy=SHARD_GRAD_OP", "data.batch_size=4"}},
-                          Target{4, {"parallel.strategy=HYBRID_SHARD", "parallel.shard_group_size=2", "data.batch_size=3"}}}) {
+  Outcome a = test->train("source", 2, first);
+  EXPECT_EQ(a.exit_code, 0) << a.output;
+  checkpoint = test->path("source") + "/checkpoints/step-00000020";
+  return checkpoint;
+}
+
+// How much of the checkpoint each rank read ("resume: rank R read B of T bytes"): the largest
+// share, and how many ranks reported.
+std::pair<double, int> largest_read_share(const std::string& output) {
+  std::regex read_line(R"(resume: rank (\d+) read (\d+) of (\d+) bytes)");
+  double largest = 0;
+  int ranks = 0;
+  for (std::sregex_iterator it(output.begin(), output.end(), read_line), end; it != end; ++it) {
+    ++ranks;
+    largest = std::max(largest, std::stod((*it)[2]) / std::stod((*it)[3]));
+  }
+  return {largest, ranks};
+}
+
+struct Target {
+  int world;
+  std::vector<std::string> sets;
+};
+
+// Continues the step-20 `checkpoint` under each target layout (run "<prefix><world>") and
+// checks steps 21..40 against `whole` to 1e-5 relative: sums over ranks change order with the
+// layout, so agreement is to float32 rounding (measured up to 2e-7). No rank gathers the
+// checkpoint: on 4 ranks each reads under 75% of it. Returns each run's output.
+std::vector<std::string> continue_on(Resume* test, const std::string& checkpoint, const std::string& prefix,
+                                     const std::vector<Target>& targets, const std::map<int64_t, double>& whole) {
+  std::vector<std::string> outputs;
+  for (const Target& t : targets) {
     SCOPED_TRACE(t.sets[0] + " on " + std::to_string(t.world) + " ranks");
-    const std::string run = "reshard" + std::to_string(t.world);
+    const std::string run = prefix + std::to_string(t.world);
     auto sets = t.sets;
     sets.push_back("--resume");
     sets.push_back(checkpoint);
-    Outcome r = train(run, t.world, sets);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    auto resumed = losses(run);
-    ASSERT_EQ(resumed.size(), 20u);
-    // Sums over ranks change order with the world size, so agreement is to float32 rounding:
-    // measured up to 2e-7 relative.
+    Outcome r = test->train(run, t.world, sets);
+    outputs.push_back(r.output);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto resumed = test->losses(run);
+    EXPECT_EQ(resumed.size(), 20u);
     for (const auto& [step, loss] : resumed) EXPECT_NEAR(loss, whole.at(step), 1e-5 * whole.at(step)) << "step " << step;
-    // No rank gathers the checkpoint: under 4 ranks each reads the stored halves that
-    // overlap its quarter, never the whole.
-    std::regex read_line(R"(resume: rank (\d+) read (\d+) of (\d+) bytes)");
-    int ranks_seen = 0;
-    for (std::sregex_iterator it(r.output.begin(), r.output.end(), read_line), end; it != end; ++it) {
-      ++ranks_seen;
-      const double share = std::stod((*it)[2]) / std::stod((*it)[3]);
-      if (t.world == 4) {
-        EXPECT_LT(share, 0.75) << it->str();
-      }
+    auto [share, ranks_seen] = largest_read_share(r.output);
+    if (t.world == 4) {
+      EXPECT_LT(share, 0.75) << r.output;
     }
     EXPECT_EQ(ranks_seen, t.world) << r.output;
   }
+  return outputs;
+}
+
+}  // namespace
+
+TEST_F(Resume, TwoRankFullShardCheckpointContinuesOnOneThreeAndFourRanks) {
+  const auto& whole = straight("straight2", 2, kTwoRanks);
+  const std::string checkpoint = full_shard_source(this);
+  // The global batch stays 12 samples; only its split over ranks and the strategy change.
+  continue_on(this, checkpoint, "reshard",
+              {{1, {"parallel.strategy=NO_SHARD", "data.batch_size=12"}},
+               {3, {"parallel.strategy=SHARD_GRAD_OP", "data.batch_size=4"}},
+               {4, {"parallel.strategy=HYBRID_SHARD", "parallel.shard_group_size=2", "data.batch_size=3"}}},
+              whole);
+}
+
+// dp 2 x tp 2 with 6 samples per data-parallel rank reads the same 12-sample global batches
+// as 2 FULL_SHARD ranks ("straight2"): its steps, and those of every layout continuing from
+// its checkpoint, follow that run to float32 rounding (sums change order: 1e-5 relative,
+// measured ~1e-7).
+const std::vector<std::string> kMesh2x2 = {"parallel.strategy=FULL_SHARD", "parallel.tp_size=2", "data.batch_size=6"};
+
+TEST_F(Resume, DataTensorParallelCheckpointContinuesOnOneRankAndOnFourFullShardRanks) {
+  const auto& whole = straight("straight2", 2, kTwoRanks);
+  auto first = kMesh2x2;
+  first.push_back("train.stop_at=20");
+  Outcome a = train("mesh-source", 4, first);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  for (const auto& [step, loss] : losses("mesh-source")) EXPECT_NEAR(loss, whole.at(step), 1e-5 * whole.at(step)) << step;
+  const std::string checkpoint = path("mesh-source") + "/checkpoints/step-00000020";
+  // A row-parallel weight is stored as boxes of its global [64, 64] shape, each inside one
+  // tensor-parallel rank's 32 columns (FSDP may cut a rank's part into rows and part-rows).
+  std::ifstream manifest_file(checkpoint + "/manifest.json");
+  const auto manifest = nlohmann::json::parse(manifest_file);
+  const auto& wo = manifest["tensors"]["model.layers.0.attention.wo.weight"];
+  EXPECT_EQ(wo["shape"], nlohmann::json::array({64, 64}));
+  std::set<int64_t> column_blocks;
+  for (const auto& piece : wo["pieces"]) {
+    const int64_t col = piece["offsets"][1].get<int64_t>(), width = piece["sizes"][1].get<int64_t>();
+    EXPECT_TRUE(col + width <= 32 || col >= 32) << piece.dump();
+    column_blocks.insert(col / 32);
+  }
+  EXPECT_EQ(column_blocks.size(), 2u) << wo.dump();
+
+  continue_on(this, checkpoint, "mesh-reshard",
+              {{1, {"parallel.strategy=NO_SHARD", "data.batch_size=12"}},
+               {4, {"parallel.strategy=FULL_SHARD", "data.batch_size=3"}}},
+              whole);
+}
+
+TEST_F(Resume, FullShardCheckpointContinuesOnTensorParallel) {
+  const auto& whole = straight("straight2", 2, kTwoRanks);
+  // 2 ranks as tp 2 (one data-parallel rank with the whole 12-sample batch).
+  auto outputs = continue_on(this, full_shard_source(this), "tp-from-full-shard",
+                             {{2, {"parallel.tp_size=2", "data.batch_size=12"}}}, whole);
+  // A piece is read whole (for its checksum) and FULL_SHARD stored most parameters whole in
+  // one rank's shard, so each tensor-parallel rank, needing half of every parameter, reads
+  // nearly every piece, but never one twice.
+  EXPECT_LE(largest_read_share(outputs[0]).first, 1.0) << outputs[0];
+}
+
+// Checkpoints written before boxes (manifest version 1: each piece a range of the flattened
+// tensor, COMMITTED holding only the step) load as they are. A one-rank checkpoint stores each
+// tensor as one piece, which is the same bytes under either version: rewriting its manifest as
+// version 1 makes the old format exactly, and the resumed run must match bit for bit.
+TEST_F(Resume, VersionOneCheckpointsStillLoad) {
+  const auto& whole = straight("straight1", 1, {"data.batch_size=12"});
+  ASSERT_EQ(train("v1-source", 1, {"data.batch_size=12", "train.stop_at=20"}).exit_code, 0);
+  const std::string old = path("v1-old/step-00000020");
+  fs::create_directories(path("v1-old"));
+  fs::copy(path("v1-source") + "/checkpoints/step-00000020", old);
+  std::ifstream in(old + "/manifest.json");
+  auto m = nlohmann::json::parse(in);
+  m["version"] = 1;
+  for (auto& [name, t] : m["tensors"].items()) {
+    ASSERT_EQ(t["pieces"].size(), 1u) << name;
+    auto& piece = t["pieces"][0];
+    ASSERT_EQ(piece["sizes"], t["shape"]) << name << ": one rank writes whole tensors";
+    int64_t numel = 1;
+    for (const auto& d : t["shape"]) numel *= d.get<int64_t>();
+    piece = {{"file", piece["file"]}, {"offset", piece["offset"]}, {"start", 0}, {"count", numel}, {"crc32c", piece["crc32c"]}};
+  }
+  std::ofstream(old + "/manifest.json") << m.dump(1) << "\n";
+  std::ofstream(old + "/COMMITTED") << "20\n";
+  auto inspect = cadre_cli({"ckpt", "verify", old});
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
+  Outcome r = train("v1-resumed", 1, {"data.batch_size=12", "--resume", old});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto resumed = losses("v1-resumed");
+  ASSERT_EQ(resumed.size(), 20u);
+  for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, whole.at(step)) << "step " << step;
 }
 
 // A stop signal (preemption, an agent stopping its workers) lands mid-run: every rank

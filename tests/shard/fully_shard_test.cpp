@@ -1,6 +1,6 @@
 // fully_shard on a user's own network (user_net.h: ModuleList, Sequential, ModuleDict, a
 // shared parameter, buffers, BatchNorm, a frozen parameter), across processes: every strategy
-// on 2 and 4 ranks follows one rank that reads the same global batch as micro-batches, step
+// (ZERO1 included) on 2 and 4 ranks follows one rank that reads the same global batch as micro-batches, step
 // for step; gradient accumulation with no_sync; DDP buckets; buffers broadcast from rank 0.
 //
 // The one-rank reference accumulates N micro-batches because BatchNorm normalises each rank's
@@ -65,8 +65,10 @@ TEST(FullyShard, UserModuleStrategiesMatchOneRank) {
   // The loss moves: the comparison is not between constants.
   ASSERT_EQ(ref2.losses.size(), 6u);
   EXPECT_LT(ref2.losses.back(), ref2.losses.front());
-  for (std::string s : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}) expect_same(ref2, run(2, s, 1), s + " 2 ranks");
+  for (std::string s : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "ZERO1"}) expect_same(ref2, run(2, s, 1), s + " 2 ranks");
   expect_same(ref4, run(4, "FULL_SHARD", 1), "FULL_SHARD 4 ranks");
+  expect_same(ref4, run(4, "ZERO1", 1), "ZERO1 4 ranks");
+  expect_same(ref4, run(2, "ZERO1", 2), "ZERO1 2 ranks x 2 micro-batches (no_sync)");
   expect_same(ref4, run(4, "HYBRID_SHARD", 1, 0, 2), "HYBRID_SHARD 4 ranks (2 x 2)");
   expect_same(ref4, run(2, "FULL_SHARD", 2), "FULL_SHARD 2 ranks x 2 micro-batches (no_sync)");
   expect_same(ref4, run(2, "NO_SHARD", 2), "NO_SHARD 2 ranks x 2 micro-batches (no_sync)");

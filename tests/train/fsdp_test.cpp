@@ -14,6 +14,7 @@
 #include "data/prepare.h"
 #include "support/corpus.h"
 #include "support/process.h"
+#include "support/tiny_train.h"
 
 namespace {
 
@@ -34,17 +35,10 @@ class Fsdp : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  static std::vector<std::string> command(const std::string& run, int64_t batch, const std::vector<std::string>& sets) {
-    std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
-                                     "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + (*dir_ / run),
-                                     "--set", "data.batch_size=" + std::to_string(batch), "--set",
-                                     "train.steps=" + std::to_string(kSteps), "--set", "train.threads=1", "--set",
-                                     "train.eval_interval=0", "--set", "train.check_replicas=true"};
-    for (auto& s : sets) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
-    return argv;
+  static std::vector<std::string> command(const std::string& run, int64_t batch, std::vector<std::string> sets) {
+    sets.insert(sets.begin(), {"data.batch_size=" + std::to_string(batch), "train.steps=" + std::to_string(kSteps),
+                               "train.check_replicas=true"});
+    return cadre::test::tiny_train_command(*dir_ / "data", *dir_ / run, sets);
   }
 
   static std::vector<double> losses(const std::string& run) {

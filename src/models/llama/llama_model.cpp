@@ -3,17 +3,22 @@
 
 #include "core/error.h"
 #include "models/llama/parallelize.h"
+#include "models/llama/tensor_parallel.h"
 
 namespace cadre {
 
 LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config), llama_(std::make_shared<Llama>(config)) {}
 
-FSDPModule LlamaModel::parallelize(const FullyShardOptions& options, const ParallelConfig& parallel) {
-  return llama_parallelize(*llama_, options, parallel, checkpointing_);
+void LlamaModel::check_parallel(const ParallelConfig& parallel) const {
+  llama_check_tensor_parallel(config_, parallel.tp_size);
+}
+
+FSDPModule LlamaModel::parallelize(const DeviceMesh& mesh, FullyShardOptions options, const ParallelConfig& parallel) {
+  return llama_parallelize(*llama_, mesh, std::move(options), parallel, checkpointing_);
 }
 
 LossOutput LlamaModel::loss(const Batch& batch) {
-  return {llama_loss(call(llama_, batch.input), batch.target)};
+  return {llama_->loss(call(llama_, batch.input), batch.target)};
 }
 
 void LlamaModel::check_data(const DatasetManifest& m) const {

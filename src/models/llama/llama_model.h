@@ -17,7 +17,8 @@ class LlamaModel : public Model {
   torch::nn::Module& module() override { return *llama_; }
   Llama& llama() { return *llama_; }
   void init_weights(uint64_t seed) override { llama_->init_weights(seed); }
-  FSDPModule parallelize(const FullyShardOptions& options, const ParallelConfig& parallel) override;
+  void check_parallel(const ParallelConfig& parallel) const override;
+  FSDPModule parallelize(const DeviceMesh& mesh, FullyShardOptions options, const ParallelConfig& parallel) override;
   LossOutput loss(const Batch& batch) override;
   void check_data(const DatasetManifest& data) const override;
   std::string describe() const override;

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "models/dnnl_linear.h"
 #include "shard/module_hooks.h"
+#include "shard/tp_collectives.h"
+#include "shard/vocab_parallel.h"
 
 namespace cadre {
 
@@ -69,8 +71,10 @@ Attention::Attention(const LlamaConfig& c)
   wo = register_module("wo", std::make_shared<Projection>(n_heads * head_dim, c.dim));
 }
 
-at::Tensor Attention::forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const {
-  const int64_t B = x.size(0), T = x.size(1);
+at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope, const at::Tensor& mask) const {
+  const int64_t B = input.size(0), T = input.size(1);
+  // Tensor parallel: this rank's heads (q, k, v column-parallel); wo sums the heads' parts.
+  const at::Tensor x = tp_group ? copy_to_tp_region(input, *tp_group) : input;
   at::Tensor q = wq->forward(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
   at::Tensor k = wk->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
   at::Tensor v = wv->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
@@ -87,7 +91,7 @@ at::Tensor Attention::forward(const at::Tensor& x, const Rope& rope, const at::T
   at::Tensor probs = scores.scalar_type() == at::kFloat ? at::softmax(scores, -1)
                                                           : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
   at::Tensor out = batched_matmul(probs, v3).view({B, n_heads, T, head_dim}).transpose(1, 2).reshape({B, T, n_heads * head_dim});
-  return wo->forward(out);
+  return tp_group ? reduce_from_tp_region(wo->forward(out), *tp_group) : wo->forward(out);
 }
 
 FeedForward::FeedForward(int64_t dim, int64_t hidden) {
@@ -96,8 +100,11 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden) {
   w3 = register_module("w3", std::make_shared<Projection>(dim, hidden));
 }
 
-at::Tensor FeedForward::forward(const at::Tensor& x) const {
-  return w2->forward(at::silu(w1->forward(x)) * w3->forward(x));
+at::Tensor FeedForward::forward(const at::Tensor& input) const {
+  if (!tp_group) return w2->forward(at::silu(w1->forward(input)) * w3->forward(input));
+  // Tensor parallel: this rank's columns of the hidden layer; w2 sums their parts.
+  const at::Tensor x = copy_to_tp_region(input, *tp_group);
+  return reduce_from_tp_region(w2->forward(at::silu(w1->forward(x)) * w3->forward(x)), *tp_group);
 }
 
 Block::Block(const LlamaConfig& c) {
@@ -142,12 +149,20 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
               config_.max_seq_len);
   const at::ScalarType dtype = tok_embeddings->weight.scalar_type();
-  at::Tensor h = at::embedding(tok_embeddings->weight, tokens);
+  at::Tensor h = tp_group ? vocab_parallel_embedding(tok_embeddings->weight, tokens, vocab_start, *tp_group)
+                          : at::embedding(tok_embeddings->weight, tokens);
   Rope rope = rope_for(T, dtype);
   at::Tensor mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(dtype)).triu(1);
   for (auto& block : layers->blocks) h = call(block, h, rope, mask);
   h = norm->forward(h);
+  if (tp_group) h = copy_to_tp_region(h, *tp_group);  // the head is column-parallel over the vocabulary
   return linear_no_bias(h, output_weight());
+}
+
+at::Tensor Llama::loss(const at::Tensor& logits, const at::Tensor& targets) const {
+  if (!tp_group) return llama_loss(logits, targets);
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), vocab_start,
+                                      *tp_group);
 }
 
 void Llama::init_weights(uint64_t seed) {

@@ -1,7 +1,10 @@
 // Llama as a libtorch module: token embedding, RMSNorm, rotary embeddings (HF rotate-half
 // layout), grouped-query causal attention, SwiGLU MLP, final norm, tied or untied head.
 // Parameter names follow Meta's checkpoints (layers.N.attention.wq.weight, ...). Blocks run
-// through cadre::call, so FSDP units and activation checkpointing act around each one.
+// through cadre::call, so FSDP units and activation checkpointing act around each one. Under
+// tensor parallelism (models/llama/tensor_parallel.h) the same modules hold their part of each
+// split parameter and `tp_group` is set: forwards then go through the tensor-parallel
+// collectives (shard/tp_collectives.h, shard/vocab_parallel.h).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -9,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/comm.h"
 #include "models/llama/config.h"
 
 namespace cadre {
@@ -46,7 +50,8 @@ class Attention : public torch::nn::Module {
   explicit Attention(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
   std::shared_ptr<Projection> wq, wk, wv, wo;
-  int64_t n_heads, n_kv_heads, head_dim;
+  int64_t n_heads, n_kv_heads, head_dim;  // heads on this rank
+  comm::Communicator* tp_group = nullptr;  // q/k/v column-parallel, wo row-parallel over it
 };
 
 class FeedForward : public torch::nn::Module {
@@ -54,6 +59,7 @@ class FeedForward : public torch::nn::Module {
   FeedForward(int64_t dim, int64_t hidden);
   at::Tensor forward(const at::Tensor& x) const;
   std::shared_ptr<Projection> w1, w2, w3;  // gate, down, up
+  comm::Communicator* tp_group = nullptr;  // w1/w3 column-parallel, w2 row-parallel over it
 };
 
 class Block : public torch::nn::Module {
@@ -76,8 +82,12 @@ class Llama : public torch::nn::Module {
  public:
   explicit Llama(const LlamaConfig& config);
 
-  // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
+  // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype. Under tensor
+  // parallelism: this rank's vocabulary columns [vocab_start, vocab_start + vocab / tp).
   at::Tensor forward(const at::Tensor& tokens);
+  // Mean next-token cross-entropy of forward's logits against targets [B, T], float32; under
+  // tensor parallelism without gathering the logits.
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) const;
 
   // Deterministic initialisation from a seed: N(0, init_std) for matrices, with the residual
   // output projections (wo, w2) scaled by 1/sqrt(2 * n_layers); norms start at one.
@@ -93,6 +103,8 @@ class Llama : public torch::nn::Module {
   std::shared_ptr<BlockList> layers;
   std::shared_ptr<RMSNorm> norm;
   std::shared_ptr<Projection> output;  // null when tie_embeddings
+  comm::Communicator* tp_group = nullptr;  // vocabulary-parallel embedding and head over it
+  int64_t vocab_start = 0;                 // first vocabulary row this rank holds
 
  private:
   Rope rope_for(int64_t seq_len, at::ScalarType dtype);

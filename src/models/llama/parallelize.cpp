@@ -1,12 +1,14 @@
-// FSDP units and activation checkpointing for Llama.
+// Tensor parallelism, FSDP units and activation checkpointing for Llama.
 #include "models/llama/parallelize.h"
 
+#include "models/llama/tensor_parallel.h"
 #include "shard/wrap_policy.h"
 
 namespace cadre {
 
-FSDPModule llama_parallelize(Llama& model, const FullyShardOptions& options, const ParallelConfig& parallel,
-                             std::vector<HookHandle>& checkpointing) {
+FSDPModule llama_parallelize(Llama& model, const DeviceMesh& mesh, FullyShardOptions options,
+                             const ParallelConfig& parallel, std::vector<HookHandle>& checkpointing) {
+  if (mesh.tp()) options.tensor_parallel = llama_tensor_parallelize(model, *mesh.tp());
   auto& blocks = model.layers->blocks;
   if (parallel.activation_checkpointing)
     for (auto& block : blocks) checkpointing.push_back(checkpoint_wrapper(*block));

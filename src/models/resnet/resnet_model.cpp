@@ -10,7 +10,7 @@ namespace cadre {
 
 ResnetModel::ResnetModel(const ResnetConfig& config) : config_(config), net_(std::make_shared<ResNetImpl>(config)) {}
 
-FSDPModule ResnetModel::parallelize(const FullyShardOptions& options, const ParallelConfig& parallel) {
+FSDPModule ResnetModel::parallelize(const DeviceMesh&, FullyShardOptions options, const ParallelConfig& parallel) {
   return resnet_parallelize(*net_, options, parallel, checkpointing_);
 }
 

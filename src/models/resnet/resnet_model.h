@@ -17,7 +17,7 @@ class ResnetModel : public Model {
   torch::nn::Module& module() override { return *net_; }
   ResNetImpl& net() { return *net_; }
   void init_weights(uint64_t seed) override { net_->init_weights(seed); }
-  FSDPModule parallelize(const FullyShardOptions& options, const ParallelConfig& parallel) override;
+  FSDPModule parallelize(const DeviceMesh& mesh, FullyShardOptions options, const ParallelConfig& parallel) override;
   LossOutput loss(const Batch& batch) override;
   void check_data(const DatasetManifest& data) const override;
   std::string describe() const override;
