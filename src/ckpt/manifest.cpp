@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_error.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace cadre {
@@ -39,36 +40,65 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   return j.dump(1) + "\n";
 }
 
-CheckpointManifest manifest_parse(const std::string& text, const std::string& source) {
+std::string pieces_coverage_problem(const TensorRecord& t) {
+  int64_t next = 0;
+  for (const auto& p : t.pieces) {
+    if (p.start != next)
+      return str("elements ", std::min(next, p.start), "..", std::max(next, p.start),
+                 p.start > next ? " are missing" : " are stored twice (or the pieces are out of order)");
+    next = p.start + p.count;  // bounds were checked when the piece was read
+  }
+  if (next != t.numel()) return str("elements ", next, "..", t.numel(), " are missing");
+  return "";
+}
+
+CheckpointManifest manifest_parse(const std::string& text, const std::string& source, PieceCoverage coverage) {
   CheckpointManifest m;
   std::string where = "the header";
+  auto bad = [&](const std::string& why) { return CheckpointError(str(source, ": ", where, ": ", why)); };
   try {
     nlohmann::json j = nlohmann::json::parse(text);
-    if (j.value("format", "") != "cadre-checkpoint") throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
+    if (!j.is_object() || j.value("format", "") != "cadre-checkpoint")
+      throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
     m.version = j.at("version").get<int>();
     if (m.version != CheckpointManifest::kVersion)
       throw CheckpointError(str(source, ": manifest version ", m.version, ", this build reads ", CheckpointManifest::kVersion));
     m.step = j.at("step").get<int64_t>();
     m.world_size = j.at("world_size").get<int64_t>();
+    if (m.step < 0 || m.world_size < 1) throw bad(str("step ", m.step, " or world_size ", m.world_size, " is out of range"));
     m.strategy = j.at("strategy").get<std::string>();
     m.state = j.at("state").get<std::map<std::string, int64_t>>();
     m.config_yaml = j.at("config_yaml").get<std::string>();
     where = "files";
-    for (const auto& f : j.at("files"))
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("rank").get<int64_t>()});
+    for (const auto& f : j.at("files")) {
+      FileRecord record{f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("rank").get<int64_t>()};
+      if (record.bytes < 0 || record.name.empty() || record.name.find('/') != std::string::npos)
+        throw bad(str("file '", record.name, "' of ", record.bytes, " bytes is not a plain file name and size"));
+      m.files.push_back(std::move(record));
+    }
     for (const auto& [name, t] : j.at("tensors").items()) {
       where = "tensor '" + name + "'";
       TensorRecord r;
       r.dtype = t.at("dtype").get<std::string>();
       r.shape = t.at("shape").get<std::vector<int64_t>>();
       const int64_t elem = dtype_element_size(r.dtype);
+      const auto numel = checked_numel(r.shape);
+      if (!numel) throw bad("its shape has a negative dimension or more elements than fit 64 bits");
       for (const auto& p : t.at("pieces")) {
         PieceRecord pr{p.at("file").get<int64_t>(), p.at("offset").get<int64_t>(), p.at("start").get<int64_t>(),
                        p.at("count").get<int64_t>(), p.at("crc32c").get<uint32_t>()};
-        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || pr.start < 0 || pr.count <= 0 ||
-            pr.start + pr.count > r.numel() || pr.offset < 0 || pr.offset + pr.count * elem > m.files[pr.file].bytes)
-          throw CheckpointError(str(source, ": ", where, " has a piece outside its tensor or file"));
+        const auto end = checked_add(pr.start, pr.count);
+        const auto bytes = checked_mul(pr.count, elem);
+        const auto file_end = bytes ? checked_add(pr.offset, *bytes) : std::nullopt;
+        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || pr.start < 0 || pr.count <= 0 || !end ||
+            *end > *numel || pr.offset < 0 || !file_end || *file_end > m.files[pr.file].bytes)
+          throw bad(str("piece (start ", pr.start, ", count ", pr.count, ", file ", pr.file, ", offset ", pr.offset,
+                        ") lies outside its tensor or file"));
         r.pieces.push_back(pr);
+      }
+      if (coverage == PieceCoverage::Complete) {
+        std::string problem = pieces_coverage_problem(r);
+        if (!problem.empty()) throw bad(problem + " (the manifest was edited or damaged)");
       }
       m.tensors.emplace(name, std::move(r));
     }
@@ -102,13 +132,8 @@ CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks) 
   }
   for (auto& [name, t] : out.tensors) {
     std::sort(t.pieces.begin(), t.pieces.end(), [](const PieceRecord& a, const PieceRecord& b) { return a.start < b.start; });
-    int64_t next = 0;
-    for (const auto& p : t.pieces) {
-      CADRE_CHECK(p.start == next, "checkpoint tensor '", name, "': elements ", std::min(next, p.start), "..",
-                  std::max(next, p.start), p.start > next ? " are missing" : " are written twice");
-      next = p.start + p.count;
-    }
-    CADRE_CHECK(next == t.numel(), "checkpoint tensor '", name, "': elements ", next, "..", t.numel(), " are missing");
+    std::string problem = pieces_coverage_problem(t);
+    CADRE_CHECK(problem.empty(), "checkpoint tensor '", name, "': ", problem);
   }
   return out;
 }
