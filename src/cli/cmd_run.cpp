@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "launch/agent.h"
+#include "launch/log_dir.h"
 #include "launch/slurm.h"
 #include "launch/worker_group.h"
 #include "rdzv/etcd_client.h"
@@ -99,7 +100,8 @@ int cmd_run(const Args& args) {
   flags.add("--monitor-interval", &monitor_interval, "seconds between worker checks and heartbeats (default 0.1)");
   flags.add("--stop-timeout", &stop_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 10)");
   flags.add("--node-rank", &node_rank, "this node's rank (static backend; optional for c10d)");
-  flags.add("--log-dir", &log_dir, "directory for per-rank logs and the error file (default: a new temp dir)");
+  flags.add("--log-dir", &log_dir, "directory for per-rank logs and the error file (default: <run.dir>/logs for "
+            "`cadre train`, else a temporary directory removed after success)");
   flags.add("--error-file", &error_file, "root-cause file written on give-up (default <log-dir>/error.json)");
   flags.add("--local-addr", &local_addr, "address other nodes reach this node at (default: route to the store)");
   std::vector<std::string> program = flags.parse(args);
@@ -177,17 +179,28 @@ int cmd_run(const Args& args) {
   cfg.local_addr = local_addr;
   program[0] = launch::program_resolve(program[0]);
   cfg.program = program;
+  bool temporary_logs = false;
   if (log_dir.empty()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cadre-run-XXXXXX").string();
-    CADRE_CHECK(::mkdtemp(tmpl.data()), "cannot create a temporary log directory ", tmpl);
-    log_dir = tmpl;
+    // A `cadre train` worker has a run directory: its logs belong there. Anything else gets a
+    // temporary directory, removed after success and rotated after failures.
+    const bool cadre_train = program.size() > 1 && program[1] == "train" &&
+                             std::filesystem::path(program[0]).filename() == "cadre";
+    const std::string run_dir = cadre_train ? train_run_dir(Args(program.begin() + 2, program.end())) : "";
+    if (!run_dir.empty()) {
+      log_dir = (std::filesystem::path(run_dir) / "logs").string();
+    } else {
+      log_dir = launch::temp_log_dir_create();
+      temporary_logs = true;
+    }
   }
   std::filesystem::create_directories(log_dir);
   cfg.log_dir = log_dir;
   cfg.error_file = error_file.empty() ? log_dir + "/error.json" : error_file;
   log::info(str("cadre run: ", min_nodes == max_nodes ? std::to_string(max_nodes) : nnodes, " node(s) x ", nproc,
-                " worker(s), run id ", run_id, ", logs in ", log_dir));
-  return launch::agent_run(cfg);
+                " worker(s), run id ", run_id, ", logs in ", log_dir, temporary_logs ? " (removed if the job succeeds)" : ""));
+  const int code = launch::agent_run(cfg);
+  if (code == 0 && temporary_logs) launch::temp_log_dir_remove(log_dir);
+  return code;
 }
 
 }  // namespace cadre

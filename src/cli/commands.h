@@ -11,6 +11,9 @@ using Args = std::vector<std::string>;
 
 int cmd_data(const Args& args);   // data prepare
 int cmd_train(const Args& args);  // train --config ...
+// The run directory `cadre train ARGS` would write to, "" when ARGS do not resolve to a config
+// (cmd_train.cpp; `cadre run` puts its logs there).
+std::string train_run_dir(const Args& args);
 int cmd_ckpt(const Args& args);   // ckpt inspect|export
 int cmd_bench(const Args& args);   // cmd_bench.cpp: `cadre bench collectives ...`
 int cmd_doctor(const Args& args);  // cmd_doctor.cpp: health checks before training

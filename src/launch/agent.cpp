@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "launch/error_file.h"
+#include "launch/group_guard.h"
 #include "launch/signals.h"
 #include "launch/worker_group.h"
 #include "rdzv/endpoint.h"
@@ -89,6 +90,8 @@ int agent_run(const AgentConfig& cfg) {
   signals_install();
   // Orphaned grandchildren of workers are re-parented to us, so stop() can reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Before any thread starts: if we die (even by SIGKILL), the guard kills the workers' groups.
+  ProcessGroupGuard guard;
 
   auto opened = rdzv::store_open(cfg.store);
   rdzv::Rendezvous rendezvous(std::move(opened.store), cfg.rendezvous);
@@ -165,7 +168,7 @@ int agent_run(const AgentConfig& cfg) {
                   round.world_size(), ", restart count ", round.restart_count, ", master ", master.first, ":",
                   master.second));
 
-    WorkerGroup group(cfg.program, worker_specs(cfg, round, master, me.addr));
+    WorkerGroup group(cfg.program, worker_specs(cfg, round, master, me.addr), &guard);
     bool done_marked = false;
     for (;;) {
       if (int sig = signals_received()) {
@@ -177,7 +180,7 @@ int agent_run(const AgentConfig& cfg) {
         } catch (const Error& e) {
           log::warn(str("telling peers we leave: ", e.what()));
         }
-        group.stop(sig, cfg.stop_timeout_s);
+        group.stop(signal_for_workers(sig), cfg.stop_timeout_s);
         return on_signal();
       }
       auto state = group.poll();
