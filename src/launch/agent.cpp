@@ -17,6 +17,7 @@
 #include "launch/signals.h"
 #include "launch/worker_group.h"
 #include "rdzv/endpoint.h"
+#include "store/secret.h"
 
 namespace cadre::launch {
 namespace {
@@ -58,7 +59,8 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
              {"TORCHELASTIC_MAX_RESTARTS", n(cfg.max_restarts)},
              {"TORCHELASTIC_RUN_ID", cfg.rendezvous.run_id},
              {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-             {"TORCHELASTIC_ERROR_FILE", s.error_file_path}};
+             {"TORCHELASTIC_ERROR_FILE", s.error_file_path},
+             {store::kSecretFdEnv, std::to_string(WorkerGroup::kInheritedFd)}};
     // Workers bind their collectives' sockets to the address peers reach this node at. Left to
     // themselves they would use the hostname, which often resolves to loopback (Debian maps it to
     // 127.0.1.1): peers on other machines would then be told to connect to their own loopback.
@@ -95,6 +97,14 @@ int agent_run(const AgentConfig& cfg) {
 
   auto opened = rdzv::store_open(cfg.store);
   rdzv::Rendezvous rendezvous(std::move(opened.store), cfg.rendezvous);
+  // Workers read the secret from an inherited descriptor: never in an argument, an
+  // environment or a log.
+  const std::string secret = cfg.secret.empty() ? rendezvous.agree_on("job_secret", store::job_secret_generate()) : cfg.secret;
+  const int secret_fd = store::job_secret_fd_create(secret);
+  struct CloseOnExit {
+    int fd;
+    ~CloseOnExit() { ::close(fd); }
+  } close_secret{secret_fd};
   rdzv::NodeInfo me;
   me.addr = cfg.local_addr.empty() ? rdzv::local_address_towards(opened.endpoint.host) : cfg.local_addr;
   me.hostname = host_name();
@@ -168,7 +178,7 @@ int agent_run(const AgentConfig& cfg) {
                   round.world_size(), ", restart count ", round.restart_count, ", master ", master.first, ":",
                   master.second));
 
-    WorkerGroup group(cfg.program, worker_specs(cfg, round, master, me.addr), &guard);
+    WorkerGroup group(cfg.program, worker_specs(cfg, round, master, me.addr), &guard, secret_fd);
     bool done_marked = false;
     for (;;) {
       if (int sig = signals_received()) {

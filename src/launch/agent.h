@@ -24,6 +24,9 @@ struct AgentConfig {
   std::string error_file;       // root-cause file written on give-up
   std::string local_addr;       // address peers reach this node at ("" = route towards the store)
   std::vector<std::string> program;  // argv; program[0] resolved
+  // The job secret (store/secret.h); store.secret is the same. Empty with etcd: the agents
+  // then generate one and agree on it through etcd. Workers get it as CADRE_JOB_SECRET_FD.
+  std::string secret;
 };
 
 // Runs the agent until the job ends; returns the exit code (0 success, 1 failure, 128+signal).

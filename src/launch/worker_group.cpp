@@ -87,7 +87,7 @@ std::string program_resolve(const std::string& program) {
 }
 
 WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers,
-                         ProcessGroupGuard* guard)
+                         ProcessGroupGuard* guard, int inherited_fd)
     : specs_(std::move(workers)), guard_(guard) {
   std::vector<LogStream> streams;
   pid_t agent = ::getpid();
@@ -105,7 +105,12 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<Worke
       if (::getppid() != agent) ::_exit(1);   // it died before prctl took effect
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
-      ::close_range(3, ~0U, 0);
+      if (inherited_fd == kInheritedFd) {
+        ::fcntl(kInheritedFd, F_SETFD, 0);  // dup2 onto itself would leave close-on-exec set
+      } else if (inherited_fd >= 0) {
+        ::dup2(inherited_fd, kInheritedFd);
+      }
+      ::close_range(inherited_fd >= 0 ? kInheritedFd + 1 : kInheritedFd, ~0U, 0);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -40,9 +40,11 @@ std::string program_resolve(const std::string& program);
 class WorkerGroup {
  public:
   // Starts every worker; argv[0] must be resolved (program_resolve). `guard` (optional) learns
-  // each worker's process group while it exists.
+  // each worker's process group while it exists. `inherited_fd` (optional) becomes each
+  // worker's descriptor kInheritedFd (the job secret's; nothing else is inherited).
   WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers,
-              ProcessGroupGuard* guard = nullptr);
+              ProcessGroupGuard* guard = nullptr, int inherited_fd = -1);
+  static constexpr int kInheritedFd = 3;
   ~WorkerGroup();  // stop(SIGKILL, 0) if anything is still running
 
   enum class State { Running, Succeeded, Failed };

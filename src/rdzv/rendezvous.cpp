@@ -20,6 +20,7 @@
 //   left/<k>              agents that exited while the round counter was k
 //   finished              set when a round's workers all succeeded, or "failed" when the job gave
 //                         up (late agents then leave; a new agent starts generation g+1)
+//   agreed/<name>         values the agents settle on (agree_on), e.g. agreed/job_secret with etcd
 #include "rdzv/rendezvous.h"
 
 #include <algorithm>
@@ -101,6 +102,13 @@ Rendezvous::Rendezvous(std::unique_ptr<KvStore> store, RendezvousConfig config)
     if (old >= 1) store_->erase_prefix("cadre/" + config_.run_id + "/g" + std::to_string(old - 1) + "/");
   }
   store_->compare_set(key("round"), "", "0");
+}
+
+std::string Rendezvous::agree_on(const std::string& name, const std::string& proposal) {
+  const std::string k = key("agreed/" + name);
+  std::string agreed = store_->compare_set(k, "", proposal);
+  CADRE_CHECK(!agreed.empty(), "rendezvous store ", store_->describe(), ": key '", k, "' is empty");
+  return agreed;
 }
 
 std::string Rendezvous::key(const std::string& suffix) const {

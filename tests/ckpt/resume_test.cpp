@@ -197,7 +197,8 @@ TEST_F(Resume, SigtermCheckpointsTheCurrentStepAndResumeLosesNothing) {
   cadre::testing::ChildGuard ranks;
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                    "CADRE_JOB_SECRET=resume-test-secret-" + std::to_string(port)};
     ranks.pids.push_back(cadre::testing::spawn(train_argv(run, kTwoRanks), cadre::testing::base_environment(env),
                                                path(run + "-rank" + std::to_string(r) + ".log")));
   }

@@ -25,6 +25,10 @@ class RunTest : public ::testing::Test {
     script = dir.path + "/worker.sh";
     write_file(script, kWorkerScript);
     port = free_port();
+    // Agents of one multi-node job share a job secret.
+    secret_file = dir.path + "/secret";
+    write_file(secret_file, "run-test-secret-" + marker + "\n");
+    std::filesystem::permissions(secret_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
 
   // Arguments of one agent ("node"), with short timeouts so the tests run in seconds.
@@ -35,7 +39,7 @@ class RunTest : public ::testing::Test {
                                   "--monitor-interval", "0.05", "--stop-timeout", "3",
                                   "--rdzv-conf",
                                   "last_call_timeout=1,heartbeat_timeout=2,join_timeout=30,store_timeout=15,exit_linger=5",
-                                  "--log-dir", dir.path + "/logs" + tag};
+                                  "--log-dir", dir.path + "/logs" + tag, "--job-secret-file", secret_file};
     if (node_rank >= 0) {
       a.push_back("--node-rank");
       a.push_back(std::to_string(node_rank));
@@ -71,7 +75,7 @@ class RunTest : public ::testing::Test {
   }
 
   TempDir dir;
-  std::string marker, script;
+  std::string marker, script, secret_file;
   MarkerReaper reaper;
   int port = 0;
 };
