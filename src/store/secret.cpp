@@ -101,8 +101,10 @@ int job_secret_fd_create(const std::string& secret) {
     }
     done += static_cast<size_t>(w);
   }
-  // Workers may read it, never change it for the others.
+  // Workers may read it, never change it for the others. They share this descriptor's offset:
+  // readers other than pread should open /proc/self/fd/N, which starts at 0 for each.
   ::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  ::lseek(fd, 0, SEEK_SET);
   return fd;
 }
 
