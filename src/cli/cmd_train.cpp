@@ -5,6 +5,7 @@
 #include "cli/flags.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "models/registry.h"
 #include "train/trainer.h"
 
 namespace cadre {
@@ -43,6 +44,7 @@ std::string train_run_dir(const Args& args) {
 
 int cmd_train(const Args& args) {
   Config config = train_config(args);
+  model_config_resolve(config);  // the model's own keys: exit 2 before any work
   TrainSummary s = train_run(config);
   if (s.stopped_by_signal) {
     // Not a success: an agent must not take a stopped run for a finished one.
@@ -58,7 +60,9 @@ int cmd_train(const Args& args) {
   }
   std::printf("trained %lld steps: loss %.4f", static_cast<long long>(s.steps), s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val_loss %.4f", s.final_val_loss);
-  std::printf(", %.0f tokens/s\nresults in %s (metrics.jsonl, summary.json)\n", s.tokens_per_s, s.run_dir.c_str());
+  if (s.final_val_accuracy >= 0) std::printf(", val_accuracy %.4f", s.final_val_accuracy);
+  std::printf(", %.0f %s/s\nresults in %s (metrics.jsonl, summary.json)\n", s.throughput, s.throughput_unit.c_str(),
+              s.run_dir.c_str());
   if (!s.checkpoint.empty()) std::printf("checkpoint %s\n", s.checkpoint.c_str());
   return 0;
 }

@@ -4,7 +4,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -15,28 +14,9 @@
 namespace cadre {
 namespace {
 
-using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*>;
-
-struct Field {
-  std::string key;
-  FieldPtr ptr;
-};
-
 std::vector<Field> config_fields(Config& c) {
   return {
       {"model.arch", &c.model.arch},
-      {"model.dim", &c.model.dim},
-      {"model.n_layers", &c.model.n_layers},
-      {"model.n_heads", &c.model.n_heads},
-      {"model.n_kv_heads", &c.model.n_kv_heads},
-      {"model.vocab_size", &c.model.vocab_size},
-      {"model.ffn_dim", &c.model.ffn_dim},
-      {"model.multiple_of", &c.model.multiple_of},
-      {"model.max_seq_len", &c.model.max_seq_len},
-      {"model.norm_eps", &c.model.norm_eps},
-      {"model.rope_theta", &c.model.rope_theta},
-      {"model.tie_embeddings", &c.model.tie_embeddings},
-      {"model.init_std", &c.model.init_std},
       {"data.dir", &c.data.dir},
       {"data.batch_size", &c.data.batch_size},
       {"optim.lr", &c.optim.lr},
@@ -55,6 +35,7 @@ std::vector<Field> config_fields(Config& c) {
       {"train.eval_interval", &c.train.eval_interval},
       {"train.eval_batches", &c.train.eval_batches},
       {"train.stop_at", &c.train.stop_at},
+      {"train.check_replicas", &c.train.check_replicas},
       {"parallel.strategy", &c.parallel.strategy},
       {"parallel.shard_group_size", &c.parallel.shard_group_size},
       {"parallel.mixed_precision.param_dtype", &c.parallel.mixed_precision.param_dtype},
@@ -95,68 +76,34 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
   }
 }
 
-void assign(const Field& field, const YAML::Node& value, const std::string& source) {
-  auto bad = [&](const char* expected) {
-    std::string shown = value.IsScalar() ? "'" + value.Scalar() + "'" : "a non-scalar value";
-    throw ConfigError(str(source, ": key '", field.key, "' expects ", expected, ", got ", shown));
-  };
-  if (!value.IsScalar()) bad("a scalar");
-  const std::string& text = value.Scalar();
-  std::visit(
-      [&](auto* ptr) {
-        using T = std::remove_pointer_t<decltype(ptr)>;
-        if constexpr (std::is_same_v<T, std::string>) {
-          *ptr = text;
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (text == "true" || text == "True") *ptr = true;
-          else if (text == "false" || text == "False") *ptr = false;
-          else bad("true or false");
-        } else if constexpr (std::is_same_v<T, int64_t>) {
-          size_t used = 0;
-          long long v = 0;
-          try { v = std::stoll(text, &used); } catch (const std::exception&) { bad("an integer"); }
-          if (used != text.size()) bad("an integer");
-          *ptr = v;
-        } else {
-          size_t used = 0;
-          double v = 0;
-          try { v = std::stod(text, &used); } catch (const std::exception&) { bad("a finite number"); }
-          // inf and nan would pass range checks such as `> 0` (or fail them with a misleading message).
-          if (used != text.size() || !std::isfinite(v)) bad("a finite number");
-          *ptr = v;
-        }
-      },
-      field.ptr);
-}
-
-const Field& find_field(const std::vector<Field>& fields, const std::string& key,
-                        const std::string& source) {
-  for (const auto& f : fields)
-    if (f.key == key) return f;
-  // Name the section's keys so a typo is easy to fix.
-  std::string section = key.substr(0, key.find('.'));
-  std::string known;
-  for (const auto& f : fields)
-    if (f.key.compare(0, section.size() + 1, section + ".") == 0) known += " " + f.key;
-  if (known.empty()) {
-    for (const auto& f : fields) {
-      std::string s = f.key.substr(0, f.key.find('.'));
-      if (known.find(" " + s + " ") == std::string::npos) known += " " + s + " ";
-    }
-    throw ConfigError(str(source, ": unknown section in key '", key, "'; sections are:", known));
-  }
-  throw ConfigError(str(source, ": unknown key '", key, "'; keys in '", section, "' are:", known));
-}
-
 bool is_dtype(const std::string& s) { return s == "float32" || s == "bfloat16"; }
 
 }  // namespace
 
-int64_t model_ffn_dim(const ModelConfig& m) {
-  if (m.ffn_dim > 0) return m.ffn_dim;
-  int64_t hidden = 2 * (4 * m.dim) / 3;
-  return m.multiple_of * ((hidden + m.multiple_of - 1) / m.multiple_of);
+std::string ModelSection::value(const std::string& name) const {
+  for (const auto& k : keys)
+    if (k.key == "model." + name) return k.value;
+  return "";
 }
+
+namespace {
+
+// Model keys other than arch are the model's: kept as written, a later one replacing an
+// earlier one (an override replaces the file's value).
+bool model_key_set(Config& config, const std::string& key, const std::string& text, const std::string& source) {
+  if (key.rfind("model.", 0) != 0 || key == "model.arch") return false;
+  CADRE_CONFIG_CHECK(key.find('.', 6) == std::string::npos, source, ": key '", key,
+                     "': model keys are not nested");
+  for (auto& k : config.model.keys)
+    if (k.key == key) {
+      k = {key, text, source};
+      return true;
+    }
+  config.model.keys.push_back({key, text, source});
+  return true;
+}
+
+}  // namespace
 
 Config config_parse(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides) {
@@ -174,7 +121,9 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
     flatten(root, "", source, flat);
     for (const auto& [key, value] : flat) {
       if (value.IsNull()) throw ConfigError(str(source, ": key '", key, "' has no value"));
-      assign(find_field(fields, key, source), value, source);
+      if (!value.IsScalar()) throw ConfigError(str(source, ": key '", key, "' expects a scalar, got a non-scalar value"));
+      if (model_key_set(config, key, value.Scalar(), source)) continue;
+      field_assign(field_find(fields, key, source), value.Scalar(), source);
     }
   }
   for (const auto& item : overrides) {
@@ -183,7 +132,6 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
       throw ConfigError(str("--set '", item, "': expected section.key=value"));
     std::string key = item.substr(0, eq);
     std::string text = item.substr(eq + 1);
-    const Field& field = find_field(fields, key, "--set");
     YAML::Node value;
     try {
       value = YAML::Load(text);
@@ -192,7 +140,9 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
     }
     // An empty override sets an empty string (e.g. checkpoint.dir=).
     if (value.IsNull()) value = YAML::Node(std::string());
-    assign(field, value, "--set");
+    if (!value.IsScalar()) throw ConfigError(str("--set ", key, ": expects a scalar, got '", text, "'"));
+    if (model_key_set(config, key, value.Scalar(), "--set")) continue;
+    field_assign(field_find(fields, key, "--set"), value.Scalar(), "--set");
   }
   config_validate(config);
   return config;
@@ -207,21 +157,7 @@ Config config_load(const std::string& path, const std::vector<std::string>& over
 }
 
 void config_validate(const Config& c) {
-  const auto& m = c.model;
-  CADRE_CONFIG_CHECK(m.arch == "llama", "model.arch: unknown architecture '", m.arch, "' (known: llama)");
-  CADRE_CONFIG_CHECK(m.dim > 0 && m.n_layers > 0 && m.n_heads > 0 && m.n_kv_heads > 0,
-                     "model.dim, n_layers, n_heads and n_kv_heads must be positive");
-  CADRE_CONFIG_CHECK(m.dim % m.n_heads == 0, "model.dim (", m.dim, ") must be divisible by model.n_heads (",
-                     m.n_heads, ")");
-  CADRE_CONFIG_CHECK((m.dim / m.n_heads) % 2 == 0, "model.dim / model.n_heads must be even for rotary embeddings");
-  CADRE_CONFIG_CHECK(m.n_kv_heads <= m.n_heads && m.n_heads % m.n_kv_heads == 0,
-                     "model.n_kv_heads (", m.n_kv_heads, ") must divide model.n_heads (", m.n_heads, ")");
-  CADRE_CONFIG_CHECK(m.vocab_size > 0, "model.vocab_size must be positive");
-  CADRE_CONFIG_CHECK(m.max_seq_len > 0, "model.max_seq_len must be positive");
-  CADRE_CONFIG_CHECK(m.ffn_dim >= 0 && m.multiple_of > 0, "model.ffn_dim must be >= 0 and model.multiple_of > 0");
-  CADRE_CONFIG_CHECK(m.norm_eps > 0 && m.rope_theta > 0 && m.init_std > 0,
-                     "model.norm_eps, model.rope_theta and model.init_std must be positive");
-
+  CADRE_CONFIG_CHECK(!c.model.arch.empty(), "model.arch must name a model");
   CADRE_CONFIG_CHECK(c.data.batch_size > 0, "data.batch_size must be positive");
 
   const auto& o = c.optim;
@@ -238,7 +174,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(t.threads >= 1, "train.threads must be >= 1");
   CADRE_CONFIG_CHECK(t.log_interval >= 1, "train.log_interval must be >= 1");
   CADRE_CONFIG_CHECK(t.eval_interval >= 0, "train.eval_interval must be >= 0");
-  CADRE_CONFIG_CHECK(t.eval_batches >= 1, "train.eval_batches must be >= 1");
+  CADRE_CONFIG_CHECK(t.eval_batches >= 0, "train.eval_batches must be >= 0 (0: the whole validation split)");
 
   const auto& p = c.parallel;
   CADRE_CONFIG_CHECK(p.strategy == "FULL_SHARD" || p.strategy == "SHARD_GRAD_OP" ||
@@ -268,19 +204,17 @@ void config_validate(const Config& c) {
 
 std::string config_to_yaml(const Config& config) {
   Config copy = config;
+  std::vector<RawKey> keys = fields_dump(config_fields(copy), "");
+  keys.insert(keys.begin() + 1, copy.model.keys.begin(), copy.model.keys.end());  // after model.arch
   YAML::Node root;
-  for (const auto& field : config_fields(copy)) {
+  for (const auto& k : keys) {
     // Walk/create the nested maps for the dotted key.
     std::vector<std::string> parts;
-    std::stringstream ss(field.key);
+    std::stringstream ss(k.key);
     for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
     // yaml-cpp creates nested maps only through one chained operator[] expression.
-    std::visit(
-        [&](auto* ptr) {
-          if (parts.size() == 2) root[parts[0]][parts[1]] = *ptr;
-          else root[parts[0]][parts[1]][parts[2]] = *ptr;
-        },
-        field.ptr);
+    if (parts.size() == 2) root[parts[0]][parts[1]] = k.value;
+    else root[parts[0]][parts[1]][parts[2]] = k.value;
   }
   YAML::Emitter out;
   out << root;

@@ -6,22 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "core/config_fields.h"
+
 namespace cadre {
 
-struct ModelConfig {
+// The model section: `arch` picks the model; every other key belongs to that model, which
+// parses, validates and fills in its defaults (models/registry.h: model_config_resolve).
+// Core knows no model.
+struct ModelSection {
   std::string arch = "llama";
-  int64_t dim = 512;
-  int64_t n_layers = 8;
-  int64_t n_heads = 8;
-  int64_t n_kv_heads = 8;       // grouped-query attention when < n_heads
-  int64_t vocab_size = 8192;
-  int64_t ffn_dim = 0;          // 0: Llama's rule, 2/3 * 4 * dim rounded up to multiple_of
-  int64_t multiple_of = 256;
-  int64_t max_seq_len = 256;
-  double norm_eps = 1e-5;
-  double rope_theta = 10000.0;
-  bool tie_embeddings = false;
-  double init_std = 0.02;
+  std::vector<RawKey> keys;  // "model.dim" = "64", ...: in file order, --set overrides replace
+  // The value of `model.<name>` as written ("" when absent).
+  std::string value(const std::string& name) const;
 };
 
 struct DataConfig {
@@ -47,10 +43,13 @@ struct TrainConfig {
   int64_t threads = 2;          // intra-op threads per process
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables validation
-  int64_t eval_batches = 8;
+  int64_t eval_batches = 8;     // global batches per evaluation; 0: the whole validation split
   // Stop after this step as if interrupted (a checkpoint is written); the LR schedule still
   // spans `steps`. 0: run to `steps`.
   int64_t stop_at = 0;
+  // Diagnostic: after training, check that every rank holds the same parameters (gathers one
+  // unit at a time). Off in production runs.
+  bool check_replicas = false;
 };
 
 struct MixedPrecisionConfig {
@@ -90,7 +89,7 @@ struct RunConfig {
 };
 
 struct Config {
-  ModelConfig model;
+  ModelSection model;
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
@@ -101,19 +100,17 @@ struct Config {
 
 // Loads `path` (YAML), then applies `overrides` ("section.key=value", value parsed as YAML).
 // Throws ConfigError naming the file and key on unknown keys, bad types or invalid values.
+// The model's own keys are kept as written: model_config_resolve checks them.
 Config config_load(const std::string& path, const std::vector<std::string>& overrides);
 
 // Same, from YAML text (tests); `source` names it in errors.
 Config config_parse(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides);
 
-// Checks cross-field rules (heads divide dim, known strategy, ...). Throws ConfigError.
+// Checks cross-field rules (known strategy, ...). Throws ConfigError.
 void config_validate(const Config& config);
 
 // The resolved configuration as YAML, every key present.
 std::string config_to_yaml(const Config& config);
-
-// Feed-forward width after applying Llama's sizing rule.
-int64_t model_ffn_dim(const ModelConfig& model);
 
 }  // namespace cadre

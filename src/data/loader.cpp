@@ -4,12 +4,12 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "data/permutation.h"
 
 namespace cadre {
 
 TokenLoader::TokenLoader(const std::string& dir, Split split, uint64_t seed)
-    : manifest_(manifest_read(dir)), split_(split), seed_(seed) {
+    : manifest_(manifest_read(dir)) {
+  CADRE_CONFIG_CHECK(manifest_.kind == "tokens", "dataset '", dir, "' holds ", manifest_.kind, ", not tokens");
   const auto& entries = split == Split::Train ? manifest_.train : manifest_.val;
   const uint64_t per = static_cast<uint64_t>(manifest_.seq_len + 1);
   for (const auto& e : entries) {
@@ -23,6 +23,7 @@ TokenLoader::TokenLoader(const std::string& dir, Split split, uint64_t seed)
     shards_.push_back(std::move(reader));
   }
   CADRE_CHECK(total_ > 0, "dataset '", dir, "' has no ", split == Split::Train ? "train" : "val", " samples");
+  order_ = std::make_unique<SampleOrder>(total_, seed, split);
 }
 
 void TokenLoader::sample(uint64_t index, int64_t* out) const {
@@ -32,21 +33,11 @@ void TokenLoader::sample(uint64_t index, int64_t* out) const {
   shards_[s].read((index - shard_start_[s]) * per, per, out);
 }
 
-uint64_t TokenLoader::order(uint64_t global_index) {
-  if (split_ == Split::Val) return global_index % total_;
-  uint64_t epoch = global_index / total_;
-  if (epoch != perm_epoch_) {
-    perm_ = permutation(total_, seed_, epoch + 1);
-    perm_epoch_ = epoch;
-  }
-  return perm_[global_index % total_];
-}
-
 void TokenLoader::next(uint64_t global_samples, uint64_t first, uint64_t count, int64_t* out) {
   CADRE_CHECK(first + count <= global_samples, "loader slice [", first, ", ", first + count,
               ") is outside the global batch of ", global_samples);
   const uint64_t per = static_cast<uint64_t>(manifest_.seq_len + 1);
-  for (uint64_t i = 0; i < count; ++i) sample(order(consumed_ + first + i), out + i * per);
+  for (uint64_t i = 0; i < count; ++i) sample(order_->at(consumed_ + first + i), out + i * per);
   consumed_ += global_samples;
 }
 

@@ -4,15 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/manifest.h"
+#include "data/sample_order.h"
 #include "data/token_shard.h"
 
 namespace cadre {
-
-enum class Split { Train, Val };
 
 class TokenLoader {
  public:
@@ -35,17 +35,12 @@ class TokenLoader {
   void set_position(uint64_t consumed) { consumed_ = consumed; }
 
  private:
-  uint64_t order(uint64_t global_index);  // global stream index -> sample index
-
   DatasetManifest manifest_;
-  Split split_;
-  uint64_t seed_;
   std::vector<ShardReader> shards_;
   std::vector<uint64_t> shard_start_;  // first sample index of each shard
   uint64_t total_ = 0;
   uint64_t consumed_ = 0;
-  uint64_t perm_epoch_ = UINT64_MAX;
-  std::vector<uint64_t> perm_;
+  std::unique_ptr<SampleOrder> order_;
 };
 
 }  // namespace cadre

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -29,19 +30,32 @@ std::vector<ShardEntry> shards_from_json(const nlohmann::json& j) {
   return out;
 }
 
-// Shapes the loader relies on: positive sample length and vocabulary, a known token width,
-// and sample counts whose token totals fit 64 bits (the loader multiplies and sums them).
+// Shapes the loaders rely on: a positive sample length and vocabulary and a known token width
+// (tokens), positive image dimensions and class count and a finite, positive pixel scale
+// (images), and sample counts whose totals fit 64 bits (the loaders multiply and sum them).
 void check_shapes(const DatasetManifest& m) {
-  if (m.seq_len <= 0) throw ConfigError(str("seq_len must be positive, got ", m.seq_len));
-  if (m.vocab_size <= 0) throw ConfigError(str("vocab_size must be positive, got ", m.vocab_size));
-  if (m.token_bytes != 2 && m.token_bytes != 4) throw ConfigError(str("token_bytes must be 2 or 4, got ", m.token_bytes));
-  const uint64_t per = static_cast<uint64_t>(m.seq_len) + 1;
+  uint64_t per = 0;  // elements per sample
+  if (m.kind == "tokens") {
+    if (m.seq_len <= 0) throw ConfigError(str("seq_len must be positive, got ", m.seq_len));
+    if (m.vocab_size <= 0) throw ConfigError(str("vocab_size must be positive, got ", m.vocab_size));
+    if (m.token_bytes != 2 && m.token_bytes != 4) throw ConfigError(str("token_bytes must be 2 or 4, got ", m.token_bytes));
+    per = static_cast<uint64_t>(m.seq_len) + 1;
+  } else {
+    for (int64_t d : {m.channels, m.height, m.width, m.num_classes})
+      if (d <= 0 || d > (int64_t{1} << 20))
+        throw ConfigError(str("channels, height, width and num_classes must be in 1..2^20, got ", m.channels, ", ",
+                              m.height, ", ", m.width, ", ", m.num_classes));
+    if (!std::isfinite(m.pixel_mean) || !std::isfinite(m.pixel_std) || m.pixel_std <= 0)
+      throw ConfigError(str("pixel_mean must be finite and pixel_std finite and positive, got ", m.pixel_mean, " and ",
+                            m.pixel_std));
+    per = static_cast<uint64_t>(m.channels * m.height) * static_cast<uint64_t>(m.width) + 1;
+  }
   for (const auto* split : {&m.train, &m.val}) {
     uint64_t total = 0;
     for (const auto& e : *split) {
       auto next = checked_add(total, e.samples);
       if (!next || !checked_mul(*next, per) || e.file.empty())
-        throw ConfigError(str("shard '", e.file, "': ", e.samples, " samples of ", per, " tokens overflow the sample count"));
+        throw ConfigError(str("shard '", e.file, "': ", e.samples, " samples of ", per, " elements overflow the sample count"));
       total = *next;
     }
   }
@@ -62,15 +76,27 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
   try {
     auto j = nlohmann::json::parse(text);
     m.version = j.at("version").get<int>();
-    m.tokenizer = j.at("tokenizer").get<std::string>();
-    m.vocab_size = j.at("vocab_size").get<int64_t>();
-    m.seq_len = j.at("seq_len").get<int64_t>();
-    const int64_t width = j.at("token_bytes").get<int64_t>();
-    m.token_bytes = width == 2 || width == 4 ? static_cast<uint32_t>(width) : 0;
-    m.bos_id = j.at("bos_id").get<int64_t>();
-    m.eos_id = j.at("eos_id").get<int64_t>();
-    m.documents = count_field(j, "documents");
-    m.tokens = count_field(j, "tokens");
+    m.kind = j.value("kind", std::string("tokens"));  // manifests before images had no kind
+    if (m.kind == "tokens") {
+      m.tokenizer = j.at("tokenizer").get<std::string>();
+      m.vocab_size = j.at("vocab_size").get<int64_t>();
+      m.seq_len = j.at("seq_len").get<int64_t>();
+      const int64_t width = j.at("token_bytes").get<int64_t>();
+      m.token_bytes = width == 2 || width == 4 ? static_cast<uint32_t>(width) : 0;
+      m.bos_id = j.at("bos_id").get<int64_t>();
+      m.eos_id = j.at("eos_id").get<int64_t>();
+      m.documents = count_field(j, "documents");
+      m.tokens = count_field(j, "tokens");
+    } else if (m.kind == "images") {
+      m.channels = j.at("channels").get<int64_t>();
+      m.height = j.at("height").get<int64_t>();
+      m.width = j.at("width").get<int64_t>();
+      m.num_classes = j.at("num_classes").get<int64_t>();
+      m.pixel_mean = j.at("pixel_mean").get<double>();
+      m.pixel_std = j.at("pixel_std").get<double>();
+    } else {
+      throw ConfigError(str("unknown kind '", m.kind, "' (tokens or images)"));
+    }
     m.train = shards_from_json(j.at("train"));
     m.val = shards_from_json(j.at("val"));
     if (m.version != 1) throw ConfigError(str("unsupported version ", m.version));
@@ -84,10 +110,17 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
 }
 
 void manifest_write(const std::string& dir, const DatasetManifest& m) {
-  nlohmann::json j = {{"version", m.version},     {"tokenizer", m.tokenizer}, {"vocab_size", m.vocab_size},
-                      {"seq_len", m.seq_len},     {"token_bytes", m.token_bytes}, {"bos_id", m.bos_id},
-                      {"eos_id", m.eos_id},       {"documents", m.documents}, {"tokens", m.tokens},
-                      {"train", shards_to_json(m.train)}, {"val", shards_to_json(m.val)}};
+  nlohmann::json j = {{"version", m.version}, {"kind", m.kind}};
+  if (m.kind == "images") {
+    j.update({{"channels", m.channels}, {"height", m.height}, {"width", m.width}, {"num_classes", m.num_classes},
+              {"pixel_mean", m.pixel_mean}, {"pixel_std", m.pixel_std}});
+  } else {
+    j.update({{"tokenizer", m.tokenizer}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
+              {"token_bytes", m.token_bytes}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id},
+              {"documents", m.documents}, {"tokens", m.tokens}});
+  }
+  j["train"] = shards_to_json(m.train);
+  j["val"] = shards_to_json(m.val);
   std::string path = dir + "/manifest.json", tmp = path + ".tmp";
   {
     std::ofstream out(tmp);

@@ -16,12 +16,18 @@ struct ShardEntry {
 
 struct DatasetManifest {
   int version = 1;
+  std::string kind = "tokens";  // "tokens" (token shards) or "images" (image shards)
+  // tokens:
   std::string tokenizer;   // relative path of the SentencePiece model
   int64_t vocab_size = 0;
   int64_t seq_len = 0;     // every sample holds seq_len + 1 tokens
   uint32_t token_bytes = 2;
   int64_t bos_id = -1, eos_id = -1;
   uint64_t documents = 0, tokens = 0;
+  // images: every sample is one image of channels x height x width bytes and a label below
+  // num_classes; loaders normalise pixels as (p / 255 - pixel_mean) / pixel_std.
+  int64_t channels = 0, height = 0, width = 0, num_classes = 0;
+  double pixel_mean = 0, pixel_std = 1;
   std::vector<ShardEntry> train, val;
 };
 

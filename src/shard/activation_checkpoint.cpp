@@ -1,48 +1,92 @@
-// Re-entrant activation checkpoint as a torch::autograd::Function.
+// Re-entrant activation checkpoint as a torch::autograd::Function over any forward.
 #include "shard/activation_checkpoint.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <mutex>
 
 namespace cadre {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+using CheckpointedFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void cpu_rng_restore(const at::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+// The recomputation closure rides in the autograd context as a capsule, so it is released with
+// the graph whether or not the backward ever runs.
+struct ClosureCapsule : torch::CustomClassHolder {
+  explicit ClosureCapsule(std::shared_ptr<CheckpointedFn> f) : fn(std::move(f)) {}
+  std::shared_ptr<CheckpointedFn> fn;
+};
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                            const at::Tensor& mask, Block* block) {
-    // The block's pointer rides in saved_data as an integer: the module outlives the graph.
-    ctx->saved_data["block"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(block));
-    ctx->saved_data["cos"] = cos;
-    ctx->saved_data["sin"] = sin;
-    ctx->saved_data["mask"] = mask;
-    ctx->save_for_backward({x});
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList inputs, std::shared_ptr<CheckpointedFn> fn) {
+    // Dropout and other random ops must draw the same numbers when recomputed.
+    ctx->saved_data["rng"] = cpu_rng_state();
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::make_intrusive<ClosureCapsule>(fn));
+    ctx->save_for_backward(inputs.vec());
     at::NoGradGuard no_grad;
-    return block->forward(x, Rope{cos, sin}, mask);
+    return (*fn)(inputs.vec());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    Block* block = reinterpret_cast<Block*>(static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
-    Rope rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
-    at::Tensor mask = ctx->saved_data["mask"].toTensor();
-    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    auto capsule = ctx->saved_data["fn"].toCapsule();
+    const CheckpointedFn& fn = *static_cast<ClosureCapsule*>(capsule.get())->fn;
+    std::vector<at::Tensor> inputs;
+    for (const auto& saved : ctx->get_saved_variables()) {
+      at::Tensor x = saved.defined() ? saved.detach() : saved;
+      if (saved.defined() && saved.requires_grad()) x.requires_grad_(true);
+      inputs.push_back(x);
+    }
     at::Tensor out;
     {
+      at::Tensor rng_now = cpu_rng_state();
+      cpu_rng_restore(ctx->saved_data["rng"].toTensor());
       torch::autograd::AutoGradMode on(true);
-      out = block->forward(x, rope, mask);
+      out = fn(inputs);
+      cpu_rng_restore(rng_now);
     }
-    // Accumulates into the parameters' .grad (and x.grad) like the un-checkpointed graph would.
-    torch::autograd::backward({out}, {grad_out[0]});
-    return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    // Accumulates into the parameters' .grad through their usual AccumulateGrad nodes, so
+    // FSDP's post-backward hooks fire as without checkpointing.
+    if (out.requires_grad()) torch::autograd::backward({out}, {grad_out[0]});
+    variable_list grads;
+    for (const auto& x : inputs) grads.push_back(x.defined() && x.requires_grad() ? x.grad() : at::Tensor());
+    grads.push_back(at::Tensor());  // for fn
+    return grads;
   }
 };
 
 }  // namespace
 
-at::Tensor checkpointed_block(Block& block, const at::Tensor& x, const Rope& rope, const at::Tensor& mask) {
-  return CheckpointFunction::apply(x, rope.cos, rope.sin, mask, &block);
+namespace detail {
+
+at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn,
+                            const std::vector<at::Tensor>& inputs) {
+  if (!at::GradMode::is_enabled()) return fn(inputs);  // nothing to save in inference
+  auto shared = std::make_shared<CheckpointedFn>(std::move(fn));
+  return CheckpointFunction::apply(at::TensorList(inputs), shared);
+}
+
+}  // namespace detail
+
+std::vector<HookHandle> apply_activation_checkpointing(torch::nn::Module& root, const WrapPolicy& policy) {
+  std::vector<HookHandle> handles;
+  for (torch::nn::Module* m : wrap_select(root, policy)) handles.push_back(checkpoint_wrapper(*m));
+  return handles;
 }
 
 }  // namespace cadre

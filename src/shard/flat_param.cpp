@@ -49,8 +49,10 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   grad_full = at::zeros({padded}, at::kFloat);
   // Autograd accumulates into a gradient that already exists in place, so these views stay
   // the gradients' storage for the whole run.
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i].mutable_grad() = grad_full.narrow(0, offsets[i], numels[i]).view(params[i].sizes());
+  for (size_t i = 0; i < params.size(); ++i) {
+    grad_views.push_back(grad_full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
+    params[i].mutable_grad() = grad_views.back();
+  }
   grad_shard = group_size == 1 ? grad_full : at::zeros({shard_numel}, at::kFloat);
 }
 
@@ -63,6 +65,11 @@ void FlatParam::full_free() {
   storage_resize(full, 0);
 }
 int64_t FlatParam::full_bytes() const { return padded * static_cast<int64_t>(full.element_size()); }
+
+void FlatParam::relink_grads() {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i].grad().defined() || !params[i].grad().is_same(grad_views[i])) params[i].mutable_grad() = grad_views[i];
+}
 
 bool FlatParam::grad_allocated() const { return storage_allocated(grad_full); }
 void FlatParam::grad_allocate_zero() {

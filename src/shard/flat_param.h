@@ -26,6 +26,7 @@ struct FlatParam {
   at::Tensor grad_full;  // float32 [padded]; the params' .grad are views of it
   at::Tensor master;     // float32 [shard_numel]: this rank's shard, what the optimizer updates
   at::Tensor grad_shard; // float32 [shard_numel]: reduced gradient of the shard
+  std::vector<at::Tensor> grad_views;  // each parameter's view of grad_full: its .grad
 
   // Takes the parameters (initialised, equal on every rank), builds the buffers and makes the
   // parameters views of `full`. With one rank per group and float32 compute, `master` is `full`.
@@ -39,6 +40,9 @@ struct FlatParam {
   void grad_allocate_zero();
   void grad_free();
   bool master_is_full() const { return master.is_same(full); }
+  // Points each parameter's .grad back at its view of grad_full when something replaced it
+  // (Module::zero_grad with set_to_none drops it; the next backward would then miss the buffer).
+  void relink_grads();
   int64_t full_bytes() const;  // bytes of the full buffer when allocated
 };
 

@@ -26,6 +26,7 @@ nlohmann::json MemoryReport::to_json() const {
           {"peak_working_bytes", measured.peak_working},
           {"shard_size", measured.shard_size},
           {"units", measured.units},
+          {"flat_params", measured.flat_params},
           {"peak_rss_bytes", peak_rss}};
 }
 

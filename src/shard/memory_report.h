@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "shard/fsdp.h"
+#include "shard/fully_shard.h"
 
 namespace cadre {
 

@@ -25,6 +25,15 @@ void stage_float(Snapshot& snapshot, const std::string& name, const ShardPiece& 
   std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.numel()) * sizeof(float));
 }
 
+// Checkpoint dtype names of the buffer dtypes Cadre stores.
+std::string buffer_dtype(const at::Tensor& t, const std::string& name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return "float32";
+    case at::kLong: return "int64";
+    default: throw Error(str("checkpoint: buffer '", name, "' has dtype ", t.scalar_type(), " (float32 and int64 are stored)"));
+  }
+}
+
 at::Tensor rng_state() {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -33,9 +42,9 @@ at::Tensor rng_state() {
 
 }  // namespace
 
-void stage_train_state(Snapshot& snapshot, const ShardedModel& model, AdamW& optimizer, int rank) {
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, int rank) {
   const auto& layout = model.piece_layout();
-  const auto& pieces = model.optimizer_params();
+  const auto& pieces = model.parameters();
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
     // A shard that several replicas hold is written once; units are spread over the replicas
@@ -45,14 +54,22 @@ void stage_train_state(Snapshot& snapshot, const ShardedModel& model, AdamW& opt
     stage_float(snapshot, "optim.exp_avg." + where.name, where, optimizer.exp_avg()[k]);
     stage_float(snapshot, "optim.exp_avg_sq." + where.name, where, optimizer.exp_avg_sq()[k]);
   }
+  // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
+  if (rank == 0)
+    for (const auto& [name, t] : model.unsharded_state()) {
+      at::Tensor values = t.contiguous();
+      const std::string dtype = buffer_dtype(values, name);
+      char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), 0, values.numel(), 0});
+      std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
+    }
   at::Tensor rng = rng_state();
   char* out = snapshot.add({str("rng.cpu.rank", rank), "uint8", {rng.numel()}, 0, rng.numel(), 0});
   std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
 }
 
-void check_checkpoint_fits(const CheckpointReader& reader, const ShardedModel& model) {
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model) {
   std::map<std::string, std::vector<int64_t>> expected;
-  for (const auto& unit : model.units())
+  for (const auto& unit : model.flat_params())
     for (size_t i = 0; i < unit->names.size(); ++i) expected[unit->names[i]] = unit->params[i].sizes().vec();
   const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
   for (const auto& [name, shape] : expected) {
@@ -69,11 +86,17 @@ void check_checkpoint_fits(const CheckpointReader& reader, const ShardedModel& m
     CADRE_CONFIG_CHECK(expected.count(name.substr(6)), where, "it has tensor '", name,
                        "' that this model lacks (check model.* in the config)");
   }
+  for (const auto& [name, t] : model.unsharded_state()) {
+    auto it = reader.manifest().tensors.find("buffer." + name);
+    CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor 'buffer.", name, "'");
+    CADRE_CONFIG_CHECK(it->second.shape == t.sizes().vec(), where, "tensor 'buffer.", name, "' is ",
+                       shape_text(it->second.shape), " there and ", shape_text(t.sizes().vec()), " here");
+  }
 }
 
-void load_train_state(const CheckpointReader& reader, ShardedModel& model, AdamW& optimizer, int rank) {
+void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& optimizer, int rank) {
   const auto& layout = model.piece_layout();
-  const auto& pieces = model.optimizer_params();
+  const auto& pieces = model.parameters();
   {
     at::NoGradGuard no_grad;
     for (size_t k = 0; k < layout.size(); ++k) {
@@ -82,6 +105,17 @@ void load_train_state(const CheckpointReader& reader, ShardedModel& model, AdamW
       reader.read("model." + where.name, where.start, n, pieces[k].data_ptr());
       reader.read("optim.exp_avg." + where.name, where.start, n, optimizer.exp_avg()[k].data_ptr());
       reader.read("optim.exp_avg_sq." + where.name, where.start, n, optimizer.exp_avg_sq()[k].data_ptr());
+    }
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [name, t] : model.unsharded_state()) {
+      const TensorRecord& r = reader.tensor("buffer." + name);
+      CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name), "checkpoint '", reader.dir(), "': buffer '", name, "' is ",
+                         r.dtype, " there and ", buffer_dtype(t, name), " here");
+      at::Tensor values = at::empty(t.sizes(), t.options());
+      reader.read("buffer." + name, 0, t.numel(), values.data_ptr());
+      t.copy_(values);
     }
   }
   model.mark_updated();

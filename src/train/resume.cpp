@@ -33,8 +33,8 @@ void refuse_newer_checkpoints(const std::string& dir, const std::string& path, i
 
 }  // namespace
 
-Resumed resume_training(const Config& c, const std::string& dir, ShardedModel& model, AdamW& optimizer,
-                        TokenLoader& train_data, int rank, comm::Communicator* group) {
+Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, AdamW& optimizer,
+                        BatchSource& train_data, int rank, comm::Communicator* group) {
   const auto t0 = std::chrono::steady_clock::now();
   // A crash mid-save leaves partial directories; only the lead removes them, and nobody
   // looks at the directory before it is done.

@@ -1,5 +1,6 @@
-// The training loop, top to bottom: check inputs, build the model and optimizer, resume from
-// a checkpoint, then for each step run the micro-batches, clip, update, log, evaluate and
+// The training loop, top to bottom: check inputs, build and shard the model (whichever the
+// config names: the loop only sees models/model.h), build the optimizer, resume from a
+// checkpoint, then for each step run the micro-batches, clip, update, log, evaluate and
 // checkpoint (in the background); wait for the last save at the end.
 #include "train/trainer.h"
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_dir.h"
@@ -23,13 +25,12 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/sysinfo.h"
-#include "data/loader.h"
-#include "models/llama/llama.h"
+#include "models/registry.h"
 #include "optim/adamw.h"
-#include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
-#include "shard/fsdp.h"
 #include "shard/memory_report.h"
+#include "shard/parallel_groups.h"
+#include "train/batch_source.h"
 #include "train/checkpointing.h"
 #include "train/resume.h"
 #include "train/stop_signal.h"
@@ -59,14 +60,15 @@ int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
   return size;
 }
 
-DatasetManifest check_inputs(const Config& c, const comm::JobEnv& env) {
+DatasetManifest check_inputs(const Config& c, const Model& model) {
   CADRE_CONFIG_CHECK(!c.data.dir.empty(), "data.dir is not set (a directory written by `cadre data prepare`)");
   CADRE_CONFIG_CHECK(fs::is_directory(c.data.dir), "data.dir '", c.data.dir, "' is not a directory");
   DatasetManifest m = manifest_read(c.data.dir);
-  CADRE_CONFIG_CHECK(m.vocab_size <= c.model.vocab_size, "vocabulary mismatch: data.dir '", c.data.dir,
-                     "' was tokenized with ", m.vocab_size, " tokens but model.vocab_size is ", c.model.vocab_size);
-  CADRE_CONFIG_CHECK(m.seq_len <= c.model.max_seq_len, "data.dir '", c.data.dir, "' has samples of seq_len ", m.seq_len,
-                     ", beyond model.max_seq_len ", c.model.max_seq_len);
+  try {
+    model.check_data(m);
+  } catch (const ConfigError& e) {
+    throw ConfigError(str("data.dir '", c.data.dir, "': ", e.what()));
+  }
   return m;
 }
 
@@ -80,62 +82,62 @@ void set_threads(int64_t threads) {
   }
 }
 
-// The communicators a strategy needs: the ranks a unit is sharded over, and the replicas its
-// gradients are averaged across. One-rank groups are left out (nothing to talk to).
-struct ParallelGroups {
-  std::unique_ptr<comm::Communicator> world, shard_owned, replica_owned;
-  comm::Communicator* shard = nullptr;
-  comm::Communicator* replica = nullptr;
+struct Evaluation {
+  double loss = 0;
+  double accuracy = -1;  // classifiers only
 };
 
-ParallelGroups make_groups(const comm::JobEnv& env, Strategy strategy, int64_t shard_group_size, double timeout_s) {
-  ParallelGroups g;
-  if (env.world_size == 1) return g;
-  comm::CommOptions options;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  g.world = std::make_unique<comm::Communicator>(env, options);
-  switch (strategy) {
-    case Strategy::NoShard: g.replica = g.world.get(); break;
-    case Strategy::FullShard:
-    case Strategy::ShardGradOp: g.shard = g.world.get(); break;
-    case Strategy::HybridShard: {
-      auto groups = comm::make_hybrid_groups(*g.world, static_cast<int>(shard_group_size));
-      g.shard_owned = std::move(groups.shard);
-      g.replica_owned = std::move(groups.replica);
-      if (g.shard_owned->size() > 1) g.shard = g.shard_owned.get();
-      if (g.replica_owned->size() > 1) g.replica = g.replica_owned.get();
-      break;
+// Mean validation loss (and accuracy). With train.eval_batches = N > 0: over N global batches
+// of the validation split (the first N * batch_size * world samples), each rank evaluating its
+// slice of each, so the figure does not depend on how the batch is split across ranks. With 0:
+// the whole split once, each rank a contiguous part. Collective under sharding: every rank
+// runs the same number of forwards (a rank out of samples runs one and ignores it).
+Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
+                    comm::Communicator* group) {
+  at::NoGradGuard no_grad;
+  model.module().train(false);
+  const uint64_t B = static_cast<uint64_t>(c.data.batch_size), W = static_cast<uint64_t>(world);
+  const uint64_t N = val.num_samples(), r = static_cast<uint64_t>(rank);
+  std::vector<std::vector<uint64_t>> batches;
+  if (c.train.eval_batches > 0) {
+    for (int64_t b = 0; b < c.train.eval_batches; ++b) {
+      std::vector<uint64_t> indices;
+      for (uint64_t i = 0; i < B; ++i) indices.push_back((b * B * W + r * B + i) % N);
+      batches.push_back(indices);
+    }
+  } else {
+    const uint64_t lo = N * r / W, hi = N * (r + 1) / W, per_rank = (N + W - 1) / W;
+    for (uint64_t start = lo; batches.size() < (per_rank + B - 1) / B; start += B) {
+      std::vector<uint64_t> indices;
+      for (uint64_t i = start; i < std::min(hi, start + B); ++i) indices.push_back(i);
+      batches.push_back(indices);
     }
   }
-  return g;
-}
-
-at::Tensor to_batch(const std::vector<int64_t>& tokens, int64_t batch, int64_t seq_len) {
-  return at::from_blob(const_cast<int64_t*>(tokens.data()), {batch, seq_len + 1}, at::kLong).clone();
-}
-
-// Mean validation loss over train.eval_batches global batches of the validation split (the
-// first eval_batches * batch_size * world samples); each rank evaluates its slice of each, so
-// the figure does not depend on how the global batch is split across ranks. Collective under
-// sharding: every rank runs the same number of forwards.
-double evaluate(ShardedModel& model, TokenLoader& val, const Config& c, int rank, int world, comm::Communicator* group) {
-  at::NoGradGuard no_grad;
-  const int64_t B = c.data.batch_size, T = val.seq_len(), G = B * world;
-  std::vector<int64_t> tokens(B * (T + 1));
-  double total = 0;
-  for (int64_t b = 0; b < c.train.eval_batches; ++b) {
-    for (int64_t i = 0; i < B; ++i)
-      val.sample((b * G + rank * B + i) % val.num_samples(), tokens.data() + i * (T + 1));
-    at::Tensor batch = to_batch(tokens, B, T);
-    at::Tensor logits = model.forward(batch.narrow(1, 0, T));
-    total += llama_loss(logits, batch.narrow(1, 1, T)).item<double>();
+  double total = 0, correct = 0, count = 0;
+  for (const auto& indices : batches) {
+    LossOutput out = model.loss(val.at(indices.empty() ? std::vector<uint64_t>{0} : indices));
+    if (indices.empty()) continue;
+    const double n = double(indices.size());
+    total += out.loss.item<double>() * n;
+    correct += double(out.correct);
+    count += n;
   }
+  model.module().train(true);
   if (group) {
-    at::Tensor sum = at::scalar_tensor(total, at::kFloat).reshape({1});
-    group->all_reduce(sum, comm::ReduceOp::Sum);
-    total = sum.item<double>();
+    at::Tensor sums = at::empty({3}, at::kDouble);
+    sums[0] = total;
+    sums[1] = correct;
+    sums[2] = count;
+    at::Tensor f = sums.to(at::kFloat);  // the communicator reduces float32
+    group->all_reduce(f, comm::ReduceOp::Sum);
+    total = f[0].item<double>();
+    correct = f[1].item<double>();
+    count = f[2].item<double>();
   }
-  return total / double(c.train.eval_batches * world);
+  Evaluation e;
+  e.loss = total / count;
+  if (correct >= 0) e.accuracy = correct / count;
+  return e;
 }
 
 // After a resume, metrics.jsonl keeps the records up to the resumed step: steps the crashed
@@ -155,10 +157,13 @@ void metrics_truncate(const std::string& path, int64_t step) {
 
 }  // namespace
 
-TrainSummary train_run(const Config& c) {
+TrainSummary train_run(const Config& config) {
   // --- inputs and run directory ---------------------------------------------------------
+  Config c = config;
+  model_config_resolve(c);  // the model's keys, checked and complete in config.yaml
   const comm::JobEnv env = comm::JobEnv::from_env();
-  DatasetManifest manifest = check_inputs(c, env);
+  std::unique_ptr<Model> model = model_build(c);
+  DatasetManifest manifest = check_inputs(c, *model);
   const int rank = env.rank, world = env.world_size;
   const bool lead = rank == 0;  // rank 0 writes the run directory and shows progress
   if (world > 1) log::set_rank(rank);
@@ -169,40 +174,41 @@ TrainSummary train_run(const Config& c) {
   }
   set_threads(c.train.threads);
   auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
-  ShardOptions shard_options;
+  FullyShardOptions shard_options;
   shard_options.strategy = parse_strategy(c.parallel.strategy);
-  shard_options.param_dtype = dtype(c.parallel.mixed_precision.param_dtype);
-  shard_options.reduce_dtype = dtype(c.parallel.mixed_precision.reduce_dtype);
-  shard_options.activation_checkpointing = c.parallel.activation_checkpointing;
+  shard_options.mixed_precision = {dtype(c.parallel.mixed_precision.param_dtype),
+                                   dtype(c.parallel.mixed_precision.reduce_dtype)};
   shard_options.prefetch = c.parallel.prefetch;
-  shard_options.wrap_min_params = c.parallel.wrap_min_params;
   const int64_t hybrid_size =
       shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, env) : 0;
-  ParallelGroups groups = make_groups(env, shard_options.strategy, hybrid_size, c.parallel.comm_timeout);
+  comm::CommOptions comm_options;
+  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.parallel.comm_timeout * 1000));
+  ParallelGroups groups = make_parallel_groups(env, shard_options.strategy, hybrid_size, comm_options);
+  shard_options.groups = groups.groups;
   comm::Communicator* group = groups.world.get();
 
   // --- model, optimizer, data -------------------------------------------------------------
-  Llama model(c.model);
-  model.init_weights(static_cast<uint64_t>(c.train.seed));
+  model->init_weights(static_cast<uint64_t>(c.train.seed));
   if (group) {
     // Every rank initialises from the same seed; broadcasting makes equality a guarantee.
     at::NoGradGuard no_grad;
-    for (auto& p : model.parameters()) group->broadcast(p, 0);
+    for (auto& p : model->module().parameters()) group->broadcast(p, 0);
+    for (auto& b : model->module().buffers()) group->broadcast(b, 0);
   }
-  // FSDP units over the model (NO_SHARD is the unsharded case of the same machinery). The
-  // optimizer sees only this rank's float32 shard, so its state shrinks with the world size.
-  ShardedModel sharded(model, shard_options, groups.shard, groups.replica);
-  AdamW optimizer(sharded.optimizer_params(), sharded.optimizer_decay(),
+  // FSDP units over the model (NO_SHARD is DDP: the same flat buffers, reduced in buckets).
+  // The optimizer sees only this rank's float32 shard, so its state shrinks with the world size.
+  FSDPModule sharded = model->parallelize(shard_options, c.parallel);
+  AdamW optimizer(sharded.parameters(), sharded.decay_mask(),
                   {c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay});
   LrSchedule schedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
 
-  TokenLoader train_data(c.data.dir, Split::Train, static_cast<uint64_t>(c.train.seed));
-  std::unique_ptr<TokenLoader> val_data;
-  if (c.train.eval_interval > 0) val_data = std::make_unique<TokenLoader>(c.data.dir, Split::Val, 0);
+  std::unique_ptr<BatchSource> train_data = BatchSource::open(c.data.dir, Split::Train, static_cast<uint64_t>(c.train.seed));
+  std::unique_ptr<BatchSource> val_data;
+  if (c.train.eval_interval > 0) val_data = BatchSource::open(c.data.dir, Split::Val, 0);
 
   // --- checkpoints: resume, then a saver with its own communicator ---------------------------
   const std::string checkpoint_dir = c.checkpoint.dir.empty() ? c.run.dir + "/checkpoints" : c.checkpoint.dir;
-  Resumed resumed = resume_training(c, checkpoint_dir, sharded, optimizer, train_data, rank, group);
+  Resumed resumed = resume_training(c, checkpoint_dir, sharded, optimizer, *train_data, rank, group);
   std::unique_ptr<comm::Communicator> checkpoint_group;
   if (group) {
     // Saves agree from a background thread: a communicator of their own keeps those
@@ -225,6 +231,7 @@ TrainSummary train_run(const Config& c) {
   summary.run_dir = c.run.dir;
   summary.lead = lead;
   summary.resumed_from = resumed.path;
+  summary.throughput_unit = model->throughput_unit();
   if (resumed.step >= end_step) {
     // E.g. a restart after the last checkpoint was written: done is done.
     if (lead) log::info(str("train: the run is already at step ", resumed.step, "; nothing to train"));
@@ -235,20 +242,19 @@ TrainSummary train_run(const Config& c) {
     return summary;
   }
 
-  const int64_t B = c.data.batch_size, T = manifest.seq_len, accum = c.optim.grad_accum_steps;
-  const int64_t tokens_per_step = B * T * accum * world;
-  const int64_t n_params = llama_param_count(c.model);
-  log::info(str("train: llama ", n_params / 1e6, "M parameters, ", c.model.n_layers, " layers, dim ", c.model.dim, ", ",
-                c.parallel.strategy, ", compute ", c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ",
-                c.train.threads, " threads; ", train_data.num_samples(), " train samples of ", T, " tokens; ",
-                tokens_per_step, " tokens per step"));
+  const int64_t B = c.data.batch_size, accum = c.optim.grad_accum_steps;
+  const int64_t samples_per_step = B * accum * world;
+  const int64_t units_per_step = samples_per_step * train_data->sample_len();
+  const std::string unit = model->throughput_unit();
+  log::info(str("train: ", model->describe(), ", ", c.parallel.strategy, ", compute ",
+                c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) x ", c.train.threads, " threads; ",
+                train_data->num_samples(), " train samples; ", units_per_step, " ", unit, " per step"));
 
   std::unique_ptr<JsonLog> metrics;
   if (lead) {
     if (resumed.step > 0) metrics_truncate(c.run.dir + "/metrics.jsonl", resumed.step);
     metrics = std::make_unique<JsonLog>(c.run.dir + "/metrics.jsonl", /*append=*/resumed.step > 0);
   }
-  std::vector<int64_t> tokens(B * (T + 1));
   std::vector<double> rates;
   std::unique_ptr<Progress> progress;
   if (lead) progress = std::make_unique<Progress>("train: step", end_step, "step", 0.5, resumed.step);
@@ -260,30 +266,32 @@ TrainSummary train_run(const Config& c) {
   for (int64_t step = resumed.step; step < end_step && !stopping; ++step) {
     auto t0 = Clock::now();
     sharded.zero_grad();
-    double loss_sum = 0;
+    double loss_sum = 0, correct = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       // Each rank takes its slice of the global micro-batch; together they read what one
       // rank with world * B samples would.
-      train_data.next(B * world, rank * B, B, tokens.data());
-      at::Tensor batch = to_batch(tokens, B, T);
+      Batch batch = train_data->next(static_cast<uint64_t>(B * world), static_cast<uint64_t>(rank * B),
+                                     static_cast<uint64_t>(B));
       // Gradients are reduced across ranks only in the last micro-batch's backward.
-      sharded.set_reduce_this_backward(micro + 1 == accum);
-      at::Tensor logits = sharded.forward(batch.narrow(1, 0, T));
-      at::Tensor loss = llama_loss(logits, batch.narrow(1, 1, T));
-      (loss / double(accum)).backward();
-      sharded.finish_backward();
-      loss_sum += loss.item<double>();
+      std::optional<FSDPModule::NoSyncGuard> accumulate;
+      if (micro + 1 < accum) accumulate.emplace(&sharded.tree());
+      LossOutput out = model->loss(batch);
+      (out.loss / double(accum)).backward();
+      loss_sum += out.loss.item<double>();
+      correct += double(out.correct);
     }
     stopping = stop_signal.received();
     if (group) {
       // The loss, for the log, is the mean over ranks; a stop signal on any rank rides along,
       // so all ranks stop after the same step at no extra cost.
-      at::Tensor l = at::empty({2}, at::kFloat);
+      at::Tensor l = at::empty({3}, at::kFloat);
       l[0] = loss_sum;
       l[1] = stopping;
+      l[2] = correct;
       group->all_reduce(l, comm::ReduceOp::Avg);
       loss_sum = l[0].item<double>();
       if (l[1].item<double>() > 0 && !stopping) stopping = SIGTERM;  // another rank's
+      correct = l[2].item<double>() * world;
     }
     double grad_norm = sharded.clip_grad_norm(c.optim.grad_clip);
     double lr = schedule.at(step);
@@ -293,19 +301,26 @@ TrainSummary train_run(const Config& c) {
     double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     double loss = loss_sum / double(accum);
     CADRE_CHECK(std::isfinite(loss), "step ", step + 1, ": loss is ", loss, " (diverged; lower optim.lr?)");
-    double rate = tokens_per_step / step_s;
+    double rate = units_per_step / step_s;
     if (step > resumed.step) rates.push_back(rate);
-    nlohmann::json record = {{"step", step + 1},        {"loss", loss},       {"lr", lr},
-                             {"grad_norm", grad_norm},  {"tokens_per_s", rate}, {"step_time_s", step_s},
+    nlohmann::json record = {{"step", step + 1},        {"loss", loss},        {"lr", lr},
+                             {"grad_norm", grad_norm},  {unit + "_per_s", rate}, {"step_time_s", step_s},
                              {"rss_bytes", process_rss_bytes()}};
+    if (correct >= 0) record["accuracy"] = correct / double(samples_per_step);
     summary.final_loss = loss;
 
     bool last = step + 1 == end_step;
     if (val_data && ((step + 1) % c.train.eval_interval == 0 || last)) {
-      double val_loss = evaluate(sharded, *val_data, c, rank, world, group);
-      record["val_loss"] = val_loss;
-      summary.final_val_loss = val_loss;
-      if (lead) log::info(str("train: step ", step + 1, " val_loss ", val_loss));
+      Evaluation e = evaluate(*model, *val_data, c, rank, world, group);
+      record["val_loss"] = e.loss;
+      summary.final_val_loss = e.loss;
+      if (e.accuracy >= 0) {
+        record["val_accuracy"] = e.accuracy;
+        summary.final_val_accuracy = e.accuracy;
+      }
+      if (lead)
+        log::info(e.accuracy >= 0 ? str("train: step ", step + 1, " val_loss ", e.loss, " val_accuracy ", e.accuracy)
+                                  : str("train: step ", step + 1, " val_loss ", e.loss));
     }
     if (checkpoint_due(step + 1) || stopping) {
       // Staging copies this rank's part (waiting first if the previous save still runs);
@@ -317,7 +332,7 @@ TrainSummary train_run(const Config& c) {
       header.step = step + 1;
       header.world_size = world;
       header.strategy = c.parallel.strategy;
-      header.state = {{"data_position", static_cast<int64_t>(train_data.position())},
+      header.state = {{"data_position", static_cast<int64_t>(train_data->position())},
                       {"optimizer_steps", optimizer.steps()}};
       header.config_yaml = config_to_yaml(c);
       saver.submit(std::move(header));
@@ -329,7 +344,8 @@ TrainSummary train_run(const Config& c) {
     // The progress line redraws at most twice a second; its numbers refresh every log_interval.
     if ((step + 1) % c.train.log_interval == 0 || step == 0) {
       char line[160];
-      std::snprintf(line, sizeof line, "loss %.4f lr %.2e gnorm %.3f %.0f tok/s", loss, lr, grad_norm, rate);
+      std::snprintf(line, sizeof line, "loss %.4f lr %.2e gnorm %.3f %.0f %s/s", loss, lr, grad_norm, rate,
+                    unit.c_str());
       progress_text = line;
     }
     if (progress && !last) progress->update(step + 1, progress_text);
@@ -351,34 +367,28 @@ TrainSummary train_run(const Config& c) {
     log::info(str("checkpoint: step ", saved.step, " saved in ", checkpoint_dir, "/", checkpoint_name(saved.step), " (",
                   saved.bytes / 1e6, " MB from this rank, written in ", saved.write_s, " s)"));
   std::sort(rates.begin(), rates.end());
-  summary.tokens_per_s = rates.empty() ? 0 : rates[rates.size() / 2];
+  summary.throughput = rates.empty() ? 0 : rates[rates.size() / 2];
   summary.steps = end_step;
   summary.checkpoint = saved.step > 0 ? checkpoint_dir + "/" + checkpoint_name(saved.step) : "";
   {
     char line[160];
-    std::snprintf(line, sizeof line, "loss %.4f, median %.0f tok/s", summary.final_loss, summary.tokens_per_s);
+    std::snprintf(line, sizeof line, "loss %.4f, median %.0f %s/s", summary.final_loss, summary.throughput,
+                  unit.c_str());
     if (progress) progress->finish(line);
   }
-  // --- memory, full state, and agreement across ranks (collective) --------------------------
+  // --- memory and, as a diagnostic, agreement across ranks (collective) ----------------------
   int64_t optimizer_bytes = 0;
   for (const auto& t : optimizer.exp_avg()) optimizer_bytes += t.numel() * 4;
   for (const auto& t : optimizer.exp_avg_sq()) optimizer_bytes += t.numel() * 4;
-  const bool resident_copy = shard_options.strategy == Strategy::NoShard && shard_options.param_dtype != at::kFloat;
+  const bool resident_copy = shard_options.strategy == Strategy::NoShard &&
+                             shard_options.mixed_precision.param_dtype != at::kFloat;
   MemoryReport memory = memory_report(sharded.memory(), optimizer_bytes, resident_copy, 2);
   if (lead) log::info("train: " + memory.to_text());
-  std::map<std::string, at::Tensor> full_params = sharded.gather_full();
-  bool identical = true;
-  if (group) {
-    // Every rank gathered the parameters; they must agree bit for bit (max over ranks equals
-    // each rank's own value everywhere).
-    std::vector<at::Tensor> flat;
-    for (auto& [name, t] : full_params) flat.push_back(t.reshape({-1}));
-    at::Tensor mine = at::cat(flat), highest = mine.clone();
-    group->all_reduce(highest, comm::ReduceOp::Max);
-    at::Tensor differs = at::scalar_tensor(int64_t(at::equal(mine, highest) ? 0 : 1), at::kLong).reshape({1});
-    group->all_reduce(differs, comm::ReduceOp::Max);
-    identical = differs.item<int64_t>() == 0;
-    CADRE_CHECK(identical, "rank ", rank, ": after training the gathered parameters differ across ranks");
+  // Never the whole model on a rank: the check gathers one unit at a time, and only on request.
+  std::optional<bool> identical;
+  if (c.train.check_replicas) {
+    identical = sharded.replicas_identical();
+    CADRE_CHECK(*identical, "rank ", rank, ": after training the parameters differ across ranks");
   }
   if (!lead) {
     summary.lead = false;
@@ -393,12 +403,14 @@ TrainSummary train_run(const Config& c) {
                       {"world_size", world},
                       {"final_loss", summary.final_loss},
                       {"final_val_loss", summary.final_val_loss},
-                      {"tokens_per_s", summary.tokens_per_s},
-                      {"params", n_params},
+                      {unit + "_per_s", summary.throughput},
+                      {"params", model->param_count()},
+                      {"arch", c.model.arch},
                       {"strategy", c.parallel.strategy},
-                      {"params_identical_across_ranks", identical},
                       {"memory", memory.to_json()},
                       {"peak_rss_bytes", process_peak_rss_bytes()}};
+  if (summary.final_val_accuracy >= 0) s["final_val_accuracy"] = summary.final_val_accuracy;
+  if (identical) s["params_identical_across_ranks"] = *identical;
   std::ofstream(c.run.dir + "/summary.json") << s.dump(2) << "\n";
   if (group) group->barrier();
   return summary;

@@ -11,7 +11,9 @@ struct TrainSummary {
   int64_t steps = 0;
   double final_loss = 0;      // mean training loss of the last step
   double final_val_loss = -1; // -1 when validation is off
-  double tokens_per_s = 0;    // median over steps after the first
+  double final_val_accuracy = -1;  // classifiers with validation on
+  double throughput = 0;      // median over steps after the first, in throughput_unit per second
+  std::string throughput_unit = "tokens";  // "tokens" or "images"
   std::string run_dir;
   bool lead = true;           // this process wrote the run directory (rank 0)
   std::string resumed_from;   // checkpoint the run resumed from ("" when it started fresh)

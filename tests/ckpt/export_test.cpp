@@ -10,11 +10,13 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
-#include "ckpt/hf_export.h"
+#include "ckpt/export.h"
 #include "ckpt/safetensors.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "models/llama/llama.h"
+#include "models/llama/config.h"
+#include "models/llama/model.h"
+#include "models/registry.h"
 #include "support/tiny_dataset.h"
 #include "support/process.h"
 #include "ckpt/tensor_file.h"
@@ -42,13 +44,14 @@ class Export : public ::testing::Test {
                                        std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
     EXPECT_EQ(r.exit_code, 0) << r.output;
     cadre::Config config = cadre::config_load(run + "/config.yaml", {});
-    cadre::Llama model(config.model);
+    const cadre::LlamaConfig llama = cadre::llama_config(config.model);
+    cadre::Llama model(llama);
     cadre::CheckpointReader reader(cadre::checkpoint_locate(run));
     {
       at::NoGradGuard no_grad;
       for (auto& p : model.named_parameters()) p.value().copy_(reader.read_tensor("model." + p.key()));
     }
-    at::Tensor tokens = at::randint(config.model.vocab_size, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
+    at::Tensor tokens = at::randint(llama.vocab_size, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
     at::NoGradGuard no_grad;
     cadre::tensor_file_save(run + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", model.forward(tokens)}});
     return run;
@@ -64,8 +67,8 @@ TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
   for (bool tied : {false, true}) {
     std::string run = train_run(tied ? "tied" : "untied", tied);
     std::string hf = run + "/hf", pt = run + "/model.pt";
-    cadre::checkpoint_export({run, "hf", hf, ""});
-    cadre::checkpoint_export({run, "pt", pt, ""});
+    cadre::checkpoint_export({run, "hf", hf, ""}, cadre::model_state_dict_adapter);
+    cadre::checkpoint_export({run, "pt", pt, ""}, cadre::model_state_dict_adapter);
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"})
       EXPECT_TRUE(std::filesystem::exists(hf + "/" + f)) << f;
     auto check = cadre::test::run_process(
@@ -91,7 +94,7 @@ TEST(ExportErrors, MissingCheckpointAndBadFormatAreConfigErrors) {
   cadre::test::TempDir dir("export-bad");
   auto message = [](const cadre::ExportOptions& o) {
     try {
-      cadre::checkpoint_export(o);
+      cadre::checkpoint_export(o, cadre::model_state_dict_adapter);
     } catch (const cadre::ConfigError& e) {
       return std::string(e.what());
     }

@@ -1,14 +1,25 @@
-// Config loading: defaults, overrides, and the error messages for bad input.
+// Config loading: defaults, overrides, and the error messages for bad input. The `model:`
+// keys belong to the model (models/registry.h resolves them), so parsing here goes on to
+// model_config_resolve as `cadre train` does.
 #include <gtest/gtest.h>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "models/llama/config.h"
+#include "models/registry.h"
 
 using cadre::Config;
 using cadre::ConfigError;
-using cadre::config_parse;
 
 namespace {
+// config_parse + the model's own keys, as `cadre train` loads a config.
+Config config_parse(const std::string& yaml, const std::string& source, const std::vector<std::string>& overrides) {
+  Config c = cadre::config_parse(yaml, source, overrides);
+  cadre::model_config_resolve(c);
+  return c;
+}
+cadre::LlamaConfig llama(const Config& c) { return cadre::llama_config(c.model); }
+
 // Returns the ConfigError message produced by parsing, or "" if parsing succeeded.
 std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   try {
@@ -23,8 +34,8 @@ std::string parse_error(const std::string& yaml, const std::vector<std::string>&
 TEST(Config, FileValuesAndOverrides) {
   Config c = config_parse("model:\n  dim: 64\n  n_heads: 4\n  n_kv_heads: 4\ntrain:\n  steps: 7\n", "t.yaml",
                           {"train.steps=9", "optim.lr=0.001", "parallel.mixed_precision.param_dtype=bfloat16"});
-  EXPECT_EQ(c.model.dim, 64);
-  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(llama(c).dim, 64);
+  EXPECT_EQ(llama(c).n_heads, 4);
   EXPECT_EQ(c.train.steps, 9);
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.001);
   EXPECT_EQ(c.parallel.mixed_precision.param_dtype, "bfloat16");
@@ -70,18 +81,18 @@ TEST(Config, DumpRoundTrips) {
   Config a = config_parse("model:\n  dim: 96\n  n_heads: 6\n  n_kv_heads: 2\n", "t.yaml", {"run.dir=/tmp/x"});
   Config b = config_parse(cadre::config_to_yaml(a), "dump.yaml", {});
   EXPECT_EQ(cadre::config_to_yaml(a), cadre::config_to_yaml(b));
-  EXPECT_EQ(b.model.dim, 96);
-  EXPECT_EQ(b.model.n_kv_heads, 2);
+  EXPECT_EQ(llama(b).dim, 96);
+  EXPECT_EQ(llama(b).n_kv_heads, 2);
   EXPECT_EQ(b.run.dir, "/tmp/x");
 }
 
 TEST(Config, LlamaFfnRule) {
-  cadre::ModelConfig m;
+  cadre::LlamaConfig m;
   m.dim = 512;
   m.multiple_of = 256;
-  EXPECT_EQ(cadre::model_ffn_dim(m), 1536);  // 2/3*2048 = 1365 -> 1536
+  EXPECT_EQ(cadre::llama_ffn_dim(m), 1536);  // 2/3*2048 = 1365 -> 1536
   m.ffn_dim = 1000;
-  EXPECT_EQ(cadre::model_ffn_dim(m), 1000);
+  EXPECT_EQ(cadre::llama_ffn_dim(m), 1000);
 }
 
 // inf and nan pass checks such as `> 0`: every number field refuses them by name, in the file

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/llama/llama.h"
+#include "models/llama/model.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "support/process.h"
@@ -33,7 +33,7 @@ double relative_error(const at::Tensor& got, const at::Tensor& want) {
 }
 
 struct ParityCase {
-  cadre::ModelConfig model;
+  cadre::LlamaConfig model;
   int64_t batch = 2, seq = 16, steps = 5;
   double lr = 1e-2, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 0.5;
 };
@@ -97,8 +97,8 @@ void run_parity(const ParityCase& pc, const std::string& tag) {
     EXPECT_LT(relative_error(p.value(), want.at("after." + p.key())), kTolerance) << "after AdamW: " << p.key();
 }
 
-cadre::ModelConfig tiny_model() {
-  cadre::ModelConfig m;
+cadre::LlamaConfig tiny_model() {
+  cadre::LlamaConfig m;
   m.dim = 64;
   m.n_layers = 2;
   m.n_heads = 4;

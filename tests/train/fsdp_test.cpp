@@ -39,7 +39,7 @@ class Fsdp : public ::testing::Test {
                                      "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + (*dir_ / run),
                                      "--set", "data.batch_size=" + std::to_string(batch), "--set",
                                      "train.steps=" + std::to_string(kSteps), "--set", "train.threads=1", "--set",
-                                     "train.eval_interval=0"};
+                                     "train.eval_interval=0", "--set", "train.check_replicas=true"};
     for (auto& s : sets) {
       argv.push_back("--set");
       argv.push_back(s);

@@ -1,5 +1,5 @@
 // Llama implementation on ATen ops.
-#include "models/llama/llama.h"
+#include "models/llama/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/dnnl_linear.h"
+#include "shard/module_hooks.h"
 
 namespace cadre {
 
@@ -60,7 +61,7 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t rep) {
 }
 }  // namespace
 
-Attention::Attention(const ModelConfig& c)
+Attention::Attention(const LlamaConfig& c)
     : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.dim / c.n_heads) {
   wq = register_module("wq", std::make_shared<Projection>(c.dim, n_heads * head_dim));
   wk = register_module("wk", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
@@ -99,9 +100,9 @@ at::Tensor FeedForward::forward(const at::Tensor& x) const {
   return w2->forward(at::silu(w1->forward(x)) * w3->forward(x));
 }
 
-Block::Block(const ModelConfig& c) {
+Block::Block(const LlamaConfig& c) {
   attention = register_module("attention", std::make_shared<Attention>(c));
-  feed_forward = register_module("feed_forward", std::make_shared<FeedForward>(c.dim, model_ffn_dim(c)));
+  feed_forward = register_module("feed_forward", std::make_shared<FeedForward>(c.dim, llama_ffn_dim(c)));
   attention_norm = register_module("attention_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
   ffn_norm = register_module("ffn_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
 }
@@ -111,12 +112,12 @@ at::Tensor Block::forward(const at::Tensor& x, const Rope& rope, const at::Tenso
   return h + feed_forward->forward(ffn_norm->forward(h));
 }
 
-BlockList::BlockList(const ModelConfig& c) {
+BlockList::BlockList(const LlamaConfig& c) {
   for (int64_t i = 0; i < c.n_layers; ++i)
     blocks.push_back(register_module(std::to_string(i), std::make_shared<Block>(c)));
 }
 
-Llama::Llama(const ModelConfig& c) : config_(c) {
+Llama::Llama(const LlamaConfig& c) : config_(c) {
   tok_embeddings = register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.dim));
   layers = register_module("layers", std::make_shared<BlockList>(c));
   norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
@@ -144,10 +145,7 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   at::Tensor h = at::embedding(tok_embeddings->weight, tokens);
   Rope rope = rope_for(T, dtype);
   at::Tensor mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(dtype)).triu(1);
-  for (int64_t i = 0; i < config_.n_layers; ++i) {
-    Block& block = *layers->blocks[i];
-    h = block_runner_ ? block_runner_(i, block, h, rope, mask) : block.forward(h, rope, mask);
-  }
+  for (auto& block : layers->blocks) h = call(block, h, rope, mask);
   h = norm->forward(h);
   return linear_no_bias(h, output_weight());
 }
@@ -174,13 +172,13 @@ at::Tensor llama_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), targets.reshape({-1}));
 }
 
-int64_t llama_param_count(const ModelConfig& c) {
-  const int64_t hd = c.dim / c.n_heads, ffn = model_ffn_dim(c);
+int64_t llama_param_count(const LlamaConfig& c) {
+  const int64_t hd = c.dim / c.n_heads, ffn = llama_ffn_dim(c);
   int64_t block = c.dim * hd * (2 * c.n_heads + 2 * c.n_kv_heads) + 3 * c.dim * ffn + 2 * c.dim;
   return c.vocab_size * c.dim * (c.tie_embeddings ? 1 : 2) + c.n_layers * block + c.dim;
 }
 
-double llama_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+double llama_flops_per_token(const LlamaConfig& c, int64_t seq_len) {
   // The embedding lookup is not a matmul; with tied weights the head still is one.
   double matmul_params = double(llama_param_count(c)) - (c.tie_embeddings ? 0.0 : double(c.vocab_size * c.dim));
   return 6.0 * matmul_params + 12.0 * c.n_layers * seq_len * c.dim;

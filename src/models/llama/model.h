@@ -1,15 +1,15 @@
 // Llama as a libtorch module: token embedding, RMSNorm, rotary embeddings (HF rotate-half
 // layout), grouped-query causal attention, SwiGLU MLP, final norm, tied or untied head.
-// Parameter names follow Meta's checkpoints (layers.N.attention.wq.weight, ...).
+// Parameter names follow Meta's checkpoints (layers.N.attention.wq.weight, ...). Blocks run
+// through cadre::call, so FSDP units and activation checkpointing act around each one.
 #pragma once
 
 #include <torch/nn/module.h>
 
-#include <functional>
 #include <memory>
 #include <vector>
 
-#include "core/config.h"
+#include "models/llama/config.h"
 
 namespace cadre {
 
@@ -43,7 +43,7 @@ struct Rope {
 
 class Attention : public torch::nn::Module {
  public:
-  explicit Attention(const ModelConfig& config);
+  explicit Attention(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
   std::shared_ptr<Projection> wq, wk, wv, wo;
   int64_t n_heads, n_kv_heads, head_dim;
@@ -58,7 +58,7 @@ class FeedForward : public torch::nn::Module {
 
 class Block : public torch::nn::Module {
  public:
-  explicit Block(const ModelConfig& config);
+  explicit Block(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
   std::shared_ptr<RMSNorm> attention_norm, ffn_norm;
   std::shared_ptr<Attention> attention;
@@ -68,13 +68,13 @@ class Block : public torch::nn::Module {
 // Holds the blocks under the names "0", "1", ... so parameters read layers.N.*.
 class BlockList : public torch::nn::Module {
  public:
-  BlockList(const ModelConfig& config);
+  BlockList(const LlamaConfig& config);
   std::vector<std::shared_ptr<Block>> blocks;
 };
 
 class Llama : public torch::nn::Module {
  public:
-  explicit Llama(const ModelConfig& config);
+  explicit Llama(const LlamaConfig& config);
 
   // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
   at::Tensor forward(const at::Tensor& tokens);
@@ -83,13 +83,7 @@ class Llama : public torch::nn::Module {
   // output projections (wo, w2) scaled by 1/sqrt(2 * n_layers); norms start at one.
   void init_weights(uint64_t seed);
 
-  // Runs block `index` on `x`. Parallel wrappers (FSDP units, activation checkpointing)
-  // replace it to act around each block; the default calls block.forward.
-  using BlockRunner = std::function<at::Tensor(int64_t index, Block& block, const at::Tensor& x,
-                                               const Rope& rope, const at::Tensor& mask)>;
-  void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
-
-  const ModelConfig& config() const { return config_; }
+  const LlamaConfig& config() const { return config_; }
   at::Tensor output_weight() const { return output ? output->weight : tok_embeddings->weight; }
 
   std::shared_ptr<Embedding> tok_embeddings;
@@ -100,9 +94,8 @@ class Llama : public torch::nn::Module {
  private:
   Rope rope_for(int64_t seq_len, at::ScalarType dtype);
 
-  ModelConfig config_;
+  LlamaConfig config_;
   at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, head_dim], float32
-  BlockRunner block_runner_;
 };
 
 // Mean next-token cross-entropy of logits [B, T, V] against targets [B, T], in float32.
@@ -110,7 +103,7 @@ at::Tensor llama_loss(const at::Tensor& logits, const at::Tensor& targets);
 
 // Parameter count and FLOPs per token for a forward+backward pass: 6 * (matmul parameters)
 // plus attention's 12 * n_layers * seq_len * dim (PaLM's accounting, causal mask not halved).
-int64_t llama_param_count(const ModelConfig& config);
-double llama_flops_per_token(const ModelConfig& config, int64_t seq_len);
+int64_t llama_param_count(const LlamaConfig& config);
+double llama_flops_per_token(const LlamaConfig& config, int64_t seq_len);
 
 }  // namespace cadre

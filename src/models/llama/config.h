@@ -1,0 +1,34 @@
+// The Llama model's keys in the `model:` section (arch: llama), with Llama's defaults.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/config.h"
+
+namespace cadre {
+
+struct LlamaConfig {
+  int64_t dim = 512;
+  int64_t n_layers = 8;
+  int64_t n_heads = 8;
+  int64_t n_kv_heads = 8;       // grouped-query attention when < n_heads
+  int64_t vocab_size = 8192;
+  int64_t ffn_dim = 0;          // 0: Llama's rule, 2/3 * 4 * dim rounded up to multiple_of
+  int64_t multiple_of = 256;
+  int64_t max_seq_len = 256;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = false;
+  double init_std = 0.02;
+};
+
+// Parses and validates the section's keys (ConfigError naming the key and its source).
+LlamaConfig llama_config(const ModelSection& section);
+// Every key with its resolved value (for the run's config.yaml).
+std::vector<RawKey> llama_config_keys(const LlamaConfig& config);
+
+// Feed-forward width after applying Llama's sizing rule.
+int64_t llama_ffn_dim(const LlamaConfig& config);
+
+}  // namespace cadre

@@ -1,0 +1,37 @@
+// The Model interface over the Llama module.
+#include "models/llama/llama_model.h"
+
+#include "core/error.h"
+#include "models/llama/parallelize.h"
+
+namespace cadre {
+
+LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config), llama_(std::make_shared<Llama>(config)) {}
+
+FSDPModule LlamaModel::parallelize(const FullyShardOptions& options, const ParallelConfig& parallel) {
+  return llama_parallelize(*llama_, options, parallel, checkpointing_);
+}
+
+LossOutput LlamaModel::loss(const Batch& batch) {
+  return {llama_loss(call(llama_, batch.input), batch.target)};
+}
+
+void LlamaModel::check_data(const DatasetManifest& m) const {
+  CADRE_CONFIG_CHECK(m.kind == "tokens", "data.dir holds ", m.kind, " samples; model.arch llama trains on tokens");
+  CADRE_CONFIG_CHECK(m.vocab_size <= config_.vocab_size, "vocabulary mismatch: the dataset was tokenized with ",
+                     m.vocab_size, " tokens but model.vocab_size is ", config_.vocab_size);
+  CADRE_CONFIG_CHECK(m.seq_len <= config_.max_seq_len, "the dataset has samples of seq_len ", m.seq_len,
+                     ", beyond model.max_seq_len ", config_.max_seq_len);
+}
+
+std::string LlamaModel::describe() const {
+  return str("llama ", param_count() / 1e6, "M parameters, ", config_.n_layers, " layers, dim ", config_.dim);
+}
+
+int64_t LlamaModel::param_count() const { return llama_param_count(config_); }
+
+double LlamaModel::flops_per_sample(int64_t seq_len) const {
+  return llama_flops_per_token(config_, seq_len) * double(seq_len);
+}
+
+}  // namespace cadre

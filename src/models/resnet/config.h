@@ -1,0 +1,32 @@
+// The ResNet model's keys in the `model:` section (arch: resnet), with torchvision's defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace cadre {
+
+struct ResnetConfig {
+  int64_t depth = 18;           // 18, 34 (basic blocks); 50, 101, 152 (bottleneck blocks)
+  int64_t width = 64;           // channels of the first stage; stages double it
+  int64_t in_channels = 3;
+  int64_t num_classes = 1000;
+  int64_t image_size = 224;     // input height and width
+  // imagenet: 7x7 stride-2 convolution and a 3x3 stride-2 max pool (torchvision); small: one
+  // 3x3 stride-1 convolution and no pool, for small images such as 28x28 digits.
+  std::string stem = "imagenet";
+  bool zero_init_residual = false;  // start each block's last BatchNorm scale at zero
+};
+
+// Parses and validates the section's keys (ConfigError naming the key and its source).
+ResnetConfig resnet_config(const ModelSection& section);
+std::vector<RawKey> resnet_config_keys(const ResnetConfig& config);
+
+// Blocks per stage and whether they are bottlenecks, from the depth.
+std::vector<int64_t> resnet_stage_blocks(int64_t depth);
+bool resnet_bottleneck(int64_t depth);
+
+}  // namespace cadre

@@ -1,0 +1,169 @@
+// Sharded data parallelism for any libtorch module, in the spirit of PyTorch's FSDP2:
+// `fully_shard(submodule, options)` on each submodule that should be a unit, then on the root.
+// A unit's parameters (those not in a unit of its own submodules) live in one flat buffer;
+// each rank keeps a contiguous float32 shard of it. Units are driven through cadre::call
+// (shard/module_hooks.h), which runs them between their hooks:
+//
+//   for (auto& block : net->blocks) cadre::fully_shard(*block, options);
+//   cadre::FSDPModule fsdp = cadre::fully_shard(*net, options);
+//   cadre::AdamW optimizer(fsdp.parameters(), fsdp.decay_mask(), {...});
+//   at::Tensor loss = loss_of(cadre::call(net, x));   // the net's forward calls
+//   loss.backward();                                   // cadre::call(block, ...) per block
+//   optimizer.step(lr);
+//
+// Strategies keep FSDP's names and meaning:
+//   FULL_SHARD     gather a unit before its forward, free it after; gather again for its
+//                  backward; reduce-scatter its gradients as soon as they are complete.
+//   SHARD_GRAD_OP  gathered units stay from forward to backward; gradients and optimizer
+//                  state are sharded.
+//   HYBRID_SHARD   FULL_SHARD inside a shard group, replicated across groups with a gradient
+//                  all-reduce between replicas.
+//   NO_SHARD       DDP: a full replica; gradients are all-reduced in buckets of about
+//                  `bucket_bytes` (parameters in reverse registration order, as DDP) as soon
+//                  as a bucket's gradients are complete, overlapping the rest of the backward.
+// Float32 master shards are what the optimizer updates; compute runs in param_dtype; gradients
+// are reduced in reduce_dtype and accumulated in float32. Buffers (BatchNorm statistics) are
+// not sharded: in a training forward they are broadcast from rank 0, as DDP does. Parameters
+// that do not require grad are left as they are (full on every rank, not updated).
+//
+// The end of the backward (waiting for reductions, folding them into the shards) runs as an
+// autograd callback, so `loss.backward()` is all a caller writes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/comm.h"
+#include "shard/flat_param.h"
+
+namespace cadre {
+
+enum class Strategy { FullShard, ShardGradOp, HybridShard, NoShard };
+Strategy parse_strategy(const std::string& name);  // ConfigError names parallel.strategy
+const char* strategy_name(Strategy strategy);
+
+struct MixedPrecision {
+  at::ScalarType param_dtype = at::kFloat;   // dtype of the gathered compute parameters
+  at::ScalarType reduce_dtype = at::kFloat;  // dtype gradients are reduced in
+};
+
+// The ranks a strategy runs over (a 1-D or 2-D mesh). Null: that dimension has one rank.
+struct ShardGroups {
+  comm::Communicator* shard = nullptr;    // a unit's parameters are sharded over these ranks
+  comm::Communicator* replica = nullptr;  // ranks holding the same shard; gradients averaged
+};
+
+struct FullyShardOptions {
+  Strategy strategy = Strategy::FullShard;
+  ShardGroups groups;
+  MixedPrecision mixed_precision;
+  // Start the next unit's gather while this one computes (forward: the next unit in the last
+  // forward's order; backward: the one before).
+  bool prefetch = true;
+  // Free a unit's gathered parameters after its forward. Default: the strategy's (true for
+  // FULL_SHARD and HYBRID_SHARD, false for SHARD_GRAD_OP).
+  std::optional<bool> reshard_after_forward;
+  // NO_SHARD: gradient all-reduce bucket size (DDP's bucket_cap_mb); the first bucket is
+  // capped at 1 MiB so the first reduction starts early.
+  int64_t bucket_bytes = int64_t{25} << 20;
+  // Broadcast buffers from rank 0 before each training forward (DDP's broadcast_buffers).
+  bool broadcast_buffers = true;
+};
+
+// Bytes this rank holds for model state, and the most gathered-unit bytes alive at once.
+struct ShardMemory {
+  int64_t params = 0;        // float32 masters (+ compute copies kept resident, e.g. NO_SHARD bf16)
+  int64_t grads = 0;         // float32 reduced gradients this rank keeps
+  int64_t optimizer = 0;     // AdamW moments (filled in by the caller)
+  int64_t peak_working = 0;  // peak bytes of gathered parameters + unsharded gradient buffers
+  int64_t padded_numel = 0;  // parameters including padding
+  int shard_size = 1;        // ranks a unit is sharded over
+  int64_t units = 0;         // FSDP units holding parameters (the root included)
+  int64_t flat_params = 0;   // flat buffers: one per unit, or NO_SHARD's gradient buckets
+};
+
+// Where one optimizer piece sits: elements [start, start + numel) of parameter `name`
+// (flattened, global shape `shape`), inside flat parameter `unit`'s shard on this rank.
+struct ShardPiece {
+  size_t unit = 0;
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t start = 0;
+};
+
+namespace detail {
+class FsdpTree;
+}
+
+// Handle of a sharded module and the units under it. Its methods act on the whole tree (use
+// the root's handle). The tree is set up at its first forward or first use of the handle;
+// keep the handle alive as long as the module is used.
+class FSDPModule {
+ public:
+  FSDPModule() = default;
+  explicit FSDPModule(std::shared_ptr<detail::FsdpTree> tree) : tree_(std::move(tree)) {}
+
+  // What the optimizer updates: per parameter, the piece of it inside this rank's shard (a
+  // view of the float32 master, with .grad a view of the reduced gradient after backward).
+  const std::vector<at::Tensor>& parameters();
+  // Weight decay applies to matrices and kernels (dim >= 2), not to norms and biases.
+  const std::vector<bool>& decay_mask();
+  const std::vector<ShardPiece>& piece_layout();
+
+  // While the guard lives, backward passes only accumulate gradients (no communication); the
+  // first backward after it reduces everything accumulated (DDP's no_sync).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(detail::FsdpTree* tree);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    detail::FsdpTree* tree_;
+  };
+  NoSyncGuard no_sync();
+
+  void zero_grad();
+  // Global L2 norm of the gradient across shards (collective), then scales by
+  // min(1, max_norm / (norm + 1e-6)) when max_norm > 0. Returns the norm.
+  double clip_grad_norm(double max_norm);
+  // After changing the masters outside the optimizer step (loading a checkpoint): compute
+  // copies are refreshed at the next gather. The end of each reducing backward does this too.
+  void mark_updated();
+
+  // Ranks holding the same shard (replicas under NO_SHARD and HYBRID_SHARD), and this rank's
+  // index among them: checkpoints write each shard once, spread over the replicas.
+  int replica_count();
+  int replica_index();
+  // Buffers and parameters that do not require grad, by name (full on every rank).
+  std::vector<std::pair<std::string, at::Tensor>> unsharded_state();
+
+  ShardMemory memory();
+  const std::vector<std::unique_ptr<FlatParam>>& flat_params();
+
+  // Diagnostic (collective): gathers one flat parameter at a time and checks every rank holds
+  // the same values. Never holds more than one unit in full.
+  bool replicas_identical();
+
+  detail::FsdpTree& tree();
+
+ private:
+  std::shared_ptr<detail::FsdpTree> tree_;
+};
+
+// Makes `module` an FSDP unit. Units must be created inner first, the root last (the root's
+// call takes in the units already created under it). Every rank calls it the same way, with
+// parameters equal on every rank.
+FSDPModule fully_shard(torch::nn::Module& module, const FullyShardOptions& options);
+// One unit over several sibling modules (e.g. consecutive transformer blocks): gathered when
+// the first is called, resharded after the last.
+FSDPModule fully_shard(const std::vector<torch::nn::Module*>& modules, const FullyShardOptions& options);
+
+}  // namespace cadre

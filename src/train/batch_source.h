@@ -1,0 +1,35 @@
+// Batches as tensors from a prepared dataset, whatever its kind: token sequences with their
+// shifted targets, or normalised images with their labels. Wraps the data loaders (which know
+// no tensors) and keeps their position semantics for resume.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/manifest.h"
+#include "data/sample_order.h"
+#include "models/model.h"
+
+namespace cadre {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Opens <dir> (its manifest says the kind); `seed` orders the training split.
+  static std::unique_ptr<BatchSource> open(const std::string& dir, Split split, uint64_t seed);
+
+  virtual const DatasetManifest& manifest() const = 0;
+  virtual uint64_t num_samples() const = 0;
+  // Units one sample counts for in throughput: tokens per sequence, or 1 image.
+  virtual int64_t sample_len() const = 0;
+  // Consumes one global micro-batch of `global` samples; returns samples [first, first+count).
+  virtual Batch next(uint64_t global, uint64_t first, uint64_t count) = 0;
+  // The samples at these indices of the split, in split order (validation).
+  virtual Batch at(const std::vector<uint64_t>& indices) const = 0;
+  virtual uint64_t position() const = 0;
+  virtual void set_position(uint64_t position) = 0;
+};
+
+}  // namespace cadre

@@ -1,0 +1,101 @@
+// One rank of a fully_shard run over the user network (user_net.h), for the multi-process
+// tests: trains `steps` steps with libtorch's own Adam on the shard pieces and prints, from
+// rank 0, each step's loss (the mean over every chunk of the global batch) and at the end
+// whether every rank holds the same parameters.
+//
+//   shard_worker <strategy> <accum> <steps> [bucket_bytes] [shard_group_size] [check]
+//
+// Chunk c of a step is usernet::batch(step, c, kChunk); rank r's micro-batch m is chunk
+// m * world + r, so one rank with accum = N * A reads what N ranks with accum = A read.
+// `check` runs a scenario instead: "buffers" starts rank r with buffers r + 1 and prints them
+// after one training forward; "outside" calls a unit outside its root's forward.
+#include <torch/optim/adam.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "comm/comm.h"
+#include "core/error.h"
+#include "shard/fully_shard.h"
+#include "shard/parallel_groups.h"
+#include "shard/user_net.h"
+
+namespace {
+
+constexpr int64_t kChunk = 6;
+
+int run(int argc, char** argv) {
+  CADRE_CHECK(argc >= 4, "usage: shard_worker <strategy> <accum> <steps> [bucket_bytes] [shard_group_size] [check]");
+  const cadre::comm::JobEnv env = cadre::comm::JobEnv::from_env();
+  at::set_num_threads(1);
+  const cadre::Strategy strategy = cadre::parse_strategy(argv[1]);
+  const int64_t accum = std::atoll(argv[2]), steps = std::atoll(argv[3]);
+  const int64_t bucket = argc > 4 ? std::atoll(argv[4]) : 0, group = argc > 5 ? std::atoll(argv[5]) : 0;
+  const std::string check = argc > 6 ? argv[6] : "";
+
+  cadre::ParallelGroups groups = cadre::make_parallel_groups(env, strategy, group, {});
+  auto net = std::make_shared<usernet::Net>();
+  net->init(7);
+  cadre::FullyShardOptions options;
+  options.strategy = strategy;
+  options.groups = groups.groups;
+  if (bucket > 0) options.bucket_bytes = bucket;
+  if (strategy != cadre::Strategy::NoShard)
+    for (torch::nn::Module* unit : net->units()) cadre::fully_shard(*unit, options);
+  cadre::FSDPModule fsdp = cadre::fully_shard(*net, options);
+
+  if (check == "buffers") {
+    {
+      at::NoGradGuard no_grad;
+      net->scale.fill_(env.rank + 1);
+    }
+    cadre::call(net, usernet::batch(0, 0, kChunk).first);
+    std::printf("rank %d scale %g\n", env.rank, net->scale[0].item<double>());
+    return 0;
+  }
+  if (check == "outside") {
+    cadre::call(net->blocks[0]->as<usernet::Block>(), at::zeros({2, usernet::kDim}));
+    return 0;
+  }
+
+  torch::optim::Adam adam(fsdp.parameters(), torch::optim::AdamOptions(1e-2));
+  for (int64_t step = 0; step < steps; ++step) {
+    adam.zero_grad();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < accum; ++m) {
+      std::optional<cadre::FSDPModule::NoSyncGuard> accumulate;
+      if (m + 1 < accum) accumulate.emplace(&fsdp.tree());
+      auto [x, y] = usernet::batch(step, m * env.world_size + env.rank, kChunk);
+      at::Tensor loss = at::cross_entropy_loss(cadre::call(net, x), y);
+      (loss / double(accum)).backward();
+      loss_sum += loss.item<double>();
+    }
+    fsdp.clip_grad_norm(1.0);
+    adam.step();
+    double loss = loss_sum / double(accum);
+    if (groups.world) {
+      at::Tensor t = at::scalar_tensor(loss, at::kDouble).reshape({1}).to(at::kFloat);
+      groups.world->all_reduce(t, cadre::comm::ReduceOp::Avg);
+      loss = t.item<double>();
+    }
+    if (env.rank == 0) std::printf("step %lld loss %.9g\n", static_cast<long long>(step + 1), loss);
+  }
+  const bool identical = fsdp.replicas_identical();
+  cadre::ShardMemory memory = fsdp.memory();
+  if (env.rank == 0)
+    std::printf("identical %d units %lld flat_params %lld\n", identical ? 1 : 0, static_cast<long long>(memory.units),
+                static_cast<long long>(memory.flat_params));
+  if (groups.world) groups.world->barrier();
+  return identical ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shard_worker: %s\n", e.what());
+    return 1;
+  }
+}
