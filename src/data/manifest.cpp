@@ -10,6 +10,7 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace cadre {
 namespace {
@@ -20,13 +21,13 @@ nlohmann::json shards_to_json(const std::vector<ShardEntry>& shards) {
 }
 // Counts are read as signed so that a negative one is an error, not a huge unsigned number.
 uint64_t count_field(const nlohmann::json& j, const char* name) {
-  const int64_t v = j.at(name).get<int64_t>();
+  const int64_t v = json_int(j.at(name), name);
   if (v < 0) throw ConfigError(str("'", name, "' is negative (", v, ")"));
   return static_cast<uint64_t>(v);
 }
 std::vector<ShardEntry> shards_from_json(const nlohmann::json& j) {
   std::vector<ShardEntry> out;
-  for (const auto& s : j) out.push_back({s.at("file").get<std::string>(), count_field(s, "samples"), s.at("checksum").get<uint64_t>()});
+  for (const auto& s : j) out.push_back({s.at("file").get<std::string>(), count_field(s, "samples"), json_uint(s.at("checksum"), "checksum")});
   return out;
 }
 
@@ -75,23 +76,24 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
   DatasetManifest m;
   try {
     auto j = nlohmann::json::parse(text);
-    m.version = j.at("version").get<int>();
+    const int64_t version = json_int(j.at("version"), "version");
+    m.version = version == 1 ? 1 : -1;
     m.kind = j.value("kind", std::string("tokens"));  // manifests before images had no kind
     if (m.kind == "tokens") {
       m.tokenizer = j.at("tokenizer").get<std::string>();
-      m.vocab_size = j.at("vocab_size").get<int64_t>();
-      m.seq_len = j.at("seq_len").get<int64_t>();
-      const int64_t width = j.at("token_bytes").get<int64_t>();
+      m.vocab_size = json_int(j.at("vocab_size"), "vocab_size");
+      m.seq_len = json_int(j.at("seq_len"), "seq_len");
+      const int64_t width = json_int(j.at("token_bytes"), "token_bytes");
       m.token_bytes = width == 2 || width == 4 ? static_cast<uint32_t>(width) : 0;
-      m.bos_id = j.at("bos_id").get<int64_t>();
-      m.eos_id = j.at("eos_id").get<int64_t>();
+      m.bos_id = json_int(j.at("bos_id"), "bos_id");
+      m.eos_id = json_int(j.at("eos_id"), "eos_id");
       m.documents = count_field(j, "documents");
       m.tokens = count_field(j, "tokens");
     } else if (m.kind == "images") {
-      m.channels = j.at("channels").get<int64_t>();
-      m.height = j.at("height").get<int64_t>();
-      m.width = j.at("width").get<int64_t>();
-      m.num_classes = j.at("num_classes").get<int64_t>();
+      m.channels = json_int(j.at("channels"), "channels");
+      m.height = json_int(j.at("height"), "height");
+      m.width = json_int(j.at("width"), "width");
+      m.num_classes = json_int(j.at("num_classes"), "num_classes");
       m.pixel_mean = j.at("pixel_mean").get<double>();
       m.pixel_std = j.at("pixel_std").get<double>();
     } else {
@@ -99,11 +101,11 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
     }
     m.train = shards_from_json(j.at("train"));
     m.val = shards_from_json(j.at("val"));
-    if (m.version != 1) throw ConfigError(str("unsupported version ", m.version));
+    if (m.version != 1) throw ConfigError(str("unsupported version ", version));
     check_shapes(m);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(str("dataset manifest '", path, "' is malformed: ", e.what()));
-  } catch (const ConfigError& e) {
+  } catch (const Error& e) {  // a ConfigError, or a json_int complaint
     throw ConfigError(str("dataset manifest '", path, "': ", e.what()));
   }
   return m;

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_number.h"
 #include "core/log.h"
 
 namespace cadre::rdzv {
@@ -74,10 +75,10 @@ NodeInfo node_info_from_json(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     info.addr = j.at("addr");
     info.hostname = j.at("hostname");
-    info.local_world_size = j.at("local_world_size");
-    info.node_rank = j.at("node_rank");
-    info.pid = j.at("pid");
-    info.previous_group_rank = j.value("previous_group_rank", int64_t{-1});
+    info.local_world_size = json_int(j.at("local_world_size"), "local_world_size");
+    info.node_rank = json_int(j.at("node_rank"), "node_rank");
+    info.pid = json_int(j.at("pid"), "pid");
+    info.previous_group_rank = j.contains("previous_group_rank") ? json_int(j["previous_group_rank"], "previous_group_rank") : -1;
   } catch (const std::exception& e) {
     throw Error(str("rendezvous: bad node record '", text, "': ", e.what()));
   }
