@@ -5,7 +5,7 @@
 
 namespace cadre::store {
 
-ServerSession::ServerSession(const std::string& secret, std::string nonce) : secret_(secret), nonce_(std::move(nonce)) {
+ServerSession::ServerSession(std::string secret, std::string nonce) : secret_(std::move(secret)), nonce_(std::move(nonce)) {
   frame_append(output_, hello_encode(nonce_));
 }
 

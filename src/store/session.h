@@ -13,7 +13,7 @@ namespace cadre::store {
 class ServerSession {
  public:
   // `nonce`: kNonceBytes fresh random bytes (auth.h random_bytes). The greeting is queued.
-  ServerSession(const std::string& secret, std::string nonce);
+  ServerSession(std::string secret, std::string nonce);
 
   // Consumes bytes from the peer. Before authentication only a proof fits (kMaxHandshakeFrame):
   // a wrong one queues a refusal and ends the session (closing()). After it, returns the
@@ -28,7 +28,7 @@ class ServerSession {
   bool closing() const { return closing_; }  // refused: send what is queued, then close
 
  private:
-  const std::string& secret_;
+  std::string secret_;  // a copy: the session must not depend on the caller's string living on
   std::string nonce_;
   FrameReader frames_{kMaxHandshakeFrame};
   std::string output_;
