@@ -22,6 +22,8 @@ RUN apt-get update \
       etcd-server etcd-client \
       iproute2 iptables \
       prometheus tmux chromium python3-pil \
+      libssl-dev \
+      clang-14 libclang-rt-14-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # libtorch must use OpenBLAS, not the reference BLAS (about 30x slower), as setup.sh makes sure.

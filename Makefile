@@ -4,7 +4,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The retry soak (~11 min) is not part of `make test`: `cd build && ctest -L soak`.
 CTEST_FLAGS ?= -LE soak
 
-.PHONY: setup configure build test demo mnist bench clean
+.PHONY: setup configure build test fuzz sanitize demo mnist bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +17,22 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
+
+# Every libFuzzer target for FUZZ_SECONDS each (`make test` runs them for 4 s each).
+FUZZ_SECONDS ?= 60
+fuzz: build
+	@cd $(BUILD) && FUZZ_SECONDS=$(FUZZ_SECONDS) ctest -L fuzz --output-on-failure --timeout 0
+
+# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build
+# directory (no benchmarks, no fuzzers). Not part of `make test`: see README ("Sanitizers")
+# for what it costs.
+SANITIZE_BUILD ?= build-sanitize
+sanitize: setup
+	@cmake -S . -B $(SANITIZE_BUILD) -G Ninja $(CMAKE_FLAGS) -DCADRE_SANITIZE=ON -DCADRE_BENCH=OFF -DCADRE_FUZZ=OFF >/dev/null
+	@cmake --build $(SANITIZE_BUILD) -j $$(nproc)
+	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=$(ASAN_OPTIONS_SANITIZE) UBSAN_OPTIONS=print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp ctest -L unit --output-on-failure $(CTEST_FLAGS)
+ASAN_OPTIONS_SANITIZE ?= detect_leaks=1:abort_on_error=1
 
 # The demo needs only the binary (and the tokenizer shim it loads), not the tests.
 demo: configure

@@ -39,7 +39,9 @@ for ((i = 0; i < reps; i++)); do
 
   d="$tmp/multi$i"; mkdir -p "$d"
   port=$((20000 + RANDOM % 20000))
-  args=(--nnodes 2 --nproc-per-node 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id bench$i --max-restarts 1)
+  openssl rand -hex 32 >"$d/secret" && chmod 600 "$d/secret"  # two nodes share the job secret
+  args=(--nnodes 2 --nproc-per-node 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id bench$i --max-restarts 1
+        --job-secret-file "$d/secret")
   t0=$(now)
   "$cadre" run "${args[@]}" --node-rank 0 --log-dir "$d/logs0" -- /bin/sh "$tmp/worker.sh" "$d" >/dev/null 2>&1 &
   a0=$!

@@ -7,7 +7,8 @@
 include(CMakePackageConfigHelpers)
 
 # What a program that trains its own module links: everything but the launcher and the CLI.
-set(CADRE_LIBRARY_TARGETS cadre_core cadre_obs cadre_comm cadre_optim cadre_shard cadre_data cadre_ckpt cadre_models cadre_train)
+set(CADRE_LIBRARY_TARGETS cadre_core cadre_obs cadre_store cadre_comm cadre_optim cadre_shard cadre_data cadre_ckpt
+                          cadre_models cadre_train)
 add_library(cadre_library INTERFACE)
 target_link_libraries(cadre_library INTERFACE ${CADRE_LIBRARY_TARGETS})
 target_include_directories(cadre_library INTERFACE $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)

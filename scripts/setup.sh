@@ -21,6 +21,8 @@ packages=(
   iproute2 iptables                                 # network-namespace hosts for the multi-node fault tests
   prometheus tmux chromium python3-pil              # obs and serve tests: a real Prometheus, promtool, `cadre top` under
                                                     # tmux, the HTML report rendered and its screenshot read
+  libssl-dev                                        # HMAC-SHA256 for the job store's handshake (libcrypto)
+  clang-14 libclang-rt-14-dev                       # libFuzzer and sanitizer runtimes for tests/fuzz
 )
 # npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
 command -v npm >/dev/null || packages+=(nodejs npm)

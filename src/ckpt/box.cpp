@@ -28,6 +28,25 @@ std::string box_text(const Box& box) {
   return s + "]";
 }
 
+// The length of box_runs' runs: the box's last dimension, times every dimension before it
+// while the ones after are whole.
+static int64_t box_run_length(const std::vector<int64_t>& shape, const Box& box) {
+  const size_t n = shape.size();
+  if (n == 0) return 1;
+  size_t k = n - 1;
+  int64_t len = box.sizes[k];
+  while (k > 0 && box.sizes[k] == shape[k]) {
+    --k;
+    len *= box.sizes[k];
+  }
+  return len;
+}
+
+int64_t box_run_count(const std::vector<int64_t>& shape, const Box& box) {
+  CADRE_CHECK(box_fits(box, shape), "box ", box_text(box), " does not fit a tensor of ", shape.size(), " dimension(s)");
+  return box.numel() / box_run_length(shape, box);
+}
+
 std::vector<Run> box_runs(const std::vector<int64_t>& shape, const Box& box, int64_t start, int64_t count) {
   CADRE_CHECK(start >= 0 && count >= 0 && start + count <= box.numel(), "elements ", start, "..", start + count,
               " are outside box ", box_text(box));

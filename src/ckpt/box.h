@@ -39,6 +39,9 @@ inline std::vector<Run> box_runs(const std::vector<int64_t>& shape, const Box& b
   return box_runs(shape, box, 0, box.numel());
 }
 
+// How many runs box_runs(shape, box) returns, without listing them; `box` must fit `shape`.
+int64_t box_run_count(const std::vector<int64_t>& shape, const Box& box);
+
 // Elements [start, start + count) of `box` as boxes whose row-major orders, one after another,
 // list those elements in the same order: a ragged head, whole slabs, a ragged tail, recursively
 // (at most 2 * dims - 1 boxes). How a contiguous shard of a flattened part becomes pieces.

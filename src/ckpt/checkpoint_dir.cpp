@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ckpt/checkpoint_error.h"
+#include "ckpt/checksum.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/file_util.h"
@@ -125,20 +127,43 @@ std::string checkpoint_locate(const std::string& path) {
   return complete.front().path;
 }
 
+std::string committed_marker_text(int64_t step, uint32_t manifest_crc32c) {
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", manifest_crc32c);
+  return str(step, "\nmanifest_crc32c=", crc, "\n");
+}
+
+std::optional<uint32_t> committed_manifest_crc32c(const std::string& text, const std::string& source) {
+  const std::string key = "\nmanifest_crc32c=";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return std::nullopt;  // written before manifests had checksums
+  const std::string hex = text.substr(at + key.size(), 8);
+  const bool well_formed = hex.size() == 8 && hex.find_first_not_of("0123456789abcdef") == std::string::npos &&
+                           text.compare(at + key.size() + 8, std::string::npos, "\n") == 0;
+  if (!well_formed) throw CheckpointError(str(source, ": malformed marker (manifest_crc32c is not 8 hex digits)"));
+  return static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+}
+
 void checkpoint_publish(const std::string& dir, int64_t step, int64_t keep) {
   const fs::path partial = fs::path(dir) / checkpoint_partial_name(step);
   const fs::path final_path = fs::path(dir) / checkpoint_name(step);
   CADRE_CHECK(fs::is_regular_file(partial / kManifestFile), "checkpoint '", partial.string(), "' has no ", kManifestFile);
+  const std::string manifest = file_read((partial / kManifestFile).string());
   if (fs::exists(final_path)) remove_checkpoint(final_path);  // e.g. a corrupt one resume skipped
   std::error_code ec;
   fs::rename(partial, final_path, ec);
   if (ec) throw Error(str("cannot rename '", partial.string(), "' to '", final_path.string(), "': ", ec.message()));
   fsync_directory(dir);
-  file_write_atomic((final_path / kCommittedFile).string(), std::to_string(step) + "\n");
+  file_write_atomic((final_path / kCommittedFile).string(),
+                    committed_marker_text(step, crc32c(manifest.data(), manifest.size())));
   fsync_directory(final_path.string());
 
   auto complete = checkpoint_list_complete(dir);
-  for (size_t i = static_cast<size_t>(keep); i < complete.size(); ++i) remove_checkpoint(complete[i].path);
+  complete.erase(std::remove_if(complete.begin(), complete.end(), [&](const CheckpointEntry& e) { return e.step == step; }),
+                 complete.end());
+  // The one just published counts towards `keep` but is never a candidate for removal.
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep - 1, 0)); i < complete.size(); ++i)
+    remove_checkpoint(complete[i].path);
 }
 
 }  // namespace cadre

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,18 @@ std::vector<CheckpointEntry> checkpoint_list_complete(const std::string& dir);
 // Returns what it removed.
 std::vector<std::string> checkpoint_remove_incomplete(const std::string& dir);
 
+// COMMITTED records the step and the CRC-32C of manifest.json ("40\nmanifest_crc32c=1a2b3c4d\n"),
+// so an edited or damaged manifest is refused before any of its pieces is trusted.
+std::string committed_marker_text(int64_t step, uint32_t manifest_crc32c);
+// The manifest checksum a marker records; nullopt for a marker of an older Cadre (the step
+// alone). CheckpointError naming `source` when the marker is malformed.
+std::optional<uint32_t> committed_manifest_crc32c(const std::string& marker_text, const std::string& source);
+
 // Publishes a fully written partial directory as step `step`: manifest already inside and
-// synced; rename into place (replacing an older directory of the same step), write COMMITTED,
-// sync the parent. Then deletes all but the newest `keep` complete checkpoints.
+// synced; rename into place (replacing an older directory of the same step), write COMMITTED
+// with the manifest's checksum, sync the parent. Then deletes all but the newest `keep`
+// complete checkpoints, never the one just published (a run resumed from an older step
+// publishes below newer ones).
 void checkpoint_publish(const std::string& dir, int64_t step, int64_t keep);
 
 // The directory holding a run's step-* checkpoints: a run directory's checkpoint.dir (default

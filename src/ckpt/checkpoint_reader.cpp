@@ -9,25 +9,37 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_error.h"
 #include "ckpt/checksum.h"
+#include "core/checked_math.h"
+#include "core/file_util.h"
 
 namespace cadre {
 
 CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
   struct stat st{};
-  if (::stat((dir_ + "/" + kCommittedFile).c_str(), &st) != 0)
+  const std::string marker_path = dir_ + "/" + kCommittedFile;
+  if (::stat(marker_path.c_str(), &st) != 0)
     throw CheckpointError(str("checkpoint '", dir_, "' is incomplete: no ", kCommittedFile, " marker"));
   const std::string manifest_path = dir_ + "/" + kManifestFile;
-  std::ifstream in(manifest_path, std::ios::binary);
-  if (!in) throw CheckpointError(str("checkpoint '", dir_, "': cannot read ", kManifestFile));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  manifest_ = manifest_parse(ss.str(), manifest_path);
+  std::string marker, manifest;
+  try {
+    marker = file_read(marker_path);
+    manifest = file_read(manifest_path);
+  } catch (const Error& e) {
+    throw CheckpointError(str("checkpoint '", dir_, "': ", e.what()));
+  }
+  // The pieces carry their own checksums; the manifest that places them is checked against
+  // the one COMMITTED recorded, so an edited step, offset or data position is caught too.
+  if (auto expected = committed_manifest_crc32c(marker, marker_path)) {
+    const uint32_t actual = crc32c(manifest.data(), manifest.size());
+    if (actual != *expected)
+      throw CheckpointError(str("checkpoint '", dir_, "': ", kManifestFile, " does not match the checksum in ",
+                                kCommittedFile, " (edited or damaged after the checkpoint was committed)"));
+  }
+  manifest_ = manifest_parse(manifest, manifest_path);
   try {
     open_files();
   } catch (...) {
@@ -88,7 +100,8 @@ void CheckpointReader::read_piece(const std::string& name, const TensorRecord& t
 
 void CheckpointReader::read(const std::string& name, int64_t start, int64_t count, void* out) const {
   const TensorRecord& t = tensor(name);
-  if (start < 0 || count < 0 || start + count > t.numel())
+  const auto end = checked_add(start, count);
+  if (start < 0 || count < 0 || !end || *end > t.numel())
     throw CheckpointError(str("checkpoint '", dir_, "': elements ", start, "..", start + count, " are outside tensor '",
                               name, "' of ", t.numel()));
   // A range of the flattened tensor is a range of it as one box of [numel] elements.

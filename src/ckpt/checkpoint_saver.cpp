@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/rank_writer.h"
@@ -26,14 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str("cannot read '", path.string(), "'"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -183,7 +173,7 @@ void checkpoint_commit(const std::string& dir, int64_t step, int64_t world_size,
   std::vector<CheckpointManifest> indexes;
   for (int64_t r = 0; r < world_size; ++r) {
     const fs::path path = partial / checkpoint_rank_index(r);
-    indexes.push_back(manifest_parse(read_file(path), path.string()));
+    indexes.push_back(manifest_parse(file_read(path.string()), path.string(), PieceCoverage::Partial));
   }
   CheckpointManifest manifest = manifest_merge(indexes);
   file_write_atomic((partial / kManifestFile).string(), manifest_to_json(manifest));

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_error.h"
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace cadre {
 
@@ -49,46 +51,65 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   return j.dump(1) + "\n";
 }
 
-CheckpointManifest manifest_parse(const std::string& text, const std::string& source) {
+CheckpointManifest manifest_parse(const std::string& text, const std::string& source, PieceCoverage coverage) {
   CheckpointManifest m;
   std::string where = "the header";
+  auto bad = [&](const std::string& why) { return CheckpointError(str(source, ": ", where, ": ", why)); };
   try {
     nlohmann::json j = nlohmann::json::parse(text);
-    if (j.value("format", "") != "cadre-checkpoint") throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
-    m.version = j.at("version").get<int>();
-    if (m.version != 1 && m.version != CheckpointManifest::kVersion)
-      throw CheckpointError(str(source, ": manifest version ", m.version, ", this build reads 1 and ",
+    if (!j.is_object() || j.value("format", "") != "cadre-checkpoint")
+      throw CheckpointError(str(source, ": not a Cadre checkpoint manifest"));
+    const int64_t version = json_int(j.at("version"), "version");
+    if (version != 1 && version != CheckpointManifest::kVersion)
+      throw CheckpointError(str(source, ": manifest version ", version, ", this build reads 1 and ",
                                 CheckpointManifest::kVersion));
-    m.step = j.at("step").get<int64_t>();
-    m.world_size = j.at("world_size").get<int64_t>();
+    m.version = static_cast<int>(version);
+    m.step = json_int(j.at("step"), "step");
+    m.world_size = json_int(j.at("world_size"), "world_size");
+    if (m.step < 0 || m.world_size < 1) throw bad(str("step ", m.step, " or world_size ", m.world_size, " is out of range"));
     m.strategy = j.at("strategy").get<std::string>();
-    m.state = j.at("state").get<std::map<std::string, int64_t>>();
+    for (const auto& [key, value] : j.at("state").items()) m.state[key] = json_int(value, "state." + key);
     m.config_yaml = j.at("config_yaml").get<std::string>();
     where = "files";
-    for (const auto& f : j.at("files"))
-      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(), f.at("rank").get<int64_t>()});
+    for (const auto& f : j.at("files")) {
+      FileRecord record{f.at("name").get<std::string>(), json_int(f.at("bytes"), "bytes"), json_int(f.at("rank"), "rank")};
+      if (record.bytes < 0 || record.name.empty() || record.name.find('/') != std::string::npos)
+        throw bad(str("file '", record.name, "' of ", record.bytes, " bytes is not a plain file name and size"));
+      m.files.push_back(std::move(record));
+    }
     for (const auto& [name, t] : j.at("tensors").items()) {
       where = "tensor '" + name + "'";
       TensorRecord r;
       r.dtype = t.at("dtype").get<std::string>();
-      r.shape = t.at("shape").get<std::vector<int64_t>>();
+      r.shape = json_int_list(t.at("shape"), "shape");
       const int64_t elem = dtype_element_size(r.dtype);
+      const auto numel = checked_numel(r.shape);
+      if (!numel) throw bad("its shape has a negative dimension or more elements than fit 64 bits");
       for (const auto& p : t.at("pieces")) {
+        const uint64_t crc = json_uint(p.at("crc32c"), "crc32c");
+        if (crc > UINT32_MAX) throw bad(str("crc32c ", crc, " does not fit 32 bits"));
         PieceRecord pr;
-        pr.file = p.at("file").get<int64_t>();
-        pr.offset = p.at("offset").get<int64_t>();
-        pr.crc32c = p.at("crc32c").get<uint32_t>();
-        pr.flat = m.version == 1;
-        if (pr.flat) {
-          pr.box = {{p.at("start").get<int64_t>()}, {p.at("count").get<int64_t>()}};
-        } else {
-          pr.box = {p.at("offsets").get<std::vector<int64_t>>(), p.at("sizes").get<std::vector<int64_t>>()};
-        }
-        const bool inside = pr.flat ? box_fits(pr.box, {r.numel()}) : box_fits(pr.box, r.shape);
-        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || !inside || pr.offset < 0 ||
-            pr.offset + pr.numel() * elem > m.files[pr.file].bytes)
-          throw CheckpointError(str(source, ": ", where, " has a piece outside its tensor or file"));
+        pr.file = json_int(p.at("file"), "file");
+        pr.offset = json_int(p.at("offset"), "offset");
+        pr.crc32c = static_cast<uint32_t>(crc);
+        pr.flat = m.version == 1;  // version 1: a range of the flattened tensor
+        if (pr.flat)
+          pr.box = {{json_int(p.at("start"), "start")}, {json_int(p.at("count"), "count")}};
+        else
+          pr.box = {json_int_list(p.at("offsets"), "offsets"), json_int_list(p.at("sizes"), "sizes")};
+        // box_fits compares without overflow; inside the tensor, the box's numel fits too.
+        const bool inside = pr.flat ? box_fits(pr.box, {*numel}) : box_fits(pr.box, r.shape);
+        const auto bytes = inside ? checked_mul(pr.numel(), elem) : std::nullopt;
+        const auto file_end = bytes ? checked_add(pr.offset, *bytes) : std::nullopt;
+        if (pr.file < 0 || pr.file >= static_cast<int64_t>(m.files.size()) || !inside || pr.offset < 0 || !file_end ||
+            *file_end > m.files[pr.file].bytes)
+          throw bad(str("piece ", box_text(pr.box), pr.flat ? " (flat)" : "", " in file ", pr.file, " at offset ",
+                        pr.offset, " lies outside its tensor or file"));
         r.pieces.push_back(pr);
+      }
+      if (coverage == PieceCoverage::Complete) {
+        std::string problem = pieces_coverage_problem(r);
+        if (!problem.empty()) throw bad(problem + " (the manifest was edited or damaged)");
       }
       m.tensors.emplace(name, std::move(r));
     }
@@ -122,7 +143,8 @@ CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks) 
   }
   for (auto& [name, t] : out.tensors) {
     // Pieces in the order of their first element: boxes of one rank, then of the next.
-    std::sort(t.pieces.begin(), t.pieces.end(), [](const PieceRecord& a, const PieceRecord& b) { return a.box.offsets < b.box.offsets; });
+    std::sort(t.pieces.begin(), t.pieces.end(),
+              [](const PieceRecord& a, const PieceRecord& b) { return a.box.offsets < b.box.offsets; });
     std::string problem = pieces_coverage_problem(t);
     CADRE_CHECK(problem.empty(), "checkpoint tensor '", name, "': ", problem);
   }
@@ -131,7 +153,16 @@ CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks) 
 
 std::string pieces_coverage_problem(const TensorRecord& t) {
   // The pieces tile the tensor exactly when their runs, sorted, follow one another from the
-  // first element to the last.
+  // first element to the last. Their number is bounded first, so that a damaged or hostile
+  // manifest (a huge tensor cut into one-element columns) cannot make the runs exhaust memory.
+  constexpr int64_t kMaxRuns = int64_t(1) << 22;
+  int64_t run_count = 0;
+  for (const auto& p : t.pieces) {
+    const int64_t n = p.flat ? 1 : box_run_count(t.shape, p.box);
+    if (n > kMaxRuns - run_count)
+      return str("its pieces are cut into more than ", kMaxRuns, " runs of consecutive elements");
+    run_count += n;
+  }
   std::vector<Run> runs;
   for (const auto& p : t.pieces) {
     std::vector<Run> r = t.runs(p);

@@ -56,12 +56,20 @@ struct CheckpointManifest {
 int64_t dtype_element_size(const std::string& dtype);  // Error on an unknown name
 
 std::string manifest_to_json(const CheckpointManifest& manifest);
-// Parses and checks structure (versions, file indices, piece bounds); CheckpointError naming
-// `source` and the offending field otherwise.
-CheckpointManifest manifest_parse(const std::string& text, const std::string& source);
 
-// Why `tensor`'s pieces do not hold each of its elements exactly once: "" when they tile it;
-// otherwise the first gap or overlap in flattened order ("elements 10..12 are missing").
+// What a manifest's pieces must cover: a checkpoint's manifest.json holds every element of
+// every tensor exactly once; a rank's own index (rank-N.index.json) only what that rank wrote.
+enum class PieceCoverage { Complete, Partial };
+
+// Parses and checks structure (version, file indices, shapes, piece bounds, all with checked
+// arithmetic) and, for PieceCoverage::Complete, coverage. CheckpointError naming `source` and
+// the offending field otherwise: a damaged manifest never loads shifted or partial weights.
+CheckpointManifest manifest_parse(const std::string& text, const std::string& source,
+                                  PieceCoverage coverage = PieceCoverage::Complete);
+
+// Why `tensor`'s pieces do not hold each of its elements exactly once: "" when they tile it
+// (in any order); otherwise the first gap or overlap in flattened order ("elements 10..12 are
+// missing"). The one place that decides coverage: manifest_parse and manifest_merge use it.
 std::string pieces_coverage_problem(const TensorRecord& tensor);
 
 // Folds rank indexes into one manifest: files appended, pieces renumbered, then every tensor

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/safetensors_header.h"
 #include "core/error.h"
 #include "core/file_util.h"
 
@@ -25,13 +26,12 @@ const char* dtype_code(at::ScalarType t) {
   }
 }
 
-at::ScalarType dtype_from_code(const std::string& code, const std::string& path) {
+at::ScalarType dtype_from_code(const std::string& code) {
   if (code == "F32") return at::kFloat;
   if (code == "BF16") return at::kBFloat16;
   if (code == "F16") return at::kHalf;
   if (code == "I64") return at::kLong;
-  if (code == "I32") return at::kInt;
-  throw Error(str("safetensors '", path, "': unsupported dtype ", code));
+  return at::kInt;  // "I32": safetensors_parse_header accepts no other code
 }
 
 }  // namespace
@@ -64,32 +64,13 @@ void safetensors_write(const std::string& path, const std::map<std::string, at::
 
 std::map<std::string, at::Tensor> safetensors_read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  CADRE_CHECK(in, "cannot open safetensors file '", path, "'");
+  if (!in) throw SafetensorsError(str("cannot open safetensors file '", path, "'"));
   std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CADRE_CHECK(blob.size() >= 8, "safetensors '", path, "' is truncated");
-  uint64_t n = 0;
-  std::memcpy(&n, blob.data(), 8);
-  CADRE_CHECK(8 + n <= blob.size(), "safetensors '", path, "': header of ", n, " bytes runs past the file");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(blob.substr(8, n));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str("safetensors '", path, "': bad header: ", e.what()));
-  }
-  const uint64_t data = 8 + n;
   std::map<std::string, at::Tensor> out;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
-    auto shape = info.at("shape").get<std::vector<int64_t>>();
-    at::ScalarType dtype = dtype_from_code(info.at("dtype").get<std::string>(), path);
-    CADRE_CHECK(range.size() == 2 && range[0] <= range[1] && data + range[1] <= blob.size(), "safetensors '", path,
-                "': tensor '", name, "' lies outside the file");
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
-    CADRE_CHECK(uint64_t(t.numel() * t.element_size()) == range[1] - range[0], "safetensors '", path, "': tensor '",
-                name, "' size does not match its shape");
-    std::memcpy(t.data_ptr(), blob.data() + data + range[0], range[1] - range[0]);
-    out[name] = t;
+  for (const SafetensorsEntry& e : safetensors_parse_header(blob, path)) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(dtype_from_code(e.dtype)));
+    std::memcpy(t.data_ptr(), blob.data() + e.begin, e.end - e.begin);  // sizes checked by the parser
+    out[e.name] = t;
   }
   return out;
 }

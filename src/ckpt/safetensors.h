@@ -14,6 +14,7 @@ void safetensors_write(const std::string& path, const std::map<std::string, at::
                        const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor of a safetensors file (copies; the file is not kept open).
+// SafetensorsError (safetensors_header.h) naming the file when it is damaged.
 std::map<std::string, at::Tensor> safetensors_read(const std::string& path);
 
 }  // namespace cadre

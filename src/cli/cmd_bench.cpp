@@ -17,7 +17,8 @@ int bench_collectives(const Args& args) {
   std::string dtype = "float", redop = "sum";
   Flags flags(
       "cadre bench collectives [all_reduce|all_gather|reduce_scatter|broadcast|c10d_all_reduce|all]... [flags]\n"
-      "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.");
+      "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT\n"
+      "(and CADRE_JOB_SECRET for more than one rank).");
   flags.add("-b", &min_bytes, "minimum size in bytes (K, M, G suffixes; default 32M)");
   flags.add("-e", &max_bytes, "maximum size in bytes (default 32M)");
   flags.add("-f", &o.step_factor, "multiplication factor between sizes (default 2)");

@@ -9,8 +9,8 @@ int cmd_doctor(const Args& args) {
   doctor::DoctorOptions o;
   Flags flags(
       "cadre doctor [flags]\n"
-      "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;\n"
-      "exits 1 naming each failing check and rank.");
+      "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT\n"
+      "(and CADRE_JOB_SECRET for more than one rank); exits 1 naming each failing check and rank.");
   flags.add("--fp32-gflops-floor", &o.fp32_gflops_floor, "minimum fp32 matmul GFLOP/s (BLAS; default 10)");
   flags.add("--bf16-gflops-floor", &o.bf16_gflops_floor, "minimum bf16 matmul GFLOP/s (default 50)");
   flags.add("--min-available-gib", &o.min_available_gib, "minimum MemAvailable per host in GiB (default 1)");

@@ -1,16 +1,21 @@
 // `cadre run`: torchrun-compatible flags -> AgentConfig, with Slurm's environment filling in the
 // node count, node rank, endpoint and run id under srun. The agent itself is launch/agent.cpp.
 #include <cstdlib>
+#include <optional>
 #include <filesystem>
+#include <fstream>
 
+#include "cli/argv_scrub.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "launch/agent.h"
+#include "launch/log_dir.h"
 #include "launch/slurm.h"
 #include "launch/worker_group.h"
 #include "rdzv/etcd_client.h"
+#include "store/secret.h"
 
 namespace cadre {
 namespace {
@@ -48,6 +53,18 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
     if (key == "user" || key == "password") {
       CADRE_CONFIG_CHECK(!value.empty(), "--rdzv-conf ", key, " must not be empty");
       (key == "user" ? cfg.store.user : cfg.store.password) = value;
+      if (key == "password") {
+        argv_hide(value);  // gone from `ps` from now on; it was visible until here
+        log::warn("--rdzv-conf password=... shows in `ps` while the agent starts: prefer password_file=FILE or "
+                  "CADRE_ETCD_PASSWORD");
+      }
+      continue;
+    }
+    if (key == "password_file") {
+      std::ifstream in(value);
+      CADRE_CONFIG_CHECK(in, "--rdzv-conf password_file=", value, ": cannot read it");
+      std::getline(in, cfg.store.password);
+      CADRE_CONFIG_CHECK(!cfg.store.password.empty(), "--rdzv-conf password_file=", value, ": the first line is empty");
       continue;
     }
     if (key == "cacert" || key == "cert" || key == "key") {
@@ -70,14 +87,15 @@ void apply_rdzv_conf(const std::string& text, launch::AgentConfig& cfg) {
     else
       throw ConfigError(str("--rdzv-conf: unknown key '", key,
                             "' (known: join_timeout, last_call_timeout, heartbeat_timeout, store_timeout, exit_linger, "
-                            "session_ttl, user, password, cacert, cert, key)"));
+                            "session_ttl, user, password, password_file, cacert, cert, key)"));
   }
 }
 
 }  // namespace
 
 int cmd_run(const Args& args) {
-  std::string nnodes = "1", backend = "c10d", endpoint, run_id = "none", rdzv_conf, log_dir, error_file, local_addr;
+  std::string nnodes = "1", backend = "c10d", endpoint, run_id = "none", rdzv_conf, log_dir, error_file, local_addr,
+              secret_file;
   std::string metrics_addr = "127.0.0.1";
   int64_t nproc = 1, max_restarts = 0, node_rank = -1, metrics_port = -1;
   double monitor_interval = 0.1, stop_timeout = 10, stall_timeout = 30;
@@ -94,13 +112,15 @@ int cmd_run(const Args& args) {
   flags.add("--rdzv-conf", &rdzv_conf,
             "join_timeout=600,last_call_timeout=30,heartbeat_timeout=30,store_timeout=60,exit_linger=10 (seconds); "
             "etcd: heartbeat_timeout (alias session_ttl) is the lease TTL, default 5; user=..,password=.. "
-            "(or env CADRE_ETCD_USER, CADRE_ETCD_PASSWORD); https endpoints: cacert=FILE[,cert=FILE,key=FILE]");
+            "(or password_file=FILE, or env CADRE_ETCD_USER, CADRE_ETCD_PASSWORD; a password here shows in `ps` "
+            "until the agent starts); https endpoints: cacert=FILE[,cert=FILE,key=FILE]");
   flags.add("--standalone", &standalone, "single node: host the store on a free local port");
   flags.add("--max-restarts", &max_restarts, "group restarts allowed after worker failures (default 0)");
   flags.add("--monitor-interval", &monitor_interval, "seconds between worker checks and heartbeats (default 0.1)");
   flags.add("--stop-timeout", &stop_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 10)");
   flags.add("--node-rank", &node_rank, "this node's rank (static backend; optional for c10d)");
-  flags.add("--log-dir", &log_dir, "directory for per-rank logs and the error file (default: a new temp dir)");
+  flags.add("--log-dir", &log_dir, "directory for per-rank logs and the error file (default: <run.dir>/logs for "
+            "`cadre train`, else a temporary directory removed after success)");
   flags.add("--error-file", &error_file, "root-cause file written on give-up (default <log-dir>/error.json)");
   flags.add("--local-addr", &local_addr, "address other nodes reach this node at (default: route to the store)");
   flags.add("--metrics-port", &metrics_port,
@@ -110,6 +130,9 @@ int cmd_run(const Args& args) {
   flags.add("--stall-timeout", &stall_timeout,
             "seconds a worker may go without collective activity (stuck in one, or starting none) before the "
             "agent dumps the flight recorders and names the rank the others wait for (default 30; 0: off)");
+  flags.add("--job-secret-file", &secret_file,
+            "file holding the secret that every store connection must prove (the same on every node; default: "
+            "env CADRE_JOB_SECRET_FILE or CADRE_JOB_SECRET; generated for single-node jobs, and with etcd)");
   std::vector<std::string> program = flags.parse(args);
 
   CADRE_CONFIG_CHECK(!program.empty(), "no program given\n", flags.usage());
@@ -158,6 +181,9 @@ int cmd_run(const Args& args) {
     CADRE_CONFIG_CHECK(cfg.store.cert_file.empty() == cfg.store.key_file.empty(),
                        "an etcd TLS client certificate needs both --rdzv-conf cert=.. and key=..");
     cfg.store.session_ttl_s = cfg.rendezvous.heartbeat_timeout_s;
+    if (!cfg.store.user.empty() && !cfg.store.tls)
+      log::warn("etcd credentials go over plain http: anyone on the network path can read the password and the "
+                "token; use https:// endpoints (--rdzv-conf cacert=CA.pem)");
     if (!flags.given("--rdzv-id") && run_id == "none")
       log::warn("--rdzv-id not given: every job on this etcd without one shares the id 'none' (and its rounds)");
   } else {
@@ -177,6 +203,23 @@ int cmd_run(const Args& args) {
   } else if (!endpoint.empty()) {
     cfg.store.endpoint = rdzv::endpoint_parse(endpoint, 29500);
   }
+  // The job secret: given, generated for one node, or (etcd) agreed on through etcd. The
+  // variables that could carry it (or etcd's password) are not passed on to the workers.
+  std::optional<std::string> secret =
+      secret_file.empty() ? store::job_secret_from_environment() : store::job_secret_read_file(secret_file);
+  for (const char* name : {store::kSecretEnv, store::kSecretFileEnv, store::kSecretFdEnv, "CADRE_ETCD_PASSWORD"})
+    ::unsetenv(name);
+  if (secret) {
+    cfg.secret = *secret;
+  } else if (max_nodes == 1) {
+    cfg.secret = store::job_secret_generate();
+  } else {
+    CADRE_CONFIG_CHECK(backend == "etcd", "a job of up to ", max_nodes, " nodes with --rdzv-backend ", backend,
+                       " needs a job secret shared by every node, which authenticates every connection to its "
+                       "stores: --job-secret-file FILE, or CADRE_JOB_SECRET_FILE / CADRE_JOB_SECRET (make one with "
+                       "`openssl rand -hex 32 > FILE && chmod 600 FILE`)");
+  }
+  cfg.store.secret = cfg.secret;
   cfg.rendezvous.run_id = run_id;
   cfg.rendezvous.min_nodes = min_nodes;
   cfg.rendezvous.max_nodes = max_nodes;
@@ -191,17 +234,28 @@ int cmd_run(const Args& args) {
   cfg.stall_timeout_s = stall_timeout;
   program[0] = launch::program_resolve(program[0]);
   cfg.program = program;
+  bool temporary_logs = false;
   if (log_dir.empty()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cadre-run-XXXXXX").string();
-    CADRE_CHECK(::mkdtemp(tmpl.data()), "cannot create a temporary log directory ", tmpl);
-    log_dir = tmpl;
+    // A `cadre train` worker has a run directory: its logs belong there. Anything else gets a
+    // temporary directory, removed after success and rotated after failures.
+    const bool cadre_train = program.size() > 1 && program[1] == "train" &&
+                             std::filesystem::path(program[0]).filename() == "cadre";
+    const std::string run_dir = cadre_train ? train_run_dir(Args(program.begin() + 2, program.end())) : "";
+    if (!run_dir.empty()) {
+      log_dir = (std::filesystem::path(run_dir) / "logs").string();
+    } else {
+      log_dir = launch::temp_log_dir_create();
+      temporary_logs = true;
+    }
   }
   std::filesystem::create_directories(log_dir);
   cfg.log_dir = log_dir;
   cfg.error_file = error_file.empty() ? log_dir + "/error.json" : error_file;
   log::info(str("cadre run: ", min_nodes == max_nodes ? std::to_string(max_nodes) : nnodes, " node(s) x ", nproc,
-                " worker(s), run id ", run_id, ", logs in ", log_dir));
-  return launch::agent_run(cfg);
+                " worker(s), run id ", run_id, ", logs in ", log_dir, temporary_logs ? " (removed if the job succeeds)" : ""));
+  const int code = launch::agent_run(cfg);
+  if (code == 0 && temporary_logs) launch::temp_log_dir_remove(log_dir);
+  return code;
 }
 
 }  // namespace cadre

@@ -11,7 +11,10 @@
 
 namespace cadre {
 
-int cmd_train(const Args& args) {
+namespace {
+
+// The config `cadre train ARGS` runs with: the file, then --resume and --set on top.
+Config train_config(const Args& args) {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string resume;
@@ -25,7 +28,23 @@ int cmd_train(const Args& args) {
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
   CADRE_CONFIG_CHECK(!config_path.empty(), "--config is required\n", flags.usage());
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
-  Config config = config_load(config_path, overrides);
+  return config_load(config_path, overrides);
+}
+
+}  // namespace
+
+std::string train_run_dir(const Args& args) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") return "";
+  try {
+    return train_config(args).run.dir;
+  } catch (const Error&) {
+    return "";  // the worker reports its own bad arguments
+  }
+}
+
+int cmd_train(const Args& args) {
+  Config config = train_config(args);
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work
   TrainSummary s = train_run(config);

@@ -11,6 +11,9 @@ using Args = std::vector<std::string>;
 
 int cmd_data(const Args& args);   // data prepare
 int cmd_train(const Args& args);  // train --config ...
+// The run directory `cadre train ARGS` would write to, "" when ARGS do not resolve to a config
+// (cmd_train.cpp; `cadre run` puts its logs there).
+std::string train_run_dir(const Args& args);
 int cmd_ckpt(const Args& args);   // ckpt inspect|verify|export|import
 int cmd_generate(const Args& args);  // cmd_generate.cpp: text from a checkpoint or HF folder
 int cmd_serve(const Args& args);     // cmd_serve.cpp: OpenAI-compatible server

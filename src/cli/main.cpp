@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 
+#include "cli/argv_scrub.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
@@ -41,6 +42,7 @@ void print_usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cadre::argv_remember(argc, argv);
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -1,11 +1,11 @@
-// c10d ProcessGroupGloo all-reduce over its own prefix of the job's TCP store.
+// c10d ProcessGroupGloo all-reduce over its own prefix of the job's store.
 #include "comm/c10d_baseline.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/c10d_store.h"
 #include "core/error.h"
 
 namespace cadre::comm {
@@ -15,17 +15,12 @@ struct C10dGlooAllReduce::Impl {
 };
 
 C10dGlooAllReduce::C10dGlooAllReduce(const JobEnv& env, std::chrono::milliseconds timeout) : impl_(std::make_unique<Impl>()) {
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(env.master_port);
-  store_options.isServer = false;
-  store_options.waitWorkers = false;
-  store_options.timeout = timeout;
-  // One process alone has no TCP store to join (the Communicator used an in-memory one too).
+  // One process alone has no store to join (the Communicator used an in-memory one too).
   c10::intrusive_ptr<c10d::Store> client;
   if (env.world_size == 1)
     client = c10::make_intrusive<c10d::HashStore>();
   else
-    client = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    client = c10::make_intrusive<JobStore>(env, /*host_server=*/false, timeout);
   auto store = c10::make_intrusive<c10d::PrefixStore>("cadre/c10d_baseline", client);
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;

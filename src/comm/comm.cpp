@@ -1,4 +1,4 @@
-// Communicator implementation: the c10d TCPStore for rendezvous, a Gloo TCP context per
+// Communicator implementation: the job store (c10d_store.h) for rendezvous, a Gloo TCP context per
 // generation, a communication thread that runs ops in issue order, argument checks, the
 // cross-rank (op, dtype, numel) check, failure diagnosis from arrival marks, and rebuild.
 #include "comm/comm.h"
@@ -9,7 +9,6 @@
 #include <gloo/transport/tcp/device.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <ATen/ATen.h>
 
 #include <unistd.h>
@@ -23,12 +22,14 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/c10d_store.h"
 #include "comm/nccl_group.h"
 #include "comm/ring.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "obs/flight_recorder.h"
 #include "obs/step_timer.h"
+#include "store/secret.h"
 
 namespace cadre::comm {
 
@@ -91,6 +92,13 @@ JobEnv JobEnv::from_env() {
   CADRE_CONFIG_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size, "RANK=", env.rank,
                      " is outside WORLD_SIZE=", env.world_size);
   CADRE_CONFIG_CHECK(env.master_port > 0 && env.master_port < 65536, "MASTER_PORT=", env.master_port, " is not a port");
+  if (env.world_size > 1) {
+    auto secret = store::job_secret_from_environment();
+    CADRE_CONFIG_CHECK(secret, "rank ", env.rank, ": WORLD_SIZE=", env.world_size, " needs the job secret that "
+                       "authenticates the store on MASTER_PORT: run under `cadre run`, or set ", store::kSecretEnv,
+                       " or ", store::kSecretFileEnv, " (the same on every rank) when launching ranks yourself");
+    env.secret = *secret;
+  }
   return env;
 }
 
@@ -465,22 +473,11 @@ static void small_all_reduce(Communicator::Impl& impl, uint64_t slot, const at::
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Communicator::Communicator(const JobEnv& env, CommOptions options) : impl_(std::make_unique<Impl>()) {
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
-  store_options.numWorkers = env.world_size;
-  store_options.waitWorkers = false;
-  store_options.timeout = options.timeout;
-  try {
-    // One process alone needs no network store (and takes no port).
-    if (env.world_size == 1)
-      impl_->root_store = c10::make_intrusive<c10d::HashStore>();
-    else
-      impl_->root_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const std::exception& e) {
-    throw Error(str("rank ", env.rank, ": cannot ", env.rank == 0 ? "host" : "reach", " the TCP store at ",
-                    env.master_addr, ":", env.master_port, ": ", e.what()));
-  }
+  // One process alone needs no network store (and takes no port).
+  if (env.world_size == 1)
+    impl_->root_store = c10::make_intrusive<c10d::HashStore>();
+  else
+    impl_->root_store = c10::make_intrusive<JobStore>(env, /*host_server=*/env.rank == 0, options.timeout);
   gloo::transport::tcp::attr attr;
   attr.hostname = local_hostname_for(env.master_addr);
   impl_->device = gloo::transport::tcp::CreateDevice(attr);

@@ -27,12 +27,15 @@ struct CommOptions {
 };
 
 // Where the job's rendezvous store is and who this process is. from_env() reads the launcher's
-// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names).
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names) and, for more than one rank,
+// the job secret every store connection must prove (store/secret.h: from `cadre run`, or
+// CADRE_JOB_SECRET / CADRE_JOB_SECRET_FILE for ranks launched by hand).
 struct JobEnv {
   int rank = 0;
   int world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  std::string secret;
   static JobEnv from_env();
 };
 
@@ -51,7 +54,7 @@ class Work {
 
 class Communicator {
  public:
-  // Collective over all ranks of `env`: rank 0 hosts the TCP store at MASTER_ADDR:MASTER_PORT,
+  // Collective over all ranks of `env`: rank 0 hosts the job store at MASTER_ADDR:MASTER_PORT,
   // so rank 0 must outlive the others' use of any group (end a job with barrier()).
   Communicator(const JobEnv& env, CommOptions options = {});
   ~Communicator();

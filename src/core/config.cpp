@@ -61,12 +61,21 @@ std::vector<Field> config_fields(Config& c) {
 }
 
 // Flattens nested mappings into dotted keys; leaves (scalars, sequences, nulls) are values.
-void flatten(const YAML::Node& node, const std::string& prefix,
-             std::vector<std::pair<std::string, YAML::Node>>& out) {
+// Keys must be scalars, and nesting is bounded: an alias may make a mapping contain itself
+// (`a: &x {b: *x}`), which would otherwise recurse until the stack overflows.
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
+             std::vector<std::pair<std::string, YAML::Node>>& out, int depth = 0) {
+  constexpr int kMaxDepth = 8;  // sections are two or three levels deep
   if (node.IsMap()) {
+    if (depth >= kMaxDepth)
+      throw ConfigError(str(source, ": key '", prefix, "' is nested more than ", kMaxDepth,
+                            " levels deep (a mapping that contains itself through an alias?)"));
     for (const auto& kv : node) {
-      std::string key = kv.first.as<std::string>();
-      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+      if (!kv.first.IsScalar())
+        throw ConfigError(str(source, ": a key ", prefix.empty() ? "at top level" : "under '" + prefix + "'",
+                              " is not a plain name (a sequence or mapping used as a key)"));
+      const std::string& key = kv.first.Scalar();
+      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, source, out, depth + 1);
     }
   } else {
     out.emplace_back(prefix, node);
@@ -122,7 +131,7 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
   if (root.IsDefined() && !root.IsNull()) {
     if (!root.IsMap()) throw ConfigError(str(source, ": expected a mapping of sections at top level"));
     std::vector<std::pair<std::string, YAML::Node>> flat;
-    flatten(root, "", flat);
+    flatten(root, "", source, flat);
     for (const auto& [key, value] : flat) {
       if (value.IsNull()) throw ConfigError(str(source, ": key '", key, "' has no value"));
       if (!value.IsScalar()) throw ConfigError(str(source, ": key '", key, "' expects a scalar, got a non-scalar value"));

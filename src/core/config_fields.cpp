@@ -1,6 +1,7 @@
 // Parsing and naming of typed config fields.
 #include "core/config_fields.h"
 
+#include <cmath>
 #include <cstdio>
 #include <type_traits>
 
@@ -30,8 +31,9 @@ void field_assign(const Field& field, const std::string& text, const std::string
         } else {
           size_t used = 0;
           double v = 0;
-          try { v = std::stod(text, &used); } catch (const std::exception&) { bad("a number"); }
-          if (used != text.size()) bad("a number");
+          try { v = std::stod(text, &used); } catch (const std::exception&) { bad("a finite number"); }
+          // inf and nan would pass range checks such as `> 0` (or fail them with a misleading message).
+          if (used != text.size() || !std::isfinite(v)) bad("a finite number");
           *ptr = v;
         }
       },

@@ -1,4 +1,4 @@
-// Atomic file replacement.
+// Whole-file reads and atomic file replacement.
 #include "core/file_util.h"
 
 #include <fcntl.h>
@@ -6,10 +6,21 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
 namespace cadre {
+
+std::string file_read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CADRE_CHECK(in, "cannot read '", path, "': ", std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CADRE_CHECK(!in.bad(), "cannot read '", path, "'");
+  return ss.str();
+}
 
 void file_write_atomic(const std::string& path, const std::string& bytes) {
   std::string tmp = path + ".tmp";

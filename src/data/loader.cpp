@@ -16,8 +16,8 @@ TokenLoader::TokenLoader(const std::string& dir, Split split, uint64_t seed)
     std::string path = dir + "/" + e.file;
     ShardReader reader(path, /*verify=*/true);
     CADRE_CHECK(reader.checksum() == e.checksum, "shard '", path, "' does not match the manifest's checksum");
-    CADRE_CHECK(reader.size() == e.samples * per, "shard '", path, "' holds ", reader.size(),
-                " tokens; the manifest says ", e.samples, " samples of ", per);
+    CADRE_CHECK(reader.size() / per == e.samples && reader.size() % per == 0, "shard '", path, "' holds ",
+                reader.size(), " tokens; the manifest says ", e.samples, " samples of ", per);
     shard_start_.push_back(total_);
     total_ += e.samples;
     shards_.push_back(std::move(reader));

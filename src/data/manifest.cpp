@@ -3,10 +3,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace cadre {
 namespace {
@@ -15,10 +19,47 @@ nlohmann::json shards_to_json(const std::vector<ShardEntry>& shards) {
   for (const auto& s : shards) out.push_back({{"file", s.file}, {"samples", s.samples}, {"checksum", s.checksum}});
   return out;
 }
+// Counts are read as signed so that a negative one is an error, not a huge unsigned number.
+uint64_t count_field(const nlohmann::json& j, const char* name) {
+  const int64_t v = json_int(j.at(name), name);
+  if (v < 0) throw ConfigError(str("'", name, "' is negative (", v, ")"));
+  return static_cast<uint64_t>(v);
+}
 std::vector<ShardEntry> shards_from_json(const nlohmann::json& j) {
   std::vector<ShardEntry> out;
-  for (const auto& s : j) out.push_back({s.at("file").get<std::string>(), s.at("samples").get<uint64_t>(), s.at("checksum").get<uint64_t>()});
+  for (const auto& s : j) out.push_back({s.at("file").get<std::string>(), count_field(s, "samples"), json_uint(s.at("checksum"), "checksum")});
   return out;
+}
+
+// Shapes the loaders rely on: a positive sample length and vocabulary and a known token width
+// (tokens), positive image dimensions and class count and a finite, positive pixel scale
+// (images), and sample counts whose totals fit 64 bits (the loaders multiply and sum them).
+void check_shapes(const DatasetManifest& m) {
+  uint64_t per = 0;  // elements per sample
+  if (m.kind == "tokens") {
+    if (m.seq_len <= 0) throw ConfigError(str("seq_len must be positive, got ", m.seq_len));
+    if (m.vocab_size <= 0) throw ConfigError(str("vocab_size must be positive, got ", m.vocab_size));
+    if (m.token_bytes != 2 && m.token_bytes != 4) throw ConfigError(str("token_bytes must be 2 or 4, got ", m.token_bytes));
+    per = static_cast<uint64_t>(m.seq_len) + 1;
+  } else {
+    for (int64_t d : {m.channels, m.height, m.width, m.num_classes})
+      if (d <= 0 || d > (int64_t{1} << 20))
+        throw ConfigError(str("channels, height, width and num_classes must be in 1..2^20, got ", m.channels, ", ",
+                              m.height, ", ", m.width, ", ", m.num_classes));
+    if (!std::isfinite(m.pixel_mean) || !std::isfinite(m.pixel_std) || m.pixel_std <= 0)
+      throw ConfigError(str("pixel_mean must be finite and pixel_std finite and positive, got ", m.pixel_mean, " and ",
+                            m.pixel_std));
+    per = static_cast<uint64_t>(m.channels * m.height) * static_cast<uint64_t>(m.width) + 1;
+  }
+  for (const auto* split : {&m.train, &m.val}) {
+    uint64_t total = 0;
+    for (const auto& e : *split) {
+      auto next = checked_add(total, e.samples);
+      if (!next || !checked_mul(*next, per) || e.file.empty())
+        throw ConfigError(str("shard '", e.file, "': ", e.samples, " samples of ", per, " elements overflow the sample count"));
+      total = *next;
+    }
+  }
 }
 }  // namespace
 
@@ -26,36 +67,47 @@ DatasetManifest manifest_read(const std::string& dir) {
   std::string path = dir + "/manifest.json";
   std::ifstream in(path);
   if (!in) throw ConfigError(str("dataset manifest '", path, "' not found (run `cadre data prepare` first)"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return manifest_parse_text(text.str(), path);
+}
+
+DatasetManifest manifest_parse_text(const std::string& text, const std::string& path) {
   DatasetManifest m;
   try {
-    auto j = nlohmann::json::parse(in);
-    m.version = j.at("version").get<int>();
+    auto j = nlohmann::json::parse(text);
+    const int64_t version = json_int(j.at("version"), "version");
+    m.version = version == 1 ? 1 : -1;
     m.kind = j.value("kind", std::string("tokens"));  // manifests before images had no kind
     if (m.kind == "tokens") {
       m.tokenizer = j.at("tokenizer").get<std::string>();
-      m.vocab_size = j.at("vocab_size").get<int64_t>();
-      m.seq_len = j.at("seq_len").get<int64_t>();
-      m.token_bytes = j.at("token_bytes").get<uint32_t>();
-      m.bos_id = j.at("bos_id").get<int64_t>();
-      m.eos_id = j.at("eos_id").get<int64_t>();
-      m.documents = j.at("documents").get<uint64_t>();
-      m.tokens = j.at("tokens").get<uint64_t>();
+      m.vocab_size = json_int(j.at("vocab_size"), "vocab_size");
+      m.seq_len = json_int(j.at("seq_len"), "seq_len");
+      const int64_t width = json_int(j.at("token_bytes"), "token_bytes");
+      m.token_bytes = width == 2 || width == 4 ? static_cast<uint32_t>(width) : 0;
+      m.bos_id = json_int(j.at("bos_id"), "bos_id");
+      m.eos_id = json_int(j.at("eos_id"), "eos_id");
+      m.documents = count_field(j, "documents");
+      m.tokens = count_field(j, "tokens");
     } else if (m.kind == "images") {
-      m.channels = j.at("channels").get<int64_t>();
-      m.height = j.at("height").get<int64_t>();
-      m.width = j.at("width").get<int64_t>();
-      m.num_classes = j.at("num_classes").get<int64_t>();
+      m.channels = json_int(j.at("channels"), "channels");
+      m.height = json_int(j.at("height"), "height");
+      m.width = json_int(j.at("width"), "width");
+      m.num_classes = json_int(j.at("num_classes"), "num_classes");
       m.pixel_mean = j.at("pixel_mean").get<double>();
       m.pixel_std = j.at("pixel_std").get<double>();
     } else {
-      throw ConfigError(str("dataset manifest '", path, "': unknown kind '", m.kind, "' (tokens or images)"));
+      throw ConfigError(str("unknown kind '", m.kind, "' (tokens or images)"));
     }
     m.train = shards_from_json(j.at("train"));
     m.val = shards_from_json(j.at("val"));
+    if (m.version != 1) throw ConfigError(str("unsupported version ", version));
+    check_shapes(m);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(str("dataset manifest '", path, "' is malformed: ", e.what()));
+  } catch (const Error& e) {  // a ConfigError, or a json_int complaint
+    throw ConfigError(str("dataset manifest '", path, "': ", e.what()));
   }
-  if (m.version != 1) throw ConfigError(str("dataset manifest '", path, "': unsupported version ", m.version));
   return m;
 }
 

@@ -33,6 +33,9 @@ struct DatasetManifest {
 
 // Reads <dir>/manifest.json; ConfigError naming the file when missing or malformed.
 DatasetManifest manifest_read(const std::string& dir);
+// Parses manifest text (`path` names it in errors) and checks the shapes the loader relies on:
+// seq_len and vocab_size positive, token width 2 or 4, no negative or overflowing counts.
+DatasetManifest manifest_parse_text(const std::string& text, const std::string& path);
 // Writes <dir>/manifest.json atomically.
 void manifest_write(const std::string& dir, const DatasetManifest& manifest);
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/file_util.h"
 
@@ -48,7 +49,11 @@ ShardReader::ShardReader(const std::string& path, bool verify) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   CADRE_CHECK(fd >= 0, "cannot open token shard '", path, "': ", std::strerror(errno));
   struct stat st{};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(str("cannot stat token shard '", path, "': ", std::strerror(err)));
+  }
   map_size_ = static_cast<size_t>(st.st_size);
   if (map_size_ < sizeof(ShardHeader)) {
     ::close(fd);
@@ -67,8 +72,11 @@ ShardReader::ShardReader(const std::string& path, bool verify) : path_(path) {
   if (std::memcmp(header_.magic, kShardMagic, sizeof kShardMagic) != 0) fail("bad magic (not a Cadre token shard)");
   if (header_.version != kShardVersion) fail(str("unsupported version ", header_.version));
   if (header_.token_bytes != 2 && header_.token_bytes != 4) fail(str("bad token size ", header_.token_bytes));
-  uint64_t expected = sizeof(ShardHeader) + header_.count * header_.token_bytes;
-  if (expected != map_size_) fail(str("size ", map_size_, " bytes, header says ", expected, " (truncated or corrupt)"));
+  // A damaged count can make `64 + count * token_bytes` wrap around to the file's size.
+  const auto payload = checked_mul<uint64_t>(header_.count, header_.token_bytes);
+  const auto expected = payload ? checked_add<uint64_t>(sizeof(ShardHeader), *payload) : std::nullopt;
+  if (!expected) fail(str("header says ", header_.count, " tokens, more than any file holds (corrupt)"));
+  if (*expected != map_size_) fail(str("size ", map_size_, " bytes, header says ", *expected, " (truncated or corrupt)"));
   if (verify) {
     uint64_t sum = fnv1a64(map_ + sizeof(ShardHeader), map_size_ - sizeof(ShardHeader));
     if (sum != header_.checksum) fail("checksum mismatch (file corrupted)");
@@ -85,6 +93,7 @@ ShardReader::~ShardReader() {
 }
 
 uint32_t ShardReader::token(uint64_t i) const {
+  CADRE_CHECK(i < header_.count, "token ", i, " is past the end of '", path_, "' (", header_.count, " tokens)");
   const uint8_t* p = map_ + sizeof(ShardHeader) + i * header_.token_bytes;
   if (header_.token_bytes == 2) {
     uint16_t v;
@@ -97,7 +106,8 @@ uint32_t ShardReader::token(uint64_t i) const {
 }
 
 void ShardReader::read(uint64_t first, uint64_t n, int64_t* out) const {
-  CADRE_CHECK(first + n <= header_.count, "read past the end of '", path_, "'");
+  CADRE_CHECK(first <= header_.count && n <= header_.count - first, "tokens ", first, "..+", n, " are past the end of '",
+              path_, "' (", header_.count, " tokens)");
   const uint8_t* p = map_ + sizeof(ShardHeader) + first * header_.token_bytes;
   if (header_.token_bytes == 2) {
     for (uint64_t i = 0; i < n; ++i) {

@@ -40,8 +40,8 @@ class ShardReader {
   uint64_t size() const { return header_.count; }
   uint32_t token_bytes() const { return header_.token_bytes; }
   uint64_t checksum() const { return header_.checksum; }
-  uint32_t token(uint64_t i) const;
-  // Copies tokens [first, first+n) into out as int64.
+  uint32_t token(uint64_t i) const;  // Error naming the file when i is past the end
+  // Copies tokens [first, first+n) into out as int64 (Error when the range is past the end).
   void read(uint64_t first, uint64_t n, int64_t* out) const;
   const std::string& path() const { return path_; }
 

@@ -13,10 +13,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "launch/error_file.h"
+#include "launch/group_guard.h"
 #include "launch/signals.h"
 #include "launch/worker_group.h"
 #include "obs/agent_observer.h"
 #include "rdzv/endpoint.h"
+#include "store/secret.h"
 
 namespace cadre::launch {
 namespace {
@@ -58,7 +60,8 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
              {"TORCHELASTIC_MAX_RESTARTS", n(cfg.max_restarts)},
              {"TORCHELASTIC_RUN_ID", cfg.rendezvous.run_id},
              {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-             {"TORCHELASTIC_ERROR_FILE", s.error_file_path}};
+             {"TORCHELASTIC_ERROR_FILE", s.error_file_path},
+             {store::kSecretFdEnv, std::to_string(WorkerGroup::kInheritedFd)}};
     // Workers bind their collectives' sockets to the address peers reach this node at. Left to
     // themselves they would use the hostname, which often resolves to loopback (Debian maps it to
     // 127.0.1.1): peers on other machines would then be told to connect to their own loopback.
@@ -90,9 +93,19 @@ int agent_run(const AgentConfig& cfg) {
   signals_install();
   // Orphaned grandchildren of workers are re-parented to us, so stop() can reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Before any thread starts: if we die (even by SIGKILL), the guard kills the workers' groups.
+  ProcessGroupGuard guard;
 
   auto opened = rdzv::store_open(cfg.store);
   rdzv::Rendezvous rendezvous(std::move(opened.store), cfg.rendezvous);
+  // Workers read the secret from an inherited descriptor: never in an argument, an
+  // environment or a log.
+  const std::string secret = cfg.secret.empty() ? rendezvous.agree_on("job_secret", store::job_secret_generate()) : cfg.secret;
+  const int secret_fd = store::job_secret_fd_create(secret);
+  struct CloseOnExit {
+    int fd;
+    ~CloseOnExit() { ::close(fd); }
+  } close_secret{secret_fd};
   rdzv::NodeInfo me;
   me.addr = cfg.local_addr.empty() ? rdzv::local_address_towards(opened.endpoint.host) : cfg.local_addr;
   me.hostname = host_name();
@@ -174,7 +187,7 @@ int agent_run(const AgentConfig& cfg) {
     std::vector<WorkerSpec> specs = worker_specs(cfg, round, master, me.addr);
     for (auto& s : specs)
       for (auto& kv : observer.worker_env(rank_dir(s))) s.env.push_back(kv);
-    WorkerGroup group(cfg.program, std::move(specs));
+    WorkerGroup group(cfg.program, std::move(specs), &guard, secret_fd);
     std::vector<obs::LocalWorker> workers;
     for (const auto& s : group.specs())
       workers.push_back({int(s.global_rank), int(s.local_rank), group.pid(s.local_rank),
@@ -195,7 +208,7 @@ int agent_run(const AgentConfig& cfg) {
         } catch (const Error& e) {
           log::warn(str("telling peers we leave: ", e.what()));
         }
-        group.stop(sig, cfg.stop_timeout_s);
+        group.stop(signal_for_workers(sig), cfg.stop_timeout_s);
         return on_signal();
       }
       auto state = group.poll();

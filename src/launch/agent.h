@@ -29,6 +29,9 @@ struct AgentConfig {
   std::string metrics_addr = "127.0.0.1";
   int64_t metrics_port = -1;
   double stall_timeout_s = 30;
+  // The job secret (store/secret.h); store.secret is the same. Empty with etcd: the agents
+  // then generate one and agree on it through etcd. Workers get it as CADRE_JOB_SECRET_FD.
+  std::string secret;
 };
 
 // Runs the agent until the job ends; returns the exit code (0 success, 1 failure, 128+signal).

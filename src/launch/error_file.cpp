@@ -27,8 +27,11 @@ std::string failure_to_json(const WorkerExit& exit, const std::vector<std::strin
                    {"restart_count", c.restart_count}, {"time", stamp}, {"stderr_tail", stderr_tail},
                    {"reason", exit.describe()}};
   if (std::ifstream in{c.worker_error_file}) {
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    text.resize(std::min<size_t>(text.size(), 65536));
+    // At most 64 KiB of it: a cut may fall inside a UTF-8 sequence, and the worker may have
+    // written anything; dump() replaces invalid bytes instead of throwing (below).
+    std::string text(65536, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
     auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     j["worker_error"] = parsed.is_discarded() ? nlohmann::json(text) : parsed;
   }
@@ -36,28 +39,40 @@ std::string failure_to_json(const WorkerExit& exit, const std::vector<std::strin
     j["signal"] = exit.signal;
   else
     j["exit_code"] = exit.exit_code;
-  return j.dump();
+  return json_dump_lenient(j);
+}
+
+std::string json_dump_lenient(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string failure_summary(const std::string& failure_json) {
   if (failure_json.empty()) return "no worker failure was recorded";
-  auto j = nlohmann::json::parse(failure_json);
-  std::string out = str("root cause: rank ", j.value("rank", -1), " (local rank ", j.value("local_rank", -1), " on ",
-                        j.value("hostname", std::string("?")), ", pid ", j.value("pid", 0), ") failed with ",
-                        j.value("reason", std::string("?")), " at ", j.value("time", std::string("?")));
-  if (j.contains("worker_error")) out += "\nthe worker's error file says: " + j["worker_error"].dump().substr(0, 2000);
-  auto tail = j.value("stderr_tail", std::vector<std::string>{});
-  if (!tail.empty()) {
-    out += "\nlast lines of its stderr:";
-    for (const auto& line : tail) out += "\n  " + line;
+  auto j = nlohmann::json::parse(failure_json, nullptr, /*allow_exceptions=*/false);
+  try {
+    if (!j.is_object()) throw std::invalid_argument("not a JSON object");
+    std::string out = str("root cause: rank ", j.value("rank", -1), " (local rank ", j.value("local_rank", -1), " on ",
+                          j.value("hostname", std::string("?")), ", pid ", j.value("pid", 0), ") failed with ",
+                          j.value("reason", std::string("?")), " at ", j.value("time", std::string("?")));
+    if (j.contains("worker_error"))
+      out += "\nthe worker's error file says: " + json_dump_lenient(j["worker_error"]).substr(0, 2000);
+    auto tail = j.value("stderr_tail", std::vector<std::string>{});
+    if (!tail.empty()) {
+      out += "\nlast lines of its stderr:";
+      for (const auto& line : tail) out += "\n  " + line;
+    }
+    return out;
+  } catch (const std::exception& e) {
+    // Recorded by another agent (or an older version): show it as it is rather than fail.
+    return str("the recorded worker failure is not in the expected form (", e.what(), "): ", failure_json.substr(0, 2000));
   }
-  return out;
 }
 
 void error_file_write(const std::string& path, const std::string& message, int64_t max_restarts,
                       const std::string& failure_json) {
   nlohmann::json j{{"message", message}, {"max_restarts", max_restarts}};
-  j["root_cause"] = failure_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(failure_json);
+  auto cause = nlohmann::json::parse(failure_json, nullptr, /*allow_exceptions=*/false);
+  j["root_cause"] = failure_json.empty() ? nlohmann::json(nullptr) : cause.is_discarded() ? nlohmann::json(failure_json) : cause;
   std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   // Several agents on one machine may share a log directory: unique temp name, then rename.
@@ -65,7 +80,7 @@ void error_file_write(const std::string& path, const std::string& message, int64
   {
     std::ofstream out(tmp);
     CADRE_CHECK(out, "cannot write error file ", tmp);
-    out << j.dump(2) << "\n";
+    out << json_dump_lenient(j, 2) << "\n";
     CADRE_CHECK(out.good(), "cannot write error file ", tmp);
   }
   CADRE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct FailureContext {
 // and worker_error: what the worker itself wrote to its TORCHELASTIC_ERROR_FILE, if anything.
 std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
                             const FailureContext& context);
+
+// JSON text of j with invalid UTF-8 (a worker's raw stderr, a cut error file) replaced by
+// U+FFFD instead of throwing.
+std::string json_dump_lenient(const nlohmann::json& j, int indent = -1);
 
 // Human-readable lines for the console ("root cause: rank 1 ... exit code 3 ...").
 std::string failure_summary(const std::string& failure_json);

@@ -98,6 +98,11 @@ void LogForwarder::run() {
         start = nl + 1;
       }
       s.partial.erase(0, start);
+      // A worker that writes without newlines must not make the agent buffer without bound.
+      while (s.partial.size() >= kMaxLineBytes) {
+        emit_line(s, s.partial.substr(0, kMaxLineBytes));
+        s.partial.erase(0, kMaxLineBytes);
+      }
     }
   }
   for (auto& s : streams_)

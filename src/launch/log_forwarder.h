@@ -22,6 +22,7 @@ struct LogStream {
 class LogForwarder {
  public:
   static constexpr size_t kTailLines = 20;
+  static constexpr size_t kMaxLineBytes = 64 << 10;  // longer lines are split
   explicit LogForwarder(std::vector<LogStream> streams);
   ~LogForwarder();  // stop()
   // Forwards what is still buffered in the pipes, then ends the thread. Call after the writers exited.

@@ -17,9 +17,12 @@ void signals_install() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
 
 int signals_received() { return g_signal.load(); }
+
+int signal_for_workers(int sig) { return sig == SIGHUP ? SIGTERM : sig; }
 
 }  // namespace cadre::launch

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "launch/child_wait.h"
 
 extern char** environ;
 
@@ -85,8 +86,9 @@ std::string program_resolve(const std::string& program) {
   throw ConfigError(str("program '", program, "' not found in PATH"));
 }
 
-WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers)
-    : specs_(std::move(workers)) {
+WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers,
+                         ProcessGroupGuard* guard, int inherited_fd)
+    : specs_(std::move(workers)), guard_(guard) {
   std::vector<LogStream> streams;
   pid_t agent = ::getpid();
   for (const auto& spec : specs_) {
@@ -103,7 +105,12 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<Worke
       if (::getppid() != agent) ::_exit(1);   // it died before prctl took effect
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
-      ::close_range(3, ~0U, 0);
+      if (inherited_fd == kInheritedFd) {
+        ::fcntl(kInheritedFd, F_SETFD, 0);  // dup2 onto itself would leave close-on-exec set
+      } else if (inherited_fd >= 0) {
+        ::dup2(inherited_fd, kInheritedFd);
+      }
+      ::close_range(inherited_fd >= 0 ? kInheritedFd + 1 : kInheritedFd, ~0U, 0);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -119,6 +126,7 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<Worke
     ::close(err[1]);
     pids_.push_back(pid);
     running_.push_back(true);
+    if (guard_) guard_->add(pid);
     std::string prefix = str("[rank ", spec.global_rank, "]: ");
     streams.push_back({out[0], spec.stdout_path, prefix, 1});
     streams.push_back({err[0], spec.stderr_path, prefix, 2});
@@ -131,15 +139,19 @@ WorkerGroup::~WorkerGroup() {
   for (bool r : running_) any |= r;
   if (any) stop(SIGKILL, 0);
   // Whatever else happened, the process groups must be gone: SIGKILL them (no-op when empty).
-  for (pid_t pid : pids_) ::killpg(pid, SIGKILL);
-  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  for (pid_t pid : pids_) {
+    ::killpg(pid, SIGKILL);
+    if (guard_) guard_->remove(pid);
+  }
+  // Orphans that left the groups come back to us (child subreaper) and are reaped here.
+  while (waitpid_retrying(-1, nullptr, WNOHANG) > 0) {
   }
 }
 
 bool WorkerGroup::reap_one(size_t i, bool block) {
   if (!running_[i]) return true;
   int status = 0;
-  pid_t r = ::waitpid(pids_[i], &status, block ? 0 : WNOHANG);
+  pid_t r = waitpid_retrying(pids_[i], &status, block ? 0 : WNOHANG);
   if (r == 0) return false;
   WorkerExit e;
   e.local_rank = specs_[i].local_rank;
@@ -182,8 +194,9 @@ void WorkerGroup::stop(int signal, double grace_s) {
   for (size_t i = 0; i < pids_.size(); ++i) {
     ::killpg(pids_[i], SIGKILL);
     reap_one(i, true);
-    while (::waitpid(-pids_[i], nullptr, WNOHANG) > 0) {
+    while (waitpid_retrying(-pids_[i], nullptr, WNOHANG) > 0) {
     }
+    if (guard_) guard_->remove(pids_[i]);
   }
   logs_->stop();
 }

@@ -1,6 +1,7 @@
 // The workers of one node for one rendezvous round: fork/exec each in its own process group (so
-// its whole tree can be signalled), with PR_SET_PDEATHSIG so they die with the agent, output
-// piped through a LogForwarder, reaped with waitpid.
+// its whole tree can be signalled), with PR_SET_PDEATHSIG so they die with the agent and their
+// groups registered with the agent's ProcessGroupGuard so their children do too, output piped
+// through a LogForwarder, reaped with waitpid.
 #pragma once
 
 #include <sys/types.h>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "launch/group_guard.h"
 #include "launch/log_forwarder.h"
 
 namespace cadre::launch {
@@ -37,8 +39,12 @@ std::string program_resolve(const std::string& program);
 
 class WorkerGroup {
  public:
-  // Starts every worker; argv[0] must be resolved (program_resolve).
-  WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers);
+  // Starts every worker; argv[0] must be resolved (program_resolve). `guard` (optional) learns
+  // each worker's process group while it exists. `inherited_fd` (optional) becomes each
+  // worker's descriptor kInheritedFd (the job secret's; nothing else is inherited).
+  WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers,
+              ProcessGroupGuard* guard = nullptr, int inherited_fd = -1);
+  static constexpr int kInheritedFd = 3;
   ~WorkerGroup();  // stop(SIGKILL, 0) if anything is still running
 
   enum class State { Running, Succeeded, Failed };
@@ -59,6 +65,7 @@ class WorkerGroup {
   bool reap_one(size_t i, bool block);
 
   std::vector<WorkerSpec> specs_;
+  ProcessGroupGuard* guard_ = nullptr;
   std::vector<pid_t> pids_;
   std::vector<bool> running_;
   std::vector<WorkerExit> exits_;

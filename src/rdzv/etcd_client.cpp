@@ -17,19 +17,11 @@ namespace {
 
 using json = nlohmann::json;
 
+// Bound on one answer (or one watch line) read from an endpoint.
+constexpr size_t kMaxAnswerBytes = 64u << 20;
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-const char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-// int64 fields arrive as JSON strings ("123"), and are omitted when zero.
-int64_t int_field(const json& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return 0;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_string()) return std::stoll(it->get<std::string>());
-  throw Error(str("etcd: field '", name, "' is neither a number nor a numeric string: ", it->dump()));
 }
 
 void set_timeout(httplib::Client& client, double seconds) {
@@ -104,49 +96,6 @@ bool auth_token_rejected(const std::string& message) {
 
 }  // namespace
 
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s : {18, 12, 6, 0}) out += kBase64[(v >> s) & 63];
-  }
-  size_t rest = in.size() - i;
-  if (rest > 0) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    if (rest == 2) v |= uint8_t(in[i + 1]) << 8;
-    out += kBase64[(v >> 18) & 63];
-    out += kBase64[(v >> 12) & 63];
-    out += rest == 2 ? kBase64[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-std::string base64_decode(const std::string& in) {
-  auto value = [&](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    throw Error(str("etcd: malformed base64 '", in, "'"));
-  };
-  CADRE_CHECK(in.size() % 4 == 0, "etcd: malformed base64 '", in, "' (length ", in.size(), ")");
-  std::string out;
-  for (size_t i = 0; i < in.size(); i += 4) {
-    int pad = (in[i + 3] == '=') + (in[i + 2] == '=');
-    uint32_t v = (value(in[i]) << 18) | (value(in[i + 1]) << 12);
-    if (pad < 2) v |= value(in[i + 2]) << 6;
-    if (pad < 1) v |= value(in[i + 3]);
-    out += char((v >> 16) & 0xff);
-    if (pad < 2) out += char((v >> 8) & 0xff);
-    if (pad < 1) out += char(v & 0xff);
-  }
-  return out;
-}
-
 std::string etcd_prefix_end(const std::string& prefix) {
   std::string end = prefix;
   while (!end.empty()) {
@@ -182,17 +131,6 @@ std::vector<Endpoint> etcd_endpoints_parse(const std::string& text, bool* tls) {
     out.push_back(e);
   }
   if (tls) *tls = https == 1;
-  return out;
-}
-
-EtcdKv etcd_kv_from_json(const json& kv) {
-  EtcdKv out;
-  out.key = base64_decode(kv.value("key", ""));
-  out.value = base64_decode(kv.value("value", ""));
-  out.create_revision = int_field(kv, "create_revision");
-  out.mod_revision = int_field(kv, "mod_revision");
-  out.version = int_field(kv, "version");
-  out.lease = int_field(kv, "lease");
   return out;
 }
 
@@ -236,8 +174,14 @@ EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& pa
     status = r.status;
     return true;
   };
+  bool oversized = false;
   req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
     a.body.append(data, len);
+    // Rendezvous reads single keys: an answer this large is not one etcd would send it.
+    if (a.body.size() > kMaxAnswerBytes) {
+      oversized = true;
+      return false;
+    }
     complete = json::accept(a.body);
     return !complete;
   };
@@ -246,6 +190,10 @@ EtcdClient::Attempt EtcdClient::post_once(size_t endpoint, const std::string& pa
   {
     SigpipeBlock no_sigpipe;
     client->send(req, res, error);
+  }
+  if (oversized) {
+    a.error = str("the answer exceeded ", kMaxAnswerBytes >> 20, " MiB; not an etcd answer to this request");
+    return a;
   }
   if (complete || (error == httplib::Error::Success && status > 0)) {
     a.status = status;
@@ -275,8 +223,8 @@ void EtcdClient::authenticate(size_t endpoint) {
   const std::string where = options_.endpoints[endpoint].str();
   if (a.status < 0) throw Error(str("etcd ", where, ": authenticate: ", a.error));
   json answer = json::parse(a.body, nullptr, false);
-  if (a.status != 200 || !answer.is_object() || !answer.contains("token")) {
-    std::string message = answer.is_object() ? answer.value("message", a.body) : a.body;
+  if (a.status != 200 || !answer.is_object() || !answer.contains("token") || !answer["token"].is_string()) {
+    std::string message = etcd_error_of(answer, a.body.substr(0, 500)).message;
     throw Error(str("etcd ", where, ": authentication as user '", options_.user, "' failed: ", message));
   }
   std::lock_guard<std::mutex> lock(token_mutex_);
@@ -331,8 +279,9 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
         preferred_ = i;
         return answer;
       }
-      std::string message = answer.value("message", answer.value("error", a.body));
-      int code = answer.value("code", 0);
+      const EtcdErrorInfo info = etcd_error_of(answer, a.body.substr(0, 500));
+      const std::string& message = info.message;
+      const int code = info.code;
       if (retryable_code(code) || a.status == 503) {
         last_error = errors[i] = str(where, ": ", message);
         continue;
@@ -355,10 +304,7 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
 }
 
 std::optional<EtcdKv> EtcdClient::get(const std::string& key, int64_t* revision) {
-  json answer = call("kv/range", {{"key", base64_encode(key)}}, "get " + key);
-  if (revision) *revision = int_field(answer["header"], "revision");
-  if (!answer.contains("kvs") || answer["kvs"].empty()) return std::nullopt;
-  return etcd_kv_from_json(answer["kvs"][0]);
+  return etcd_range_first(call("kv/range", {{"key", base64_encode(key)}}, "get " + key), revision);
 }
 
 void EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
@@ -374,14 +320,14 @@ void EtcdClient::erase_prefix(const std::string& prefix) {
 
 int64_t EtcdClient::lease_grant(int64_t ttl_s) {
   json answer = call("lease/grant", {{"TTL", std::to_string(ttl_s)}}, str("grant a lease of ", ttl_s, " s"));
-  int64_t id = int_field(answer, "ID");
+  int64_t id = etcd_int_field(answer, "ID");
   CADRE_CHECK(id != 0, "etcd: lease grant returned no ID: ", answer.dump());
   return id;
 }
 
 int64_t EtcdClient::lease_keep_alive(int64_t id) {
   json answer = call("lease/keepalive", {{"ID", std::to_string(id)}}, str("keep lease ", id, " alive"));
-  return int_field(answer.value("result", json::object()), "TTL");
+  return etcd_keepalive_ttl(answer);
 }
 
 void EtcdClient::lease_revoke(int64_t id) {
@@ -407,15 +353,18 @@ bool EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revision,
   req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
     buffer.append(data, len);
     for (size_t nl; (nl = buffer.find('\n')) != std::string::npos;) {
-      json line = json::parse(buffer.substr(0, nl), nullptr, false);
+      const EtcdWatchLine line = etcd_watch_line(buffer.substr(0, nl));
       buffer.erase(0, nl + 1);
-      if (!line.is_object()) continue;
-      const json& result = line.contains("result") ? line["result"] : line;
-      failed = result.contains("error") || result.value("canceled", false);
-      if (failed || (result.contains("events") && !result["events"].empty()) || result.contains("compact_revision")) {
+      if (line != EtcdWatchLine::Nothing) {
+        failed = line == EtcdWatchLine::Failed;
         changed = true;
         return false;  // stop reading: the caller re-reads the store (and meets any error there)
       }
+    }
+    // A line longer than any answer etcd sends: give up on this watch, as on a failed one.
+    if (buffer.size() > kMaxAnswerBytes) {
+      failed = changed = true;
+      return false;
     }
     return true;
   };

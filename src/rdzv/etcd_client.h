@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rdzv/endpoint.h"
+#include "rdzv/etcd_answer.h"
 
 namespace cadre::rdzv {
 
@@ -27,18 +28,10 @@ struct EtcdOptions {
   double request_timeout_s = 5; // one HTTP request to one endpoint
 };
 
-// One key-value pair as etcd returns it (revisions decoded).
-struct EtcdKv {
-  std::string key, value;
-  int64_t create_revision = 0, mod_revision = 0, version = 0, lease = 0;
-};
-
 // "a:p,b:p" with default port 2379, each optionally prefixed http:// or https:// (one scheme
 // for all; *tls says which). Throws ConfigError naming the bad item.
 std::vector<Endpoint> etcd_endpoints_parse(const std::string& text, bool* tls = nullptr);
 
-std::string base64_encode(const std::string& bytes);
-std::string base64_decode(const std::string& text);  // throws Error on malformed input
 // The smallest key after every key starting with prefix (etcd's range_end for a prefix).
 std::string etcd_prefix_end(const std::string& prefix);
 
@@ -82,7 +75,5 @@ class EtcdClient {
   std::mutex token_mutex_;
   std::string token_;
 };
-
-EtcdKv etcd_kv_from_json(const nlohmann::json& kv);
 
 }  // namespace cadre::rdzv

@@ -39,22 +39,6 @@ json put_op(const std::string& key, const std::string& value, int64_t lease = 0)
 
 json range_op(const std::string& key) { return {{"request_range", {{"key", base64_encode(key)}}}}; }
 
-// The kv of the i-th response of a transaction (a range), if the key exists.
-std::optional<EtcdKv> range_result(const json& answer, size_t i) {
-  const json& responses = answer.value("responses", json::array());
-  if (i >= responses.size()) return std::nullopt;
-  const json& range = responses[i].value("response_range", json::object());
-  if (!range.contains("kvs") || range["kvs"].empty()) return std::nullopt;
-  return etcd_kv_from_json(range["kvs"][0]);
-}
-
-int64_t header_revision(const json& answer) {
-  const json& header = answer.value("header", json::object());
-  auto it = header.find("revision");
-  if (it == header.end()) return 0;
-  return it->is_string() ? std::stoll(it->get<std::string>()) : it->get<int64_t>();
-}
-
 class EtcdStore : public KvStore {
  public:
   EtcdStore(const EtcdOptions& options, double ttl_s)
@@ -117,12 +101,12 @@ class EtcdStore : public KvStore {
                     {"failure", json::array({range_op(key), range_op(ops_key_)})}};
       };
       json answer = with_lease([&] { return client_.call("kv/txn", txn(), str("add(", key, ", ", delta, ")")); });
-      if (answer.value("succeeded", false)) return next;
-      if (auto marker = range_result(answer, 1)) {
+      if (etcd_txn_succeeded(answer)) return next;
+      if (auto marker = etcd_txn_range(answer, 1)) {
         auto space = marker->value.find(' ');
         if (marker->value.substr(0, space) == seq) return to_int(key, marker->value.substr(space + 1));
       }
-      current = range_result(answer, 0);  // someone else changed it: try again on the new value
+      current = etcd_txn_range(answer, 0);  // someone else changed it: try again on the new value
     }
   }
 
@@ -134,9 +118,9 @@ class EtcdStore : public KvStore {
                 {"success", json::array({put_op(key, desired)})},
                 {"failure", json::array({range_op(key)})}};
     json answer = client_.call("kv/txn", txn, str("compare_set(", key, ")"));
-    if (answer.value("succeeded", false)) return desired;
-    note_read(header_revision(answer));
-    auto kv = range_result(answer, 0);
+    if (etcd_txn_succeeded(answer)) return desired;
+    note_read(etcd_header_revision(answer));
+    auto kv = etcd_txn_range(answer, 0);
     return kv ? kv->value : "";
   }
 

@@ -20,6 +20,7 @@
 //   left/<k>              agents that exited while the round counter was k
 //   finished              set when a round's workers all succeeded, or "failed" when the job gave
 //                         up (late agents then leave; a new agent starts generation g+1)
+//   agreed/<name>         values the agents settle on (agree_on), e.g. agreed/job_secret with etcd
 #include "rdzv/rendezvous.h"
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_number.h"
 #include "core/log.h"
 
 namespace cadre::rdzv {
@@ -73,10 +75,10 @@ NodeInfo node_info_from_json(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     info.addr = j.at("addr");
     info.hostname = j.at("hostname");
-    info.local_world_size = j.at("local_world_size");
-    info.node_rank = j.at("node_rank");
-    info.pid = j.at("pid");
-    info.previous_group_rank = j.value("previous_group_rank", int64_t{-1});
+    info.local_world_size = json_int(j.at("local_world_size"), "local_world_size");
+    info.node_rank = json_int(j.at("node_rank"), "node_rank");
+    info.pid = json_int(j.at("pid"), "pid");
+    info.previous_group_rank = j.contains("previous_group_rank") ? json_int(j["previous_group_rank"], "previous_group_rank") : -1;
   } catch (const std::exception& e) {
     throw Error(str("rendezvous: bad node record '", text, "': ", e.what()));
   }
@@ -101,6 +103,13 @@ Rendezvous::Rendezvous(std::unique_ptr<KvStore> store, RendezvousConfig config)
     if (old >= 1) store_->erase_prefix("cadre/" + config_.run_id + "/g" + std::to_string(old - 1) + "/");
   }
   store_->compare_set(key("round"), "", "0");
+}
+
+std::string Rendezvous::agree_on(const std::string& name, const std::string& proposal) {
+  const std::string k = key("agreed/" + name);
+  std::string agreed = store_->compare_set(k, "", proposal);
+  CADRE_CHECK(!agreed.empty(), "rendezvous store ", store_->describe(), ": key '", k, "' is empty");
+  return agreed;
 }
 
 std::string Rendezvous::key(const std::string& suffix) const {

@@ -96,6 +96,9 @@ class Rendezvous {
   // The job gave up: late agents leave, and the next agent with this run id starts a new job.
   void mark_job_failed();
   int64_t generation() const { return generation_; }
+  // The value every agent of this job generation settles on for `name`: the first proposal
+  // stored wins (with etcd, the workers' job secret is agreed on this way).
+  std::string agree_on(const std::string& name, const std::string& proposal);
 
   // Leaving: every agent announces its exit; the hosting agent waits (up to linger_s) until the
   // other agents of the last round have left, since the store dies with it.

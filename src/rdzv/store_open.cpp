@@ -13,7 +13,7 @@ OpenedStore store_open(const StoreOptions& o) {
   OpenedStore out;
   out.endpoint = o.endpoint;
   if (o.standalone) {
-    out.store = tcp_store_host("127.0.0.1", 0, timeout);
+    out.store = tcp_store_host("127.0.0.1", 0, timeout, o.secret);
     out.is_host = true;
     out.endpoint = {"127.0.0.1", tcp_store_port(*out.store)};
     return out;
@@ -36,6 +36,7 @@ OpenedStore store_open(const StoreOptions& o) {
     log::info(str("rendezvous: using ", out.store->describe(), " (session lease ", o.session_ttl_s, " s)"));
     return out;
   }
+  CADRE_CHECK(!o.secret.empty(), "the embedded rendezvous store needs the job secret");
   bool host;
   if (o.backend == "static" || o.node_rank >= 0) {
     host = o.node_rank == 0;
@@ -50,7 +51,7 @@ OpenedStore store_open(const StoreOptions& o) {
   }
   if (host) {
     try {
-      out.store = tcp_store_host(o.endpoint.host, o.endpoint.port, timeout);
+      out.store = tcp_store_host(o.endpoint.host, o.endpoint.port, timeout, o.secret);
       out.is_host = true;
       log::info(str("rendezvous: hosting the store on ", o.endpoint.str()));
       return out;
@@ -60,7 +61,7 @@ OpenedStore store_open(const StoreOptions& o) {
       log::info(str("rendezvous: ", o.endpoint.str(), " was taken meanwhile; connecting as a client"));
     }
   }
-  out.store = tcp_store_connect(o.endpoint.host, o.endpoint.port, timeout);
+  out.store = tcp_store_connect(o.endpoint.host, o.endpoint.port, timeout, o.secret);
   return out;
 }
 

@@ -26,6 +26,7 @@ struct StoreOptions {
   bool standalone = false;
   int64_t node_rank = -1;
   double timeout_s = 60;  // connecting, and every store operation
+  std::string secret;     // the job secret (store/secret.h): required by the embedded store
 };
 
 struct OpenedStore {

@@ -16,6 +16,22 @@
 namespace fs = std::filesystem;
 
 namespace cadre {
+namespace {
+
+// An explicit resume of an older step, while this run's checkpoint directory holds newer
+// ones, would start a second history beside the first: the next `--resume auto` would jump
+// back to the old line, and pruning would delete the new line's saves. Refused (ConfigError:
+// every rank sees the same directory, so all stop) rather than guessed at.
+void refuse_newer_checkpoints(const std::string& dir, const std::string& path, int64_t step) {
+  std::string newer;
+  for (const auto& e : checkpoint_list_complete(dir))
+    if (e.step > step) newer += (newer.empty() ? "" : ", ") + fs::path(e.path).filename().string();
+  CADRE_CONFIG_CHECK(newer.empty(), "checkpoint.resume: '", path, "' is step ", step, " but checkpoint.dir '", dir,
+                     "' holds newer checkpoints (", newer, "); training on from it would mix two histories there. "
+                     "Move the newer ones away, or train into another run.dir");
+}
+
+}  // namespace
 
 Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, AdamW& optimizer,
                         BatchSource& train_data, int rank, comm::Communicator* group) {
@@ -54,6 +70,7 @@ Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& mod
       CheckpointReader reader(path);
       check_checkpoint_fits(reader, model);  // ConfigError: the same on every rank, so all stop
       const auto& m = reader.manifest();
+      if (mode != "auto") refuse_newer_checkpoints(dir, path, m.step);
       CADRE_CONFIG_CHECK(m.step <= c.train.steps, "checkpoint '", path, "' is at step ", m.step, ", beyond train.steps ",
                          c.train.steps);
       auto pos = m.state.find("data_position");

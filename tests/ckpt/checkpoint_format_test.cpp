@@ -7,12 +7,15 @@
 // reported by name and never touches the previous checkpoint.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
 #include <tuple>
@@ -298,6 +301,32 @@ std::vector<int64_t> elements_of(const std::vector<cadre::Run>& runs) {
   return out;
 }
 
+// The manifest.json of `checkpoint`, edited by `edit` and written back as Cadre writes it.
+void edit_manifest(const std::string& checkpoint, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string path = checkpoint + "/manifest.json";
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  edit(j);
+  std::ofstream(path) << j.dump(1) << "\n";
+}
+
+// A one-tensor manifest text ("t", float32, `shape`) with the given pieces in file "f" of
+// `file_bytes` bytes: [start, count, offset] each.
+std::string manifest_text(const std::vector<int64_t>& shape, const std::vector<std::array<int64_t, 3>>& pieces,
+                          int64_t file_bytes = 1 << 20) {
+  CheckpointManifest m = header(1, 1);
+  m.files.push_back({"f", file_bytes, 0});
+  cadre::TensorRecord t{"float32", shape, {}};
+  for (const auto& p : pieces) t.pieces.push_back({0, p[2], cadre::Box{{p[0]}, {p[1]}}, false, 0});
+  m.tensors["t"] = t;
+  return cadre::manifest_to_json(m);
+}
+
+std::string parse_error(const std::string& text) {
+  return error_of([&] { cadre::manifest_parse(text, "m.json"); });
+}
+
 }  // namespace
 
 TEST(Boxes, ARangeOfABoxSplitsIntoBoxesListingItInOrder) {
@@ -416,4 +445,79 @@ TEST(CheckpointFormat, MergeRefusesOverlappingOrMissingBoxes) {
   EXPECT_EQ(merge_error({index(left), index(right)}), "");
   EXPECT_NE(merge_error({index(left), index(cadre::Box{{0, 4}, {6, 6}})}).find("twice"), std::string::npos);
   EXPECT_NE(merge_error({index(left), index(cadre::Box{{0, 5}, {5, 5}})}).find("missing"), std::string::npos);
+}
+
+// Coverage is checked when a manifest is read, not only when it is merged: pieces
+// overlapping or leaving a gap mean the manifest was edited or damaged, and loading it
+// would place weights at the wrong elements with every CRC passing.
+TEST(CheckpointFormat, ManifestPiecesMustBeDisjointAndCovering) {
+  EXPECT_EQ(parse_error(manifest_text({10}, {{0, 5, 0}, {5, 5, 20}})), "");
+  EXPECT_NE(parse_error(manifest_text({10}, {{0, 5, 0}, {4, 5, 20}})).find("tensor 't'"), std::string::npos);
+  EXPECT_NE(parse_error(manifest_text({10}, {{0, 5, 0}, {6, 4, 20}})).find("missing"), std::string::npos);
+  EXPECT_NE(parse_error(manifest_text({10}, {{0, 5, 0}, {4, 6, 20}})).find("twice"), std::string::npos);
+  EXPECT_EQ(parse_error(manifest_text({10}, {{5, 5, 20}, {0, 5, 0}})), "") << "pieces place themselves: any order";
+  EXPECT_NE(parse_error(manifest_text({10}, {{0, 5, 0}})).find("elements 5..10 are missing"), std::string::npos);
+}
+
+// Sizes in a manifest are checked with overflow-safe arithmetic: a count whose byte size wraps
+// around to 0, a shape whose product overflows, and negative dimensions are CheckpointErrors.
+TEST(CheckpointFormat, ManifestSizesThatOverflowOrAreNegativeAreRefused) {
+  const int64_t big = int64_t(1) << 62;  // x 4 bytes per float wraps to 0
+  EXPECT_NE(parse_error(manifest_text({big}, {{0, big, 0}})).find("outside its tensor or file"), std::string::npos);
+  EXPECT_NE(parse_error(manifest_text({big, 8}, {{0, 1, 0}})).find("fit 64 bits"), std::string::npos);
+  EXPECT_NE(parse_error(manifest_text({-2, -3}, {{0, 6, 0}})).find("negative dimension"), std::string::npos);
+  EXPECT_NE(parse_error(manifest_text({10}, {{std::numeric_limits<int64_t>::max(), 2, 0}})).find("outside"),
+            std::string::npos);
+  EXPECT_NE(parse_error(manifest_text({10}, {{0, 10, std::numeric_limits<int64_t>::max() - 8}})).find("outside"),
+            std::string::npos);
+}
+
+// COMMITTED records the manifest's checksum: an edit that keeps the pieces consistent (the
+// data position here) is caught too, by the reader and by verify, before anything is read.
+TEST(CheckpointFormat, AnEditedManifestIsCaughtByTheChecksumInCommitted) {
+  cadre::test::TempDir dir("ckpt-edit");
+  for (const auto& e : save_as_ranks(dir.path(), 3, 2, 0.f)) ASSERT_EQ(e, "");
+  const std::string path = dir / "step-00000003";
+  EXPECT_EQ(error_of([&] { CheckpointReader r(path); }), "");
+  edit_manifest(path, [](nlohmann::json& j) { j["state"]["data_position"] = 25; });
+  std::string error = error_of([&] { CheckpointReader r(path); });
+  EXPECT_NE(error.find("manifest.json does not match the checksum in COMMITTED"), std::string::npos) << error;
+}
+
+// A checkpoint of an older Cadre has a marker without the checksum: it still loads, and a
+// shifted piece (rows 3..5 of 'a' moved to 2..4) in it is still caught, by the coverage check.
+TEST(CheckpointFormat, AShiftedPieceStartIsCaughtWithoutTheChecksumToo) {
+  cadre::test::TempDir dir("ckpt-shift");
+  for (const auto& e : save_as_ranks(dir.path(), 3, 2, 0.f)) ASSERT_EQ(e, "");
+  const std::string path = dir / "step-00000003";
+  std::ofstream(path + "/COMMITTED") << "3\n";  // the marker as older versions wrote it
+  EXPECT_EQ(error_of([&] { CheckpointReader r(path); }), "");
+  edit_manifest(path, [](nlohmann::json& j) { j["tensors"]["a"]["pieces"][1]["offsets"][0] = 2; });  // was 3
+  std::string error = error_of([&] { CheckpointReader r(path); });
+  EXPECT_NE(error.find("tensor 'a'"), std::string::npos) << error;
+  EXPECT_NE(error.find("stored twice"), std::string::npos) << error;
+}
+
+// Publishing never removes the checkpoint it just published, even when newer ones exist
+// (keep counts it, and only older or other ones go).
+TEST(CheckpointFormat, PruningNeverRemovesTheCheckpointJustPublished) {
+  cadre::test::TempDir dir("ckpt-prune");
+  for (int64_t step : {10, 20})
+    for (const auto& e : save_as_ranks(dir.path(), step, 1, 0.f, /*keep=*/1)) ASSERT_EQ(e, "");
+  ASSERT_FALSE(fs::exists(dir / "step-00000010"));
+  for (const auto& e : save_as_ranks(dir.path(), 15, 1, 0.f, /*keep=*/1)) ASSERT_EQ(e, "");
+  EXPECT_TRUE(fs::exists(dir / "step-00000015/COMMITTED"));
+}
+
+// A manifest cutting a huge tensor into one-element columns would make the coverage check list
+// billions of runs: it is refused by count before any is listed.
+TEST(CheckpointFormat, ManifestPiecesCutIntoTooManyRunsAreRefused) {
+  CheckpointManifest m = header(1, 1);
+  m.files.push_back({"f", int64_t(1) << 40, 0});
+  const std::vector<int64_t> shape = {int64_t(1) << 30, 2};
+  cadre::TensorRecord t{"float32", shape, {}};
+  t.pieces.push_back({0, 0, cadre::Box{{0, 0}, {shape[0], 1}}, false, 0});
+  t.pieces.push_back({0, int64_t(1) << 32, cadre::Box{{0, 1}, {shape[0], 1}}, false, 0});
+  m.tensors["t"] = t;
+  EXPECT_NE(parse_error(cadre::manifest_to_json(m)).find("runs of consecutive elements"), std::string::npos);
 }

@@ -309,7 +309,8 @@ TEST_F(Resume, SigtermCheckpointsTheCurrentStepAndResumeLosesNothing) {
   cadre::testing::ChildGuard ranks;
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                    "CADRE_JOB_SECRET=resume-test-secret-" + std::to_string(port)};
     ranks.pids.push_back(cadre::testing::spawn(train_argv(run, kTwoRanks), cadre::testing::base_environment(env),
                                                path(run + "-rank" + std::to_string(r) + ".log")));
   }
@@ -387,6 +388,38 @@ TEST_F(Resume, DamagedNewestCheckpointIsSkippedForTheOneBefore) {
   }
 }
 
+// One digit of a piece's start edited by hand (the last piece of a tensor moved down by one
+// element): every CRC still passes, and a rank reading the whole tensor would count as many
+// elements as it asked for. The manifest's checksum and coverage check catch it: verify names
+// the manifest, and resume (here on 1 rank, which reads whole tensors) falls back to step 10.
+TEST_F(Resume, AnEditedManifestIsSkippedInsteadOfLoadingShiftedWeights) {
+  auto first = kTwoRanks;
+  first.push_back("train.stop_at=20");
+  ASSERT_EQ(train("edited", 2, first).exit_code, 0);
+  const std::string newest = path("edited") + "/checkpoints/step-00000020";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(newest + "/manifest.json"));
+  std::string edited;
+  for (auto& [name, tensor] : manifest["tensors"].items()) {
+    if (tensor["pieces"].size() < 2) continue;
+    auto& last = tensor["pieces"].back();
+    last["start"] = last["start"].get<int64_t>() - 1;
+    edited = name;
+    break;
+  }
+  ASSERT_FALSE(edited.empty());
+  std::ofstream(newest + "/manifest.json") << manifest.dump(1) << "\n";
+
+  auto verify = cadre_cli({"ckpt", "verify", path("edited")});
+  EXPECT_EQ(verify.exit_code, 1) << verify.output;
+  EXPECT_NE(verify.output.find("DAMAGED  " + newest), std::string::npos) << verify.output;
+  EXPECT_NE(verify.output.find("manifest.json"), std::string::npos) << verify.output;
+
+  Outcome r = train("edited", 1, {"data.batch_size=12", "--resume", "auto"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("skipping damaged checkpoint " + newest), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("at step 10"), std::string::npos) << r.output;
+}
+
 TEST_F(Resume, LeftoversOfACrashedSaveAreRemovedAndIgnored) {
   auto first = std::vector<std::string>{"data.batch_size=12", "train.stop_at=20"};
   ASSERT_EQ(train("crashed", 1, first).exit_code, 0);
@@ -437,4 +470,22 @@ TEST_F(Resume, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
   auto verify = cadre_cli({"ckpt", "verify", mnt});
   EXPECT_EQ(verify.exit_code, 0) << verify.output;
   EXPECT_NE(verify.output.find("ok       " + mnt + "/step-00000010"), std::string::npos) << verify.output;
+}
+
+// An explicit resume of an older step while newer checkpoints exist is refused before any
+// step runs: going on would mix two histories in one directory (and pruning would delete
+// the new line's saves). Nothing is touched.
+TEST_F(Resume, ExplicitResumeOfAnOlderStepBelowNewerCheckpointsIsRefused) {
+  ASSERT_EQ(train("older", 1, {"data.batch_size=12", "train.stop_at=20"}).exit_code, 0);
+  const std::string dir = path("older") + "/checkpoints";
+  Outcome r = train("older", 1, {"data.batch_size=12", "--resume", dir + "/step-00000010"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds newer checkpoints (step-00000020)"), std::string::npos) << r.output;
+  auto verify = cadre_cli({"ckpt", "verify", path("older")});
+  EXPECT_EQ(verify.exit_code, 0) << verify.output;
+  EXPECT_NE(verify.output.find("step-00000020"), std::string::npos) << verify.output;
+  EXPECT_NE(verify.output.find("step-00000010"), std::string::npos) << verify.output;
+  // The newest one resumes as usual.
+  Outcome newest = train("older", 1, {"data.batch_size=12", "--resume", dir + "/step-00000020"});
+  EXPECT_EQ(newest.exit_code, 0) << newest.output;
 }

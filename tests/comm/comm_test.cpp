@@ -28,3 +28,21 @@ TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith2Ranks) { expect_all_
 TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith3Ranks) { expect_all_pass(3, "missing"); }
 
 }  // namespace
+
+// The store on MASTER_PORT is authenticated: a rank with another job secret is refused by
+// rank 0's store (and says so), and a rank with none is told where a secret comes from.
+TEST(Communicator, RanksWithoutTheJobSecretAreRefused) {
+  cadre::testing::RankOptions options;
+  options.env = [](int rank) {
+    return rank == 1 ? std::vector<std::string>{"CADRE_JOB_SECRET=a-secret-of-another-job-0123"}
+                     : std::vector<std::string>{};
+  };
+  options.limit = std::chrono::seconds(20);  // rank 0 then waits for rank 1 until it is killed
+  auto results = run_ranks(2, {COMM_WORKER, "ops"}, options);
+  EXPECT_NE(results[1].exit_code, 0) << results[1].output;
+  EXPECT_NE(results[1].output.find("wrong job secret"), std::string::npos) << results[1].output;
+
+  options.env = [](int rank) { return std::vector<std::string>{"CADRE_JOB_SECRET="}; };
+  results = run_ranks(2, {COMM_WORKER, "ops"}, options);
+  for (const auto& r : results) EXPECT_NE(r.output.find("needs the job secret"), std::string::npos) << r.output;
+}

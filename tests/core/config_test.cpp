@@ -104,3 +104,39 @@ TEST(Config, DeploySectionIsKeptAsTextForCadreDeploy) {
   EXPECT_EQ(again.deploy, c.deploy);
   EXPECT_NE(parse_error("deploy:\n  nodes: [1, 2]\n").find("key 'deploy.nodes' expects a scalar"), std::string::npos);
 }
+
+// inf and nan pass checks such as `> 0`: every number field refuses them by name, in the file
+// and in --set, whatever section the key belongs to.
+TEST(Config, NonFiniteNumbersAreRefusedNamingTheKey) {
+  for (const char* value : {"inf", "-inf", "nan", "NaN", "infinity", "1e999"}) {
+    std::string msg = parse_error(std::string("parallel:\n  comm_timeout: ") + value + "\n");
+    EXPECT_NE(msg.find("parallel.comm_timeout"), std::string::npos) << value << ": " << msg;
+    EXPECT_NE(msg.find("finite number"), std::string::npos) << value << ": " << msg;
+    msg = parse_error("", {std::string("optim.lr=") + value});
+    EXPECT_NE(msg.find("optim.lr"), std::string::npos) << value << ": " << msg;
+  }
+}
+
+// Non-scalar YAML where a name or value belongs is bad input (ConfigError, exit 2), never a
+// yaml-cpp exception or a crash.
+TEST(Config, NonScalarKeysAndValuesAreConfigErrors) {
+  struct Case {
+    const char* yaml;
+    const char* names;
+  };
+  for (const Case& c : {Case{"[1, 2]: 3\n", "top level"}, Case{"model:\n  ? [a, b]\n  : 1\n", "under 'model'"},
+                        Case{"model: {? {x: 1} : 2}\n", "under 'model'"}, Case{"optim:\n  lr: [1, 2]\n", "optim.lr"},
+                        Case{"optim:\n  lr: {a: 1}\n", "optim.lr"}}) {
+    std::string msg;
+    EXPECT_NO_THROW(msg = parse_error(c.yaml)) << c.yaml;
+    EXPECT_NE(msg.find(c.names), std::string::npos) << c.yaml << ": " << msg;
+    EXPECT_NE(msg.find("test.yaml"), std::string::npos) << c.yaml << ": " << msg;
+  }
+}
+
+// An alias can make a mapping contain itself; flattening it must end with an error, not
+// recurse until the stack overflows.
+TEST(Config, SelfReferentialAliasIsAnErrorNotACrash) {
+  std::string msg = parse_error("model: &m\n  dim: *m\n");
+  EXPECT_NE(msg.find("nested more than"), std::string::npos) << msg;
+}

@@ -234,3 +234,64 @@ TEST_F(EtcdRunTest, BadEndpointsAndCredentialsFailWithClearMessages) {
 }
 
 }  // namespace
+
+namespace {
+
+// Sets environment variables for the agents this test starts (they inherit them), and takes
+// them away again.
+struct ScopedEnv {
+  std::vector<std::string> names;
+  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> vars) {
+    for (const auto& [k, v] : vars) {
+      ::setenv(k, v.c_str(), 1);
+      names.push_back(k);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& n : names) ::unsetenv(n.c_str());
+  }
+};
+
+}  // namespace
+
+// A password on the command line is visible in `ps` to every user of the machine: the agent
+// overwrites it in its argv, says so, and warns that credentials over plain http can be read
+// on the way (no etcd is needed for that; the agent retries the dead endpoint meanwhile).
+TEST_F(EtcdRunTest, APasswordGivenOnTheCommandLineDisappearsFromPsAndHttpIsWarnedAbout) {
+  const std::string password = "pw-" + marker;
+  Proc agent({CADRE_BIN, "run", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(free_port()),
+              "--rdzv-conf", "store_timeout=20,user=root,password=" + password, "--log-dir", dir.path + "/logs", "--",
+              "/bin/true"},
+             dir.path + "/agent.out");
+  ASSERT_TRUE(wait_until([&] { return agent.output().find("plain http") != std::string::npos; }, 30)) << agent.output();
+  const std::string cmdline = read_file("/proc/" + std::to_string(agent.pid()) + "/cmdline");
+  EXPECT_EQ(cmdline.find(password), std::string::npos) << "the password is still in /proc/<pid>/cmdline";
+  EXPECT_NE(cmdline.find("password=***"), std::string::npos) << cmdline;
+  EXPECT_NE(agent.output().find("shows in `ps`"), std::string::npos) << agent.output();
+}
+
+// Credentials and the job secret reach the agent through its environment; the workers get
+// neither variable, only the job secret, through an inherited descriptor.
+TEST_F(EtcdRunTest, WorkersGetTheJobSecretAsADescriptorAndNoCredentials) {
+  start_etcd(1);
+  etcd->enable_auth("root", "rootpw");
+  const std::string secret = "job-secret-" + marker;
+  const std::string seen = dir.path + "/seen";
+  std::unique_ptr<Proc> agent;
+  {
+    ScopedEnv env({{"CADRE_ETCD_USER", "root"}, {"CADRE_ETCD_PASSWORD", "rootpw"}, {"CADRE_JOB_SECRET", secret}});
+    agent = std::make_unique<Proc>(
+        std::vector<std::string>{CADRE_BIN, "run", "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd->endpoints(),
+                                 "--rdzv-id", "creds", "--log-dir", dir.path + "/logs", "--", "/bin/sh", "-c",
+                                 "env > " + seen + ".env; cat /proc/self/fd/3 > " + seen + ".secret"},
+        dir.path + "/agent.out");
+  }
+  ASSERT_TRUE(agent->wait_exit(60)) << agent->output();
+  EXPECT_EQ(agent->exit_code(), 0) << agent->output();
+  const std::string env = read_file(seen + ".env");
+  EXPECT_EQ(env.find("CADRE_ETCD_PASSWORD"), std::string::npos) << env;
+  EXPECT_EQ(env.find(secret), std::string::npos) << env;
+  EXPECT_NE(env.find("CADRE_JOB_SECRET_FD=3"), std::string::npos) << env;
+  EXPECT_EQ(read_file(seen + ".secret"), secret);
+  EXPECT_EQ(agent->output().find("rootpw"), std::string::npos) << agent->output();
+}

@@ -10,6 +10,7 @@
 
 #include "launch/launch_harness.h"
 #include "launch/shell_worker.h"
+#include "support/process.h"
 
 using namespace launch_test;
 
@@ -24,6 +25,10 @@ class RunTest : public ::testing::Test {
     script = dir.path + "/worker.sh";
     write_file(script, kWorkerScript);
     port = free_port();
+    // Agents of one multi-node job share a job secret.
+    secret_file = dir.path + "/secret";
+    write_file(secret_file, "run-test-secret-" + marker + "\n");
+    std::filesystem::permissions(secret_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
 
   // Arguments of one agent ("node"), with short timeouts so the tests run in seconds.
@@ -34,7 +39,7 @@ class RunTest : public ::testing::Test {
                                   "--monitor-interval", "0.05", "--stop-timeout", "3",
                                   "--rdzv-conf",
                                   "last_call_timeout=1,heartbeat_timeout=2,join_timeout=30,store_timeout=15,exit_linger=5",
-                                  "--log-dir", dir.path + "/logs" + tag};
+                                  "--log-dir", dir.path + "/logs" + tag, "--job-secret-file", secret_file};
     if (node_rank >= 0) {
       a.push_back("--node-rank");
       a.push_back(std::to_string(node_rank));
@@ -70,7 +75,7 @@ class RunTest : public ::testing::Test {
   }
 
   TempDir dir;
-  std::string marker, script;
+  std::string marker, script, secret_file;
   MarkerReaper reaper;
   int port = 0;
 };
@@ -218,6 +223,99 @@ TEST_F(RunTest, LateAgentTriggersScaleUp) {
 // SIGTERM / SIGINT to an agent: forwarded to the workers (they see it), then everything is gone.
 TEST_F(RunTest, SigtermIsForwardedAndLeavesNoOrphans) { check_signal_stop(SIGTERM); }
 TEST_F(RunTest, SigintIsForwardedAndLeavesNoOrphans) { check_signal_stop(SIGINT); }
+
+// SIGHUP (the terminal or session went away) is handled like SIGTERM: the workers get SIGTERM
+// (which a trainer answers with a checkpoint), the agent exits 129, and nothing is left. Its
+// default action would kill the agent at once and leave the workers' children behind.
+TEST_F(RunTest, SighupStopsTheWorkersLikeSigtermAndLeavesNoOrphans) { check_signal_stop(SIGHUP); }
+
+// A SIGKILLed agent cannot stop anything itself: its guard process kills the workers' whole
+// process groups, so the workers' own children die too (PR_SET_PDEATHSIG reaches only the
+// workers), and the guard then exits.
+TEST_F(RunTest, SigkilledAgentLeavesNoWorkerOrGrandchildAlive) {
+  Proc agent({CADRE_BIN, "run", "--nproc-per-node", "2", "--log-dir", dir.path + "/logs", "--", "/bin/sh", script,
+              marker, dir.path, "wait_child"},
+             dir.path + "/agent.out");
+  ASSERT_TRUE(wait_until([&] { return ranks_started(2) == all_ranks(2); }, 60)) << agent.output();
+  ASSERT_TRUE(wait_until([&] { return pids_with_marker(marker + "-grandchild").size() == 2; }, 30));
+  agent.signal(SIGKILL);
+  ASSERT_TRUE(agent.wait_exit(10));
+  EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10))
+      << pids_with_marker(marker).size() << " processes survived, e.g. pid " << pids_with_marker(marker).front();
+}
+
+// A worker that writes invalid UTF-8 to stderr and an error file cut inside a UTF-8 sequence
+// (the agent reads at most 64 KiB of it) still gives a root cause and an error file; the agent
+// used to throw while building the JSON and exit without one.
+TEST_F(RunTest, InvalidUtf8AndACutErrorFileStillGiveTheRootCause) {
+  const std::string bad = dir.path + "/bad.sh";
+  write_file(bad, "printf 'bad bytes: \\377\\376 end\\n' >&2\n"
+                  "{ printf '{\"message\": \"'; yes 'é' | tr -d '\\n' | head -c 70000; } > \"$TORCHELASTIC_ERROR_FILE\"\n"
+                  "exit 5\n");
+  Proc agent({CADRE_BIN, "run", "--log-dir", dir.path + "/logs", "--", "/bin/sh", bad, marker}, dir.path + "/agent.out");
+  ASSERT_TRUE(agent.wait_exit(60)) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 1) << agent.output();
+  const std::string text = read_file(dir.path + "/logs/error.json");
+  ASSERT_FALSE(text.empty()) << agent.output();
+  auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["root_cause"]["exit_code"], 5) << text.substr(0, 500);
+  auto tail = j["root_cause"]["stderr_tail"].get<std::vector<std::string>>();
+  ASSERT_FALSE(tail.empty());
+  EXPECT_NE(tail.back().find("bad bytes: "), std::string::npos) << tail.back();
+  EXPECT_TRUE(j["root_cause"]["worker_error"].is_string());
+}
+
+// Without --log-dir, a `cadre train` worker's logs go under its run directory.
+TEST_F(RunTest, CadreTrainLogsGoUnderItsRunDirectory) {
+  const std::string run = dir.path + "/run";
+  Proc agent({CADRE_BIN, "run", "--", CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set",
+              "run.dir=" + run, "--set", "data.dir=" + dir.path + "/no-such-data"},
+             dir.path + "/agent.out");
+  ASSERT_TRUE(agent.wait_exit(120)) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 1) << agent.output();
+  EXPECT_NE(agent.output().find("logs in " + run + "/logs"), std::string::npos) << agent.output();
+  EXPECT_NE(read_file(run + "/logs/round_0/rank_0/stderr.log").find("no-such-data"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::is_regular_file(run + "/logs/error.json"));
+}
+
+// Without --log-dir and a run directory, logs go to a temporary cadre-run-* directory: removed
+// when the job succeeds, kept when it fails (it has error.json), and only the newest 10 kept
+// stay; a directory whose agent still runs is never removed.
+TEST_F(RunTest, TemporaryLogDirectoriesAreRemovedAfterSuccessAndRotatedAfterFailure) {
+  const std::string tmp = dir.path + "/tmp";
+  std::filesystem::create_directories(tmp);
+  auto logs = [&] {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(tmp)) out.insert(e.path().filename().string());
+    return out;
+  };
+  auto ok = cadre::test::run_process({CADRE_BIN, "run", "--", "/bin/sh", "-c", "echo fine"}, {"TMPDIR=" + tmp}, 60);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(logs().empty()) << *logs().begin();
+
+  pid_t gone = ::fork();  // a pid that no process has any more
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (int i = 0; i < 12; ++i) {  // left by failed runs, oldest first
+    const std::string d = tmp + "/cadre-run-old" + std::to_string(100 + i);
+    std::filesystem::create_directories(d);
+    write_file(d + "/agent.pid", std::to_string(i == 0 ? ::getpid() : gone) + "\n");  // the oldest is "running"
+    std::filesystem::last_write_time(d, now - std::chrono::hours(100 - i));
+  }
+  auto failed = cadre::test::run_process({CADRE_BIN, "run", "--", "/bin/sh", "-c", "exit 3"}, {"TMPDIR=" + tmp}, 60);
+  ASSERT_EQ(failed.exit_code, 1) << failed.output;
+  auto left = logs();
+  EXPECT_EQ(left.size(), 11u);  // the live agent's, 9 newest others, and the new one
+  EXPECT_TRUE(left.count("cadre-run-old100"));
+  EXPECT_FALSE(left.count("cadre-run-old101"));
+  EXPECT_FALSE(left.count("cadre-run-old102"));
+  EXPECT_TRUE(left.count("cadre-run-old103"));
+  EXPECT_TRUE(left.count("cadre-run-old111"));
+  size_t with_error = 0;
+  for (const auto& name : left) with_error += std::filesystem::exists(tmp + "/" + name + "/error.json");
+  EXPECT_EQ(with_error, 1u);
+}
 
 TEST_F(RunTest, CadreAsTheProgramResolvesToThisBinary) {
   Proc agent({CADRE_BIN, "run", "--log-dir", dir.path + "/logs", "--", "cadre", "run", "--help"}, dir.path + "/agent.out");

@@ -19,6 +19,10 @@ if [ "$mode" = crash ] && [ "$RANK" = 2 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0
 exit 0
 WORKER
 
+# The agents of one job share its secret; srun passes the environment to every node.
+CADRE_JOB_SECRET=$(openssl rand -hex 32)
+export CADRE_JOB_SECRET
+
 # 1. No flag but --nproc-per-node: everything else comes from Slurm.
 timeout 120 srun -N2 --ntasks-per-node=1 "$cadre" run --nproc-per-node 2 -- /bin/sh "$tmp/worker.sh" "$tmp/out" ok \
   >"$tmp/log/srun-ok.out" 2>&1 || fail "srun cadre run exited $?: $(cat "$tmp/log/srun-ok.out")"

@@ -1,10 +1,17 @@
 // The worker process layer on its own: environment and log files, exit codes and signals,
-// stopping workers that ignore SIGTERM together with their children, program lookup.
+// stopping workers that ignore SIGTERM together with their children, program lookup, and
+// waiting for a child through signals.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <csignal>
+#include <cstring>
+#include <thread>
 
 #include "core/error.h"
+#include "launch/child_wait.h"
 #include "launch/launch_harness.h"
 #include "launch/worker_group.h"
 
@@ -82,4 +89,37 @@ TEST(WorkerGroup, ProgramLookup) {
   EXPECT_FALSE(program_resolve("sh").empty());
   EXPECT_THROW(program_resolve("no-such-program-for-cadre"), cadre::ConfigError);
   EXPECT_THROW(program_resolve("/etc/passwd"), cadre::ConfigError);  // not executable
+}
+
+// The agent's signal handlers do not restart system calls (its loops must see a signal at
+// once), so a blocking waitpid returns EINTR when one arrives: the wait must go on rather
+// than take the interruption for the child's end and lose its exit status.
+TEST(ChildWait, SignalsDuringABlockingWaitDoNotLoseTheExitStatus) {
+  struct sigaction quiet {}, old {};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  quiet.sa_flags = 0;  // no SA_RESTART, as the agent's handlers
+  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &old), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::usleep(300 * 1000);
+    ::_exit(7);
+  }
+  std::atomic<bool> waited{false};
+  const pthread_t waiter = ::pthread_self();
+  std::thread signaller([&] {
+    while (!waited) {  // until the wait is over, so one of them surely lands inside it
+      ::pthread_kill(waiter, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  int status = 0;
+  pid_t r = cadre::launch::waitpid_retrying(child, &status, 0);
+  waited = true;
+  signaller.join();
+  ::sigaction(SIGUSR1, &old, nullptr);
+  if (r != child) ::waitpid(child, nullptr, 0);
+  ASSERT_EQ(r, child) << std::strerror(errno);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
 }

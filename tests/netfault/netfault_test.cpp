@@ -239,7 +239,10 @@ class NetFault : public ::testing::Test {
                                      "--rdzv-conf", rdzv_conf(), "--log-dir", dir_ / ("logs-" + name), "--"};
     auto train = train_args(data_dir_, run_dir_, steps_, timeouts_.comm_s);
     argv.insert(argv.end(), train.begin(), train.end());
-    agents_[host] = std::make_unique<Proc>(hosts_->command(host, argv, {"OMP_NUM_THREADS=1"}), dir_ / ("agent-" + name + ".out"));
+    // The hosts share the job secret through the environment (etcd agrees on one by itself).
+    agents_[host] = std::make_unique<Proc>(
+        hosts_->command(host, argv, {"OMP_NUM_THREADS=1", "CADRE_JOB_SECRET=netfault-job-secret-0123456789"}),
+        dir_ / ("agent-" + name + ".out"));
   }
   std::string rdzv_conf() const {
     return "last_call_timeout=2,heartbeat_timeout=" + std::to_string(timeouts_.heartbeat_s) +
@@ -254,9 +257,13 @@ class NetFault : public ::testing::Test {
   class WorkerHold {
    public:
     WorkerHold(const NetFault& test, const std::vector<int>& hosts) {
-      for (int h : hosts)
+      auto cmdline = [](int pid) { return read_file("/proc/" + std::to_string(pid) + "/cmdline"); };
+      for (int h : hosts) {
+        // The agent, and its process-group guard (a fork of it: the same command line), go on.
+        const std::string agent = cmdline(test.agents_.at(h)->pid());
         for (int pid : test.hosts_->pids(h))
-          if (pid != test.agents_.at(h)->pid()) pids_.push_back(pid);
+          if (pid != test.agents_.at(h)->pid() && cmdline(pid) != agent) pids_.push_back(pid);
+      }
       for (int pid : pids_) ::kill(pid, SIGSTOP);
     }
     ~WorkerHold() { release(); }

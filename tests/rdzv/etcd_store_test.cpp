@@ -167,15 +167,7 @@ TEST(EtcdStore, BadEndpointSyntaxIsAConfigError) {
 
 TEST(EtcdStore, UserPasswordAuthWorksAndBadCredentialsSaySo) {
   EtcdCluster etcd;
-  auto ctl = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {"etcdctl", "--endpoints", etcd.endpoints()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return cadre::test::run_process(argv, {"ETCDCTL_API=3"}, 30);
-  };
-  ASSERT_EQ(ctl({"user", "add", "root:rootpw"}).exit_code, 0);
-  ASSERT_EQ(ctl({"user", "grant-role", "root", "root"}).exit_code, 0);
-  auto enabled = ctl({"auth", "enable"});
-  ASSERT_EQ(enabled.exit_code, 0) << enabled.output;
+  etcd.enable_auth("root", "rootpw");
   EtcdOptions good = options(etcd.endpoints(), 3);
   good.user = "root";
   good.password = "rootpw";

@@ -14,6 +14,8 @@ using namespace cadre::rdzv;
 
 namespace {
 
+const std::string kSecret = "kv-store-contract-test-secret";
+
 // Opens clients of one store: the first call hosts (TCP) or starts etcd; later calls connect.
 class Backend {
  public:
@@ -28,10 +30,10 @@ class Backend {
       return etcd_store_open(o, 2);
     }
     if (!host_) {
-      host_ = tcp_store_host("127.0.0.1", 0, std::chrono::seconds(10));
+      host_ = tcp_store_host("127.0.0.1", 0, std::chrono::seconds(10), kSecret);
       port_ = tcp_store_port(*host_);
     }
-    return tcp_store_connect("127.0.0.1", port_, std::chrono::seconds(10));
+    return tcp_store_connect("127.0.0.1", port_, std::chrono::seconds(10), kSecret);
   }
 
  private:

@@ -195,6 +195,17 @@ bool EtcdCluster::healthy(int i) const {
   return res && res->status == 200 && res->body.find("\"true\"") != std::string::npos;
 }
 
+void EtcdCluster::enable_auth(const std::string& user, const std::string& password) const {
+  for (std::vector<std::string> args : {std::vector<std::string>{"user", "add", user + ":" + password},
+                                        std::vector<std::string>{"user", "grant-role", user, "root"},
+                                        std::vector<std::string>{"auth", "enable"}}) {
+    std::vector<std::string> argv = {"etcdctl", "--endpoints", endpoints()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run_process(argv, {"ETCDCTL_API=3"}, 30);
+    if (r.exit_code != 0) throw std::runtime_error("etcdctl " + args[0] + " " + args[1] + " failed: " + r.output);
+  }
+}
+
 int EtcdCluster::leader() const {
   for (int i = 0; i < size(); ++i) {
     if (members_[i].pid <= 0) continue;

@@ -47,6 +47,9 @@ class EtcdCluster {
   std::string client_key_file() const;
   void kill(int i);                    // SIGKILL member i and reap it
   int leader() const;                  // index of the current raft leader, -1 if none answers
+  // Adds `user` with `password` and the root role, and turns authentication on (etcdctl).
+  // Throws std::runtime_error with etcdctl's output when a step fails.
+  void enable_auth(const std::string& user, const std::string& password) const;
   bool alive(int i) const { return members_[i].pid > 0; }
   std::string log(int i) const;        // member i's output
   std::string logs() const;            // every member's output, for failure messages

@@ -1,6 +1,6 @@
 // Test helper: runs N copies of a command as ranks of one job on loopback (RANK, WORLD_SIZE,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; a free port), captures each rank's output,
-// and kills and reaps every child when the run ends or the test fails.
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and CADRE_JOB_SECRET set; a free port), captures
+// each rank's output, and kills and reaps every child when the run ends or the test fails.
 #pragma once
 
 #include <netinet/in.h>
@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -77,7 +78,8 @@ inline std::vector<std::string> base_environment(const std::vector<std::string>&
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
-    for (const char* job : {"RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT="})
+    for (const char* job : {"RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
+                            "CADRE_JOB_SECRET=", "CADRE_JOB_SECRET_FILE=", "CADRE_JOB_SECRET_FD="})
       if (kv.rfind(job, 0) == 0) kv.clear();
     if (!kv.empty()) env.push_back(kv);
   }
@@ -88,7 +90,7 @@ inline std::vector<std::string> base_environment(const std::vector<std::string>&
 struct RankOptions {
   // Prepended to the command of one rank (e.g. {"taskset", "-c", "1"}); empty for none.
   std::function<std::vector<std::string>(int rank)> prefix;
-  // Extra KEY=VALUE for one rank.
+  // Extra KEY=VALUE for one rank (replacing the harness's own value of KEY).
   std::function<std::vector<std::string>(int rank)> env;
   std::chrono::seconds limit{180};
 };
@@ -96,13 +98,22 @@ struct RankOptions {
 // Runs `argv` as ranks 0..n-1 and waits for all; a run past `limit` is killed and reported.
 inline std::vector<RankResult> run_ranks(int n, const std::vector<std::string>& argv, const RankOptions& options = {}) {
   const int port = free_port();
+  // Ranks launched by hand share a job secret through the environment (store/secret.h).
+  const std::string secret = "rank-processes-" + std::to_string(getpid()) + "-" + std::to_string(port);
   ChildGuard guard;
   std::vector<std::string> logs;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> extra = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
                                       "WORLD_SIZE=" + std::to_string(n), "LOCAL_WORLD_SIZE=" + std::to_string(n),
-                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
-    if (options.env) for (auto& e : options.env(r)) extra.push_back(e);
+                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                      "CADRE_JOB_SECRET=" + secret};
+    if (options.env)
+      for (auto& e : options.env(r)) {  // replaces a variable of the same name
+        const std::string name = e.substr(0, e.find('=') + 1);
+        extra.erase(std::remove_if(extra.begin(), extra.end(), [&](const std::string& x) { return x.rfind(name, 0) == 0; }),
+                    extra.end());
+        extra.push_back(e);
+      }
     std::vector<std::string> command;
     if (options.prefix) command = options.prefix(r);
     command.insert(command.end(), argv.begin(), argv.end());

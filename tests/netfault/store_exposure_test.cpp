@@ -1,0 +1,93 @@
+// What a single-node job exposes to the network. `cadre run --standalone` trains the tiny model
+// with 2 workers inside a network namespace that also has a routable address (10.77.0.10):
+// every TCP listener of the job (the agent's rendezvous store, rank 0's store on MASTER_PORT,
+// Gloo's pairs) must be on loopback, and none may answer on 10.77.0.10. c10d's TCPStore
+// listened on every interface here, for anyone who could reach the machine.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "launch/launch_harness.h"
+#include "netfault/virtual_hosts.h"
+#include "support/process.h"
+#include "support/tiny_dataset.h"
+
+using cadre::netfault::VirtualHosts;
+
+namespace {
+
+struct Listener {
+  std::string address;  // "127.0.0.1", "0.0.0.0", "::", "::1", ...
+  int port = 0;
+};
+
+// TCP sockets in LISTEN state in the network namespace of `pid` (/proc/<pid>/net/tcp{,6}).
+std::vector<Listener> tcp_listeners(pid_t pid) {
+  std::vector<Listener> out;
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::istringstream lines(launch_test::read_file("/proc/" + std::to_string(pid) + "/net/" + table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      if (state != "0A") continue;  // LISTEN
+      const std::string hex = local.substr(0, local.find(':'));
+      Listener l;
+      l.port = std::stoi(local.substr(local.find(':') + 1), nullptr, 16);
+      if (hex.size() == 8) {  // IPv4, little-endian
+        const uint32_t a = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+        l.address = std::to_string(a & 0xff) + "." + std::to_string((a >> 8) & 0xff) + "." +
+                    std::to_string((a >> 16) & 0xff) + "." + std::to_string(a >> 24);
+      } else {
+        l.address = hex == std::string(32, '0') ? "::" : hex == "00000000000000000000000001000000" ? "::1" : hex;
+      }
+      out.push_back(l);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(StoreExposure, AStandaloneRunListensOnLoopbackOnly) {
+  ASSERT_TRUE(VirtualHosts::have_privileges()) << "network namespaces need root";
+  cadre::test::TempDir dir("exposure");
+  const std::string data = cadre::test::prepare_tiny_dataset(dir.path(), 2, 20000);
+  const std::string run = dir / "run";
+  VirtualHosts hosts(1);
+  std::vector<std::string> argv = {CADRE_BIN, "run", "--standalone", "--nproc-per-node", "2", "--log-dir", dir / "logs",
+                                   "--", CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+                                   "--set", "data.dir=" + data, "--set", "run.dir=" + run, "--set", "train.steps=100000",
+                                   "--set", "train.threads=1", "--set", "train.eval_interval=0",
+                                   "--set", "checkpoint.interval=0"};
+  launch_test::Proc agent(hosts.command(0, argv, {"OMP_NUM_THREADS=1"}), dir / "agent.out");
+  // Training has started: the workers' store and Gloo's pairs exist along with the agent's.
+  ASSERT_TRUE(launch_test::wait_until(
+      [&] { return launch_test::read_file(run + "/metrics.jsonl").find('\n') != std::string::npos; }, 120))
+      << agent.output();
+
+  auto listeners = tcp_listeners(agent.pid());
+  std::set<int> ports;
+  for (const auto& l : listeners) {
+    std::printf("listening: %s:%d\n", l.address.c_str(), l.port);
+    ports.insert(l.port);
+    EXPECT_TRUE(l.address.rfind("127.", 0) == 0 || l.address == "::1")
+        << "port " << l.port << " listens on " << l.address << ", reachable from the network";
+  }
+  EXPECT_GE(ports.size(), 2u) << "expected at least the rendezvous store and the workers' store";
+  for (int port : ports) {
+    auto r = cadre::test::run_process(
+        hosts.command(0, {"/bin/bash", "-c", "exec 3<>/dev/tcp/" + hosts.address(0) + "/" + std::to_string(port)}), {},
+        30);
+    EXPECT_NE(r.exit_code, 0) << "port " << port << " answered on " << hosts.address(0);
+  }
+  agent.signal(SIGTERM);
+  EXPECT_TRUE(agent.wait_exit(60)) << agent.output();
+}
