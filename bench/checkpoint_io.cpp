@@ -18,6 +18,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_saver.h"
 #include "core/config.h"
+#include "core/file_util.h"
 #include "models/llama/config.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -74,7 +75,7 @@ int main(int argc, char** argv) try {
   cadre::Config c = cadre::config_load(argv[1], {});
   const std::string dir = std::string(argv[2]) + "/checkpoint_io_bench";
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
-  fs::remove_all(dir);
+  cadre::remove_tree(dir);
   fs::create_directories(dir);
   at::set_num_threads(static_cast<int>(c.train.threads));
 
@@ -167,7 +168,7 @@ int main(int argc, char** argv) try {
     }
     saver.wait();
   }
-  fs::remove_all(dir);
+  cadre::remove_tree(dir);
 
   const double mb = bytes / 1e6;
   std::printf("checkpoint of %s: %.1f MB per save (float32 model + AdamW moments), %d repeats, medians\n", argv[1], mb,

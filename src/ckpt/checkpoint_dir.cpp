@@ -43,7 +43,7 @@ void remove_checkpoint(const fs::path& path) {
   std::error_code ec;
   fs::remove(path / kCommittedFile, ec);
   fsync_directory(path.string());
-  fs::remove_all(path, ec);
+  remove_tree(path, ec);
   if (ec) throw Error(str("cannot remove checkpoint '", path.string(), "': ", ec.message()));
 }
 
@@ -102,7 +102,7 @@ std::vector<std::string> checkpoint_remove_incomplete(const std::string& dir) {
     const std::string name = e.path().filename().string();
     if (!e.is_directory()) continue;
     if (is_partial(name) || (parse_step(name) >= 0 && !fs::is_regular_file(e.path() / kCommittedFile))) {
-      fs::remove_all(e.path(), ec);
+      remove_tree(e.path(), ec);
       if (ec) throw Error(str("cannot remove incomplete checkpoint '", e.path().string(), "': ", ec.message()));
       removed.push_back(e.path().string());
     }

@@ -140,7 +140,7 @@ void CheckpointSaver::save(const CheckpointManifest& header) {
   }
   if (!agree_(error.empty())) {
     std::error_code ec;
-    if (options_.rank == 0) fs::remove_all(partial, ec);  // every rank is past writing
+    if (options_.rank == 0) remove_tree(partial, ec);  // every rank is past writing
     throw Error(str("checkpoint step ", header.step, " was not saved: ",
                     error.empty() ? "another rank failed to write its part (its log says why)" : error,
                     "; earlier checkpoints in ", options_.dir, " are intact"));
@@ -151,7 +151,7 @@ void CheckpointSaver::save(const CheckpointManifest& header) {
     } catch (const std::exception& e) {
       error = e.what();
       std::error_code ec;
-      fs::remove_all(partial, ec);
+      remove_tree(partial, ec);
     }
   }
   if (!agree_(error.empty())) {

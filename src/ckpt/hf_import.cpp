@@ -9,17 +9,13 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/rank_writer.h"
 #include "core/error.h"
+#include "core/file_util.h"
+#include "core/shape_text.h"
 
 namespace fs = std::filesystem;
 
 namespace cadre {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -134,7 +130,7 @@ std::string hf_import(const HfImportOptions& o, const HfImportTargetFor& target_
   }
   if (!agree(error.empty())) {
     std::error_code ec;
-    if (o.rank == 0) fs::remove_all(partial, ec);
+    if (o.rank == 0) remove_tree(partial, ec);
     throw Error(str("import into '", o.out, "' failed: ", error.empty() ? "another rank failed (its log says why)" : error));
   }
   if (o.rank == 0) {
@@ -146,7 +142,7 @@ std::string hf_import(const HfImportOptions& o, const HfImportTargetFor& target_
     } catch (const std::exception& e) {
       error = e.what();
       std::error_code ec;
-      fs::remove_all(partial, ec);
+      remove_tree(partial, ec);
     }
   }
   CADRE_CHECK(agree(error.empty()), "import into '", o.out, "' was not committed: ",

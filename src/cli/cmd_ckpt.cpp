@@ -26,7 +26,8 @@ constexpr const char* kUsage =
     "       cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]\n"
     "       cadre ckpt import --from hf <hf_dir> --out <checkpoint_dir>\n";
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+// "4x5" for the inspect listing.
+std::string dims_text(const std::vector<int64_t>& shape) {
   std::string s;
   for (int64_t d : shape) s += (s.empty() ? "" : "x") + std::to_string(d);
   return s.empty() ? "scalar" : s;
@@ -48,7 +49,7 @@ int ckpt_inspect(const Args& args) {
   const CheckpointManifest& m = reader.manifest();
   int64_t params = 0, bytes = 0;
   for (const auto& [name, t] : m.tensors) {
-    std::printf("%-60s %-8s %-14s %zu piece(s)\n", name.c_str(), t.dtype.c_str(), shape_text(t.shape).c_str(), t.pieces.size());
+    std::printf("%-60s %-8s %-14s %zu piece(s)\n", name.c_str(), t.dtype.c_str(), dims_text(t.shape).c_str(), t.pieces.size());
     if (name.rfind("model.", 0) == 0) params += t.numel();
   }
   for (const auto& f : m.files) bytes += f.bytes;

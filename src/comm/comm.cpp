@@ -228,7 +228,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;  // prefixed by tag and generation
   std::shared_ptr<gloo::rendezvous::Context> context;
   ring::Scratch scratch;
-  std::unique_ptr<NcclGroup> nccl;  // CUDA tensors, when libtorch has NCCL (untested here)
+  std::unique_ptr<NcclGroup> nccl;  // CUDA tensors, when libtorch has NCCL (untested here); see nccl_group()
 
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
@@ -318,10 +318,18 @@ struct Communicator::Impl {
     }
     context = std::move(ctx);
     seq = 0;
-    if (NcclGroup::usable()) {
+    nccl.reset();  // a new generation's NCCL group, if any, is made on its first CUDA tensor
+  }
+
+  // The NCCL group, made by the first collective on CUDA tensors (every rank reaches it in the
+  // same op): a CPU job never creates one, so it never holds CUDA resources or leaves a group
+  // to be torn down.
+  NcclGroup& nccl_group() {
+    if (!nccl) {
       auto nccl_store = c10::make_intrusive<c10d::PrefixStore>(str("cadre/nccl/", tag, "/gen", generation), root_store);
       nccl = std::make_unique<NcclGroup>(nccl_store, rank, size, options.timeout);
     }
+    return *nccl;
   }
 
   // Ranks of this group that have not reached op `seq` by `deadline`, from the arrival marks in
@@ -496,7 +504,7 @@ Communicator::~Communicator() = default;
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 const std::string& Communicator::name() const { return impl_->tag; }
-const char* Communicator::backend() const { return impl_->nccl ? "gloo+nccl" : "gloo"; }
+const char* Communicator::backend() const { return NcclGroup::usable() ? "gloo+nccl" : "gloo"; }
 const CommOptions& Communicator::options() const { return impl_->options; }
 void Communicator::set_validate(bool validate) { impl_->validate = validate; }
 bool Communicator::poisoned() const { return impl_->poisoned; }
@@ -508,7 +516,7 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, tensor, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (tensor.is_cuda()) return impl->nccl->all_reduce(tensor, op);
+      if (tensor.is_cuda()) return impl->nccl_group().all_reduce(tensor, op);
       const int n = impl->size, r = impl->rank;
       const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
       if (numel == 0) return;
@@ -544,7 +552,7 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, output, input, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (input.is_cuda()) return impl->nccl->all_gather(output, input);
+      if (input.is_cuda()) return impl->nccl_group().all_gather(output, input);
       const size_t block_bytes = input.numel() * input.element_size();
       if (block_bytes == 0) return;
       ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
@@ -564,7 +572,7 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, output, input, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (input.is_cuda()) return impl->nccl->reduce_scatter(output, input, op);
+      if (input.is_cuda()) return impl->nccl_group().reduce_scatter(output, input, op);
       const int64_t block = output.numel();
       if (block == 0) return;
       const at::ScalarType dtype = input.scalar_type();
@@ -583,7 +591,7 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, tensor, root, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (tensor.is_cuda()) return impl->nccl->broadcast(tensor, root);
+      if (tensor.is_cuda()) return impl->nccl_group().broadcast(tensor, root);
       ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
     });
   });

@@ -1,7 +1,9 @@
 // Whole-file reads and atomic file replacement.
 #include "core/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -50,6 +52,63 @@ void file_write_atomic(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     throw Error(str("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err)));
   }
+}
+
+namespace {
+
+// Depth-first removal below the directory `fd` refers to (then closed), by names relative to
+// it, so a tree renamed or replaced meanwhile is never followed elsewhere.
+void remove_below(int fd, std::error_code& ec) {
+  DIR* dir = ::fdopendir(fd);
+  if (!dir) {
+    if (!ec) ec = std::error_code(errno, std::generic_category());
+    ::close(fd);
+    return;
+  }
+  while (dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT && !ec) ec = std::error_code(errno, std::generic_category());
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      const int child = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (child >= 0) remove_below(child, ec);
+      else if (errno != ENOENT && !ec) ec = std::error_code(errno, std::generic_category());
+    }
+    if (::unlinkat(fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && !ec)
+      ec = std::error_code(errno, std::generic_category());
+  }
+  ::closedir(dir);  // closes fd
+}
+
+}  // namespace
+
+void remove_tree(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) ec = std::error_code(errno, std::generic_category());
+    return;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      ec = std::error_code(errno, std::generic_category());
+      return;
+    }
+    remove_below(fd, ec);
+  }
+  if ((S_ISDIR(st.st_mode) ? ::rmdir(path.c_str()) : ::unlink(path.c_str())) != 0 && errno != ENOENT && !ec)
+    ec = std::error_code(errno, std::generic_category());
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  remove_tree(path, ec);
+  if (ec) throw Error(str("cannot remove '", path, "': ", ec.message()));
 }
 
 }  // namespace cadre

@@ -1,7 +1,9 @@
-// Whole-file reads, and durable file writes: write to a temporary name, fsync, rename over the target.
+// Whole-file reads, durable file writes (write to a temporary name, fsync, rename over the
+// target), and removing a directory tree.
 #pragma once
 
 #include <string>
+#include <system_error>
 
 namespace cadre {
 
@@ -10,5 +12,14 @@ void file_write_atomic(const std::string& path, const std::string& bytes);
 
 // The whole content of `path`; Error naming the file when it cannot be read.
 std::string file_read(const std::string& path);
+
+// Removes `path` and everything below it (symbolic links themselves, never what they point
+// to); a missing `path` is not an error. `ec` holds the first failure, and the rest is still
+// attempted. Not std::filesystem::remove_all: libtorch 2.x's libtorch.so exports its own copy
+// of it, built against another libstdc++, which the dynamic linker may bind our calls to (a
+// crash in the checkpoint tests there).
+void remove_tree(const std::string& path, std::error_code& ec);
+// As above; Error naming the path and the system error on failure.
+void remove_tree(const std::string& path);
 
 }  // namespace cadre

@@ -24,6 +24,9 @@ std::vector<std::string> worker_command(const DeploySpec& s) {
           // step they are in; the pod's grace period leaves the agent time after that.
           "--stop-timeout", std::to_string(s.stop_timeout_s),
           "--local-addr", "$(POD_IP)",
+          // The agent's /metrics, on the pod's address, where the scrape annotations point.
+          "--metrics-port", std::to_string(s.metrics_port),
+          "--metrics-addr", "$(POD_IP)",
           "--log-dir", s.config.run.dir + "/logs/$(POD_NAME)",
           "--",
           "cadre", "train", "--config", std::string(kConfigMountPath) + "/" + kConfigFile, "--resume", "auto"};

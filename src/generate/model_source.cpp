@@ -9,6 +9,7 @@
 #include "ckpt/hf_folder.h"
 #include "ckpt/hf_import.h"
 #include "core/error.h"
+#include "core/shape_text.h"
 #include "models/llama/config.h"
 #include "models/registry.h"
 
@@ -16,12 +17,6 @@ namespace fs = std::filesystem;
 
 namespace cadre {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::shared_ptr<Llama> from_hf(const std::string& path, std::string& tokenizer) {
   HfFolder folder(path);

@@ -1,4 +1,5 @@
 // Temporary log directories of `cadre run` and their rotation (see log_dir.h).
+#include "core/file_util.h"
 #include "launch/log_dir.h"
 
 #include <signal.h>
@@ -49,7 +50,7 @@ std::string temp_log_dir_create(size_t keep) {
   std::sort(old.begin(), old.end(), [](const auto& a, const auto& b) { return a.first > b.first; });  // newest first
   const size_t stay = keep > 0 ? keep - 1 : 0;
   for (size_t i = stay; i < old.size(); ++i) {
-    fs::remove_all(old[i].second, ec);
+    remove_tree(old[i].second, ec);
     if (ec) log::warn(str("cannot remove old log directory ", old[i].second.string(), ": ", ec.message()));
   }
   std::string tmpl = (tmp / (std::string(kPrefix) + "XXXXXX")).string();
@@ -60,7 +61,7 @@ std::string temp_log_dir_create(size_t keep) {
 
 void temp_log_dir_remove(const std::string& dir) {
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  remove_tree(dir, ec);
   if (ec) log::warn(str("cannot remove the log directory ", dir, ": ", ec.message()));
 }
 

@@ -43,7 +43,7 @@ void adamw_update_fused(float* p, const G* g, float* m, float* v, int64_t n, flo
 }  // namespace
 
 void AdamW::step(double lr) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   ++step_;
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(step_));

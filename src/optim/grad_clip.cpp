@@ -21,7 +21,7 @@ void grad_clip_scale(const std::vector<at::Tensor>& grads, double norm, double m
   if (max_norm <= 0) return;
   double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& g : grads)
     if (g.defined()) g.mul_(coef);
 }

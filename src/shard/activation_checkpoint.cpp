@@ -39,7 +39,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     ctx->saved_data["rng"] = cpu_rng_state();
     ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::make_intrusive<ClosureCapsule>(fn));
     ctx->save_for_backward(inputs.vec());
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     return (*fn)(inputs.vec());
   }
 

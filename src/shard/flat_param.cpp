@@ -21,7 +21,7 @@ void storage_resize(const at::Tensor& t, int64_t bytes) {
 FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
                      int group_size, int group_rank, at::ScalarType compute, bool replicated)
     : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
   for (auto& p : params) {
     offsets.push_back(numel);

@@ -228,7 +228,7 @@ void FsdpTree::ensure_init() {
 }
 
 void FsdpTree::build_flats(torch::nn::Module& root) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // Parameters in the root's order, each once (a tied parameter registered in two modules
   // keeps its first name).
   std::vector<at::Tensor> params;
@@ -373,7 +373,7 @@ void FsdpTree::gather_start(size_t k) {
   st.stale = false;
   f.full_allocate();
   if (f.master_is_full()) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (!options.groups.shard) {
     f.full.copy_(f.master);
     return;
@@ -533,7 +533,7 @@ void FsdpTree::grads_ready(size_t k) {
 }
 
 void FsdpTree::start_reduce(size_t k) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   FlatParam& f = *flats[k];
   FlatState& st = *state_[k];
   if (zero1()) {
@@ -563,7 +563,7 @@ void FsdpTree::start_reduce(size_t k) {
 
 // Waits for flat k's reduction and folds it into its float32 shard; frees the unsharded gradient.
 void FsdpTree::reduce_finish(size_t k) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   FlatParam& f = *flats[k];
   FlatState& st = *state_[k];
   if (st.reduce_pending) {
@@ -592,7 +592,7 @@ void FsdpTree::reduce_finish(size_t k) {
 void FsdpTree::finish_backward() {
   if (!callback_queued_) return;  // no backward reached this tree since the last finish
   callback_queued_ = false;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t k = 0; k < flats.size(); ++k) {
     FlatParam& f = *flats[k];
     FlatState& st = *state_[k];
@@ -616,7 +616,7 @@ void FsdpTree::finish_backward() {
 void FsdpTree::relink_grads() {
   // Optimizers that "zero" gradients by dropping them (set_to_none, libtorch 2.x's default)
   // cut the views into the flat gradient buffers: the dropped part counts as zero.
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t k = 0; k < pieces.size(); ++k) {
     if (pieces[k].grad().defined() && pieces[k].grad().is_same(piece_grads_[k])) continue;
     piece_grads_[k].zero_();
@@ -632,7 +632,7 @@ void FsdpTree::broadcast_buffers() {
   if (options.groups.replica) hops.push_back(options.groups.replica);
   if (options.groups.shard) hops.push_back(options.groups.shard);
   if (hops.empty()) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& [name, t] : unsharded)
     if (!t.requires_grad()) by_dtype[t.scalar_type()].push_back(t);
@@ -691,7 +691,7 @@ double FsdpTree::clip_grad_norm(double max_norm) {
 }
 
 bool FsdpTree::replicas_identical() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   bool same = true;
   std::vector<comm::Communicator*> groups;
   if (options.groups.shard) groups.push_back(options.groups.shard);

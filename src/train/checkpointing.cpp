@@ -8,15 +8,10 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/shape_text.h"
 
 namespace cadre {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Where an optimizer piece's parameter sits in the global tensor: its tensor-parallel box, or
 // the whole parameter.
@@ -132,7 +127,7 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
     reader.read("model." + where.name, global_place(where, tp).part, where.start, pieces[k].numel(),
@@ -154,7 +149,7 @@ void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& 
   {
     const auto& layout = model.piece_layout();
     const TensorParallelLayout* tp = model.tensor_parallel();
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t k = 0; k < layout.size(); ++k) {
       const ShardPiece& where = layout[k];
       const Box part = global_place(where, tp).part;

@@ -103,7 +103,7 @@ struct Evaluation {
 // the data-parallel rank and size, `group` the data-parallel ranks.
 Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
                     comm::Communicator* group) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   model.module().train(false);
   const uint64_t B = static_cast<uint64_t>(c.data.batch_size), W = static_cast<uint64_t>(world);
   const uint64_t N = val.num_samples(), r = static_cast<uint64_t>(rank);
@@ -213,7 +213,7 @@ TrainSummary train_run(const Config& config) {
   model->init_weights(static_cast<uint64_t>(c.train.seed));
   if (group) {
     // Every rank initialises from the same seed; broadcasting makes equality a guarantee.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& p : model->module().parameters()) group->broadcast(p, 0);
     for (auto& b : model->module().buffers()) group->broadcast(b, 0);
   }

@@ -53,11 +53,11 @@ class Export : public ::testing::Test {
     cadre::Llama model(llama);
     cadre::CheckpointReader reader(cadre::checkpoint_locate(run));
     {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       for (auto& p : model.named_parameters()) p.value().copy_(reader.read_tensor("model." + p.key()));
     }
     at::Tensor tokens = at::randint(llama.vocab_size, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     cadre::tensor_file_save(run + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", model.forward(tokens)}});
     return run;
   }

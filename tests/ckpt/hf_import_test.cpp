@@ -136,7 +136,7 @@ TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreed
     auto direct_params = direct.llama->named_parameters();
     for (const auto& p : imported.llama->named_parameters())
       EXPECT_TRUE(at::equal(p.value(), direct_params[p.key()])) << p.key();
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const double err = relative_error(imported.llama->forward(ref.at("tokens")), ref.at("logits"));
     EXPECT_LT(err, 1e-5);
     std::printf("%s: logits max relative error %.2e\n", variant.c_str(), err);
@@ -300,7 +300,7 @@ TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
   cadre::InferenceModel trained = cadre::inference_model_load(run());
   auto batches = cadre::BatchSource::open(data(), cadre::Split::Train, static_cast<uint64_t>(resolved.train.seed));
   cadre::Batch batch = batches->next(8, 0, 8);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const double want = cadre::llama_loss(trained.llama->forward(batch.input), batch.target).item<double>();
   std::ifstream metrics(ft + "/metrics.jsonl");
   std::string first;

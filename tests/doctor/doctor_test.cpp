@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/file_util.h"
 #include "support/rank_processes.h"
 
 namespace {
@@ -56,7 +57,7 @@ TEST(Doctor, ReferenceBlasOnOneRankFailsNamingTheCheckAndRank) {
     return rank == 1 ? std::vector<std::string>{"LD_LIBRARY_PATH=" + dir.string()} : std::vector<std::string>{};
   };
   auto results = run_ranks(2, doctor({"--straggler-ratio", "1e6", "--busbw-floor", "0", "--latency-ceiling-us", "1e9"}), options);
-  fs::remove_all(dir);
+  cadre::remove_tree(dir);
   EXPECT_EQ(results[0].exit_code, 1) << describe(results);
   EXPECT_EQ(results[1].exit_code, 1) << describe(results);
   EXPECT_NE(results[0].output.find("fp32_matmul on rank 1"), std::string::npos) << describe(results);

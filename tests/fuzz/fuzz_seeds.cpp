@@ -72,11 +72,12 @@ void checkpoint(const fs::path& out, const fs::path& scratch) {
     Snapshot& snap = saver.stage();
     std::vector<float> values(30);
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-    std::memcpy(snap.add({"model.w", "float32", {6, 5}, 0, 18, 0}), values.data(), 18 * sizeof(float));
-    std::memcpy(snap.add({"model.w", "float32", {6, 5}, 18, 12, 0}), values.data() + 18, 12 * sizeof(float));
-    std::memcpy(snap.add({"model.b", "float32", {7}, 0, 7, 0}), values.data(), 7 * sizeof(float));
+    // "model.w" as two blocks of columns (a tensor-parallel split), the others whole.
+    std::memcpy(snap.add({"model.w", "float32", {6, 5}, Box{{0, 0}, {6, 2}}, 0}), values.data(), 12 * sizeof(float));
+    std::memcpy(snap.add({"model.w", "float32", {6, 5}, Box{{0, 2}, {6, 3}}, 0}), values.data() + 12, 18 * sizeof(float));
+    std::memcpy(snap.add({"model.b", "float32", {7}, box_whole({7}), 0}), values.data(), 7 * sizeof(float));
     uint8_t rng[16] = {1, 2, 3};
-    std::memcpy(snap.add({"rng.cpu.rank0", "uint8", {16}, 0, 16, 0}), rng, 16);
+    std::memcpy(snap.add({"rng.cpu.rank0", "uint8", {16}, box_whole({16}), 0}), rng, 16);
     CheckpointManifest header;
     header.step = 20;
     header.world_size = 1;
@@ -148,14 +149,14 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], scratch = out / ".scratch";
   try {
-    fs::remove_all(scratch);
+    remove_tree(scratch);
     for (const char* t : {"token_shard", "safetensors_header"}) fs::create_directories(out / t);
     token_shards(out / "token_shard");
     dataset_manifests(out / "dataset_manifest", scratch);
     checkpoint(out / "checkpoint_manifest", scratch);
     safetensors(out / "safetensors_header");
     store_protocol(out / "store_protocol");
-    fs::remove_all(scratch);
+    remove_tree(scratch);
   } catch (const std::exception& e) {
     std::cerr << "fuzz_seeds: " << e.what() << "\n";
     return 1;

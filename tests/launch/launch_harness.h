@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/file_util.h"
+
 namespace launch_test {
 
 struct TempDir {
@@ -32,7 +34,7 @@ struct TempDir {
   }
   ~TempDir() {
     std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
+    cadre::remove_tree(path, ignored);
   }
 };
 

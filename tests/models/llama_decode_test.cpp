@@ -63,7 +63,7 @@ TEST_P(LlamaDecode, CachedLogitsEqualFullSequenceLogitsAtEveryPosition) {
   const at::Tensor tokens = random_tokens(300, 80, 5);
   at::Tensor full;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     full = model.forward(tokens.unsqueeze(0)).squeeze(0);
   }
   cadre::LlamaDecoder decoder(model, {1, 0, at::kFloat});

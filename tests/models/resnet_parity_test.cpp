@@ -49,7 +49,7 @@ void run_parity(const std::string& model_yaml, int64_t channels, int64_t size, c
   cadre::ResNetImpl& net = model.net();
   {
     // Non-trivial BatchNorm statistics and affine parameters, so eval mode tests them.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
     for (auto& b : net.named_buffers())
       if (b.value().is_floating_point()) b.value().uniform_(0.5, 1.5, gen);
@@ -89,7 +89,7 @@ void run_parity(const std::string& model_yaml, int64_t channels, int64_t size, c
   EXPECT_EQ(compared, static_cast<int>(net.named_parameters().size()));
   {
     // Restart from the original buffers and run one train-mode forward to compare statistics.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& b : net.named_buffers()) b.value().copy_(inputs.at("buffer." + b.key()));
     net.forward(images);
   }
@@ -98,7 +98,7 @@ void run_parity(const std::string& model_yaml, int64_t channels, int64_t size, c
         << "BatchNorm statistic " << b.key();
   {
     // Back to the statistics Python evaluated with, then eval mode.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& b : net.named_buffers()) b.value().copy_(want.at("after." + b.key()));
     net.train(false);
     EXPECT_LT(relative_error(net.forward(images), want.at("eval_logits")), kTolerance) << "eval-mode logits";

@@ -16,6 +16,7 @@
 #include <regex>
 #include <thread>
 
+#include "core/file_util.h"
 #include "launch/launch_harness.h"
 #include "core/error.h"
 #include "obs/exposition_parse.h"
@@ -233,7 +234,10 @@ TEST_F(ObsLive, ReportRendersInHeadlessChromiumWithItsPlots) {
   // Headless Chromium renders it; the screenshot is not blank and shows the plot lines' colors.
   struct ChromiumProfile {
     std::string dir;
-    ~ChromiumProfile() { std::filesystem::remove_all(dir); }
+    ~ChromiumProfile() {
+      std::error_code ignored;
+      cadre::remove_tree(dir, ignored);
+    }
   } profile{path("chromium-profile")};
   auto shot = cadre::test::run_process(
       {"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -46,7 +46,7 @@ int run(int argc, char** argv) {
 
   if (check == "buffers") {
     {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       net->scale.fill_(env.rank + 1);
     }
     cadre::call(net, usernet::batch(0, 0, kChunk).first);

@@ -72,7 +72,7 @@ struct Net : torch::nn::Module {
 
   // Same values on every rank for a seed.
   void init(uint64_t seed) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
     for (auto& p : parameters())
       if (p.requires_grad()) p.uniform_(-0.3, 0.3, gen);

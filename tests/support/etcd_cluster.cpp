@@ -1,4 +1,5 @@
 // Starting and stopping etcd members for tests (see etcd_cluster.h).
+#include "core/file_util.h"
 #include "support/etcd_cluster.h"
 
 #include <arpa/inet.h>
@@ -136,7 +137,7 @@ EtcdCluster::~EtcdCluster() { stop(); }
 void EtcdCluster::stop() {
   for (int i = 0; i < size(); ++i) kill(i);
   std::error_code ignored;
-  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  if (!dir_.empty()) cadre::remove_tree(dir_, ignored);
   dir_.clear();
 }
 

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/file_util.h"
+
 namespace cadre::test {
 
 RunResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env, double timeout_s) {
@@ -77,7 +79,7 @@ TempDir::TempDir(const std::string& tag) {
 
 TempDir::~TempDir() {
   std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  cadre::remove_tree(path_, ec);
 }
 
 void write_text(const std::string& path, const std::string& text) {

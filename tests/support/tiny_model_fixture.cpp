@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/file_util.h"
 #include "support/process.h"
 #include "support/tiny_dataset.h"
 
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
     std::cout << "tiny_model fixture: reusing " << (dir / "run").string() << "\n";
     return 0;
   }
-  fs::remove_all(dir);
+  cadre::remove_tree(dir);
   fs::create_directories(dir);
   cadre::test::prepare_tiny_dataset(dir.string(), 4, 20000);
   auto r = cadre::test::run_process({CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set",

@@ -62,7 +62,7 @@ LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options) : config_(
               "decoder: weights must be float32 or bfloat16");
   head_dim_ = c.dim / c.n_heads;
   CADRE_CHECK(head_dim_ <= 1024, "decoder: head_dim ", head_dim_, " is above 1024");
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const at::ScalarType wt = options_.weight_dtype;
   embedding_ = vector_of(model.tok_embeddings->weight);
   norm_ = vector_of(model.norm->weight);

@@ -166,7 +166,7 @@ at::Tensor Llama::loss(const at::Tensor& logits, const at::Tensor& targets) cons
 }
 
 void Llama::init_weights(uint64_t seed) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double std = config_.init_std;
   const double residual_std = std / std::sqrt(2.0 * config_.n_layers);

@@ -43,7 +43,7 @@ std::shared_ptr<TensorParallelLayout> llama_tensor_parallelize(Llama& model, com
   llama_check_tensor_parallel(model.config(), tp);
   auto layout = std::make_shared<TensorParallelLayout>();
   layout->group = &group;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
     at::Tensor& p = item.value();
     Placement where;

@@ -99,7 +99,7 @@ std::vector<torch::nn::Module*> ResNetImpl::blocks() {
 }
 
 void ResNetImpl::init_weights(uint64_t seed) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (const auto& m : modules(/*include_self=*/false)) {
     if (auto* c = m->as<torch::nn::Conv2d>()) {

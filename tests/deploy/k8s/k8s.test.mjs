@@ -202,6 +202,9 @@ function checkDeployment(d, expect) {
   const metrics = container.ports.find((p) => p.name === "metrics");
   assert.equal(pod.metadata.annotations["prometheus.io/port"], String(metrics.containerPort));
   assert.equal(pod.metadata.annotations["prometheus.io/scrape"], "true");
+  // ... and the agent serves /metrics there, on the pod's address.
+  assert.equal(flag(argv, "--metrics-port"), String(metrics.containerPort));
+  assert.equal(flag(argv, "--metrics-addr"), "$(POD_IP)");
   // Resources per node.
   for (const [k, v] of Object.entries(expect.limits ?? {})) assert.equal(String(container.resources.limits[k]), v, k);
   return { rdzvId, argv, config };

@@ -1,5 +1,6 @@
 // Checkpoint manifests and COMMITTED markers: structure, shapes and piece bounds with
 // overflow, and coverage. A manifest that parses must place every element exactly once.
+#include "ckpt/box.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/manifest.h"
 #include "fuzz_target.h"
@@ -11,9 +12,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [name, t] : m.tensors) {
       __int128 covered = 0;
       for (const auto& p : t.pieces) {
-        if (p.start < 0 || p.count <= 0 || static_cast<__int128>(p.start) + p.count > t.numel())
-          cadre::fuzz::violated("a piece outside its tensor was accepted");
-        covered += p.count;
+        const bool inside = p.flat ? cadre::box_fits(p.box, {t.numel()}) : cadre::box_fits(p.box, t.shape);
+        if (!inside) cadre::fuzz::violated("a piece outside its tensor was accepted");
+        covered += p.numel();
       }
       if (covered != t.numel()) cadre::fuzz::violated("a tensor whose pieces do not cover it exactly was accepted");
     }
