@@ -30,7 +30,7 @@ namespace cadre {
 int cmd_serve(const Args& args) {
   std::string model, tokenizer_path, chat_template = "llama2", dtype = "float32", model_name;
   HttpOptions http;
-  int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256;
+  int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
   int64_t max_body_kib = 1024;
   double drain_timeout = 60;
   Flags flags("cadre serve --model <checkpoint|run_dir|hf_dir> [--host 127.0.0.1] [--port 8000] [--api-key KEY] [options]");
@@ -42,6 +42,8 @@ int cmd_serve(const Args& args) {
   flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
   flags.add("--chat-template", &chat_template, "llama2 (default), chatml, or a YAML file (system/user/assistant/generation)");
   flags.add("--max-batch", &max_batch, "sequences decoded together (default 32)");
+  flags.add("--batch-wait-ms", &batch_wait_ms,
+            "an idle server waits up to this long for --max-batch requests before its first step (default 0)");
   flags.add("--max-queue", &max_queue, "requests waiting for a slot before 429 (default 64)");
   flags.add("--context", &context, "tokens per sequence, prompt included (default: the model's max_seq_len)");
   flags.add("--step-tokens", &step_tokens, "prompt tokens taken in per decoding step (default 256)");
@@ -54,6 +56,7 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(!model.empty(), "--model is required\n", flags.usage());
   CADRE_CONFIG_CHECK(port >= 0 && port <= 65535, "--port must be in 0..65535");
   CADRE_CONFIG_CHECK(max_batch >= 1 && max_batch <= 1024, "--max-batch must be in 1..1024");
+  CADRE_CONFIG_CHECK(batch_wait_ms >= 0 && batch_wait_ms <= 600000, "--batch-wait-ms must be in 0..600000");
   CADRE_CONFIG_CHECK(max_queue >= 0, "--max-queue must be >= 0");
   CADRE_CONFIG_CHECK(step_tokens >= 1, "--step-tokens must be >= 1");
   CADRE_CONFIG_CHECK(max_body_kib >= 1, "--max-body-kib must be >= 1");
@@ -82,7 +85,7 @@ int cmd_serve(const Args& args) {
   LlamaDecoder decoder(*m.llama, {max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
   m.llama.reset();  // the decoder holds its own (packed) copy of the weights
   ServeMetrics metrics;
-  Scheduler scheduler(decoder, tokenizer, {max_batch, max_queue, step_tokens, threads}, metrics);
+  Scheduler scheduler(decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
   http.port = static_cast<int>(port);
   http.max_body_bytes = max_body_kib * 1024;
   http.model_name = model_name.empty() ? m.name : model_name;

@@ -199,6 +199,12 @@ void Scheduler::loop() {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
       if (stopping_) return;
+      if (running_.empty() && options_.batch_wait_ms > 0) {
+        const auto until = Clock::now() + std::chrono::milliseconds(options_.batch_wait_ms);
+        cv_.wait_until(lock, until,
+                       [&] { return stopping_ || static_cast<int64_t>(queue_.size()) >= options_.max_batch; });
+        if (stopping_) return;
+      }
       admit();
       metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
     }

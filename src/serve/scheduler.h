@@ -30,6 +30,10 @@ struct SchedulerOptions {
   int64_t max_queue = 64;    // requests waiting; more are refused (HTTP 429)
   int64_t step_tokens = 256; // prompt tokens a step may take in besides one token per sequence
   int64_t threads = 2;       // compute threads of the decoding loop
+  // An idle server holds its first requests up to this long for a full batch (max_batch
+  // requests queued) before its first step: a dynamic-batching delay, as Triton's
+  // max_queue_delay. 0 (default): decode as soon as anything is queued.
+  int64_t batch_wait_ms = 0;
 };
 
 struct SequenceEvent {
