@@ -23,8 +23,14 @@ bool box_fits(const Box& box, const std::vector<int64_t>& shape) {
 
 std::string box_text(const Box& box) {
   std::string s = "[";
-  for (size_t d = 0; d < box.sizes.size(); ++d)
-    s += str(d ? ", " : "", box.offsets[d], ":", box.offsets[d] + box.sizes[d]);
+  for (size_t d = 0; d < box.sizes.size(); ++d) {
+    // A box read from a damaged manifest may end past int64: show such an end as offset+size.
+    int64_t end = 0;
+    if (__builtin_add_overflow(box.offsets[d], box.sizes[d], &end))
+      s += str(d ? ", " : "", box.offsets[d], ":", box.offsets[d], "+", box.sizes[d]);
+    else
+      s += str(d ? ", " : "", box.offsets[d], ":", end);
+  }
   return s + "]";
 }
 

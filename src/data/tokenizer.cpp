@@ -46,7 +46,12 @@ const SpmApi& spm() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::string path = shim_path();
+#ifdef CADRE_SANITIZE
+    // The sanitizers' runtimes refuse RTLD_DEEPBIND (google/sanitizers#611).
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
     void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
     CADRE_CHECK(lib, "cannot load the SentencePiece shim '", path, "': ", dlerror());
     auto sym = [&](const char* name) {
       void* s = dlsym(lib, name);
