@@ -1,4 +1,4 @@
-// Whole-file reads and atomic file replacement.
+// Whole-file reads, atomic file replacement, and removing directory trees.
 #include "core/file_util.h"
 
 #include <dirent.h>
