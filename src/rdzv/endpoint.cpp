@@ -10,23 +10,10 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/ipv4_address.h"
 
 namespace cadre::rdzv {
 namespace {
-
-// IPv4 address of host; throws naming the host when it does not resolve.
-sockaddr_in resolve(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  CADRE_CHECK(rc == 0 && found, "cannot resolve host '", host, "': ", gai_strerror(rc));
-  sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
-  ::freeaddrinfo(found);
-  addr.sin_port = htons(port);
-  return addr;
-}
 
 struct Socket {
   int fd;
@@ -59,7 +46,7 @@ Endpoint endpoint_parse(const std::string& text, uint16_t default_port) {
 }
 
 bool host_is_local(const std::string& host) {
-  sockaddr_in addr = resolve(host, 0);
+  sockaddr_in addr = resolve_ipv4(host, 0);
   if ((ntohl(addr.sin_addr.s_addr) >> 24) == 127) return true;
   // Binding succeeds only for addresses of this machine.
   Socket s(SOCK_DGRAM);
@@ -67,7 +54,7 @@ bool host_is_local(const std::string& host) {
 }
 
 bool port_is_free(const std::string& host, uint16_t port) {
-  sockaddr_in addr = resolve(host, port);
+  sockaddr_in addr = resolve_ipv4(host, port);
   Socket s(SOCK_STREAM);
   int one = 1;
   ::setsockopt(s.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -75,7 +62,7 @@ bool port_is_free(const std::string& host, uint16_t port) {
 }
 
 uint16_t free_port(const std::string& host) {
-  sockaddr_in addr = resolve(host, 0);
+  sockaddr_in addr = resolve_ipv4(host, 0);
   Socket s(SOCK_STREAM);
   CADRE_CHECK(::bind(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0,
               "cannot bind a port on ", host, ": ", std::strerror(errno));
@@ -85,7 +72,7 @@ uint16_t free_port(const std::string& host) {
 }
 
 std::string local_address_towards(const std::string& host) {
-  sockaddr_in peer = resolve(host, 9);
+  sockaddr_in peer = resolve_ipv4(host, 9);
   Socket s(SOCK_DGRAM);
   CADRE_CHECK(::connect(s.fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) == 0,
               "no route to ", host, ": ", std::strerror(errno));

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/ipv4_address.h"
 #include "store/auth.h"
 
 namespace cadre::store {
@@ -25,19 +26,6 @@ using Clock = std::chrono::steady_clock;
 int remaining_ms(Clock::time_point deadline) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
-}
-
-sockaddr_in resolve(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0 || !found) throw Error(str("cannot resolve host '", host, "': ", gai_strerror(rc)));
-  sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
-  ::freeaddrinfo(found);
-  addr.sin_port = htons(port);
-  return addr;
 }
 
 // Thrown inside the client for a deadline that passed; callers turn it into their message.
@@ -118,7 +106,7 @@ StoreClient::~StoreClient() = default;
 std::string StoreClient::describe() const { return str(host_, ":", port_); }
 
 std::unique_ptr<StoreClient::Connection> StoreClient::open(Clock::time_point deadline) {
-  sockaddr_in addr = resolve(host_, port_);
+  sockaddr_in addr = resolve_ipv4(host_, port_);
   auto c = std::make_unique<Connection>();
   c->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (c->fd < 0) throw Error(str("socket: ", std::strerror(errno)));
