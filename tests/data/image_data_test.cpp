@@ -1,10 +1,11 @@
-// Image datasets: `cadre data prepare --images` turns <label>.json files into checksummed
+// Image datasets: `cadre data prepare --images` turns IDX pairs or <label>.json files into checksummed
 // image shards with a seeded train/validation split; the loader reads them back exactly, in a
 // seeded order that resumes from one number, and refuses damaged or mislabelled input.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "core/error.h"
@@ -29,6 +30,23 @@ void write_digits(const std::string& dir, int per_label) {
       }
     cadre::test::write_text(dir + "/" + std::to_string(label) + ".json", "{\"data\": [" + data + "]}");
   }
+}
+
+// The images of write_digits as an IDX pair (`prefix`images-idx3-ubyte + labels), same order.
+void write_idx_digits(const std::string& dir, int per_label, const std::string& prefix = "") {
+  std::filesystem::create_directories(dir);
+  auto be32 = [](uint32_t v) {
+    return std::string{char(v >> 24), char(v >> 16 & 0xff), char(v >> 8 & 0xff), char(v & 0xff)};
+  };
+  const uint32_t count = 3 * per_label;
+  std::string images = be32(0x803) + be32(count) + be32(2) + be32(3), labels = be32(0x801) + be32(count);
+  for (int label = 0; label < 3; ++label)
+    for (int i = 0; i < per_label; ++i) {
+      labels += char(label);
+      for (int k = 0; k < 6; ++k) images += char((label * 50 + i * 7 + k) % 256);
+    }
+  cadre::test::write_text(dir + "/" + prefix + "images-idx3-ubyte", images);
+  cadre::test::write_text(dir + "/" + prefix + "labels-idx1-ubyte", labels);
 }
 
 cadre::ImagePrepareOptions options(const std::string& in, const std::string& out) {
@@ -127,6 +145,55 @@ TEST(ImageData, DamagedShardAndBadInputAreRefused) {
   EXPECT_NE(message("{\"data\": [0.5, 2.0, 0, 0, 0, 0]}", 2).find("outside [0, 1]"), std::string::npos);
   EXPECT_NE(message("{\"data\": [0.5, 0.5]}", 2).find("1.json"), std::string::npos);
   EXPECT_NE(message("not json", 2).find("not valid JSON"), std::string::npos);
+}
+
+TEST(ImageData, AnIdxPairPreparesTheSameDatasetAsDigitJson) {
+  cadre::test::TempDir dir("images-idx");
+  write_digits(dir / "json", 10);
+  write_idx_digits(dir / "idx", 10);
+  auto from_json = cadre::images_prepare(options(dir / "json", dir / "out-json"));
+  auto from_idx = cadre::images_prepare(options(dir / "idx", dir / "out-idx"));
+  EXPECT_EQ(from_idx.num_classes, 3);
+  ASSERT_EQ(from_idx.train.size(), from_json.train.size());
+  ASSERT_EQ(from_idx.val.size(), from_json.val.size());
+  for (size_t i = 0; i < from_idx.train.size(); ++i) EXPECT_EQ(from_idx.train[i].checksum, from_json.train[i].checksum);
+  for (size_t i = 0; i < from_idx.val.size(); ++i) EXPECT_EQ(from_idx.val[i].checksum, from_json.val[i].checksum);
+  EXPECT_DOUBLE_EQ(from_idx.pixel_mean, from_json.pixel_mean);
+}
+
+TEST(ImageData, DamagedIdxPairsAreRefusedNamingTheFile) {
+  cadre::test::TempDir dir("images-idx-bad");
+  auto message = [&](const std::function<void(const std::string&)>& damage) {
+    std::filesystem::remove_all(dir / "in");
+    write_idx_digits(dir / "in", 4, "train-");
+    damage(dir / "in");
+    try {
+      cadre::images_prepare(options(dir / "in", dir / "out"));
+    } catch (const cadre::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  auto edit = [](const std::string& path, size_t at, char byte) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(byte);
+  };
+  const std::string images = "train-images-idx3-ubyte", labels = "train-labels-idx1-ubyte";
+  std::string m = message([&](const std::string& in) { edit(in + "/" + images, 3, 0x01); });
+  EXPECT_NE(m.find("IDX magic"), std::string::npos) << m;
+  EXPECT_NE(m.find(images), std::string::npos) << m;
+  m = message([&](const std::string& in) { edit(in + "/" + images, 11, 5); });  // 5 rows, not 2
+  EXPECT_NE(m.find("not 2x3"), std::string::npos) << m;
+  m = message([&](const std::string& in) { edit(in + "/" + labels, 7, 11); });  // 11 labels for 12 images
+  EXPECT_NE(m.find("11 labels"), std::string::npos) << m;
+  m = message([&](const std::string& in) { std::filesystem::resize_file(in + "/" + images, 16 + 6 * 12 - 1); });
+  EXPECT_NE(m.find("bytes of data where the header says 72"), std::string::npos) << m;
+  m = message([&](const std::string& in) { std::ofstream(in + "/" + labels, std::ios::app) << 'x'; });
+  EXPECT_NE(m.find("bytes after the data"), std::string::npos) << m;
+  EXPECT_NE(m.find(labels), std::string::npos) << m;
+  m = message([&](const std::string& in) { std::filesystem::remove(in + "/" + labels); });
+  EXPECT_NE(m.find("has no labels file"), std::string::npos) << m;
 }
 
 }  // namespace
