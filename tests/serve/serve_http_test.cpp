@@ -2,7 +2,7 @@
 // trained: bad requests get OpenAI-shaped 4xx answers and the server stays up; the API key;
 // a full queue answers 429; a client that disconnects frees its slot; SIGTERM drains the
 // requests in flight; /metrics passes promtool. (The OpenAI client and the 32-client load
-// test are Node tests beside this file.)
+// test are pytest tests in python/ beside this file.)
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
