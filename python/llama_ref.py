@@ -12,6 +12,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def at_least_fp32(x):
+    """float32 for bfloat16/float16 compute, as Meta's reference normalises, takes softmax and
+    the loss in float32; float64 stays float64, so the parity test's float64 reference run
+    (tests/python/llama_parity.py) is float64 throughout."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def ffn_dim(cfg):
     if cfg.get("ffn_dim", 0) > 0:
         return cfg["ffn_dim"]
@@ -27,7 +34,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        xf = x.float()
+        xf = at_least_fp32(x)
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
@@ -58,7 +65,7 @@ class Attention(nn.Module):
         v = v.repeat_interleave(rep, dim=1)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
         mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)
-        probs = F.softmax(scores.float() + mask, dim=-1).type_as(q)
+        probs = F.softmax(at_least_fp32(scores) + mask, dim=-1).type_as(q)
         out = (probs @ v).transpose(1, 2).reshape(B, T, -1)
         return self.wo(out)
 
@@ -114,7 +121,7 @@ class Llama(nn.Module):
 
 
 def loss_fn(logits, targets):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    return F.cross_entropy(at_least_fp32(logits.reshape(-1, logits.shape[-1])), targets.reshape(-1))
 
 
 def make_adamw(model, lr, betas, eps, weight_decay):

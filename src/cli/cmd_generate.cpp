@@ -100,6 +100,7 @@ int cmd_generate(const Args& args) {
   } else {
     std::printf("\n");
   }
+  std::fflush(stdout);  // the statistics line on stderr comes after the text, also when both go to one file
   if (!quiet)
     std::fprintf(stderr,
                  "generate: %s; %lld prompt tokens in %.3f s, %lld tokens generated (%s), %.1f tokens/s decoding "

@@ -1,19 +1,25 @@
 // Parity with PyTorch: the same weights and batch through Cadre's Llama and through an
 // independent Python implementation (python/llama_ref.py, Debian's python3-torch) give the
 // same logits, loss and parameter gradients, and 5 AdamW steps with clipping give the same
-// parameters.
+// gradient norms and parameters.
 //
-// Tolerance: 1e-5, relative to the largest magnitude of each compared tensor. Both sides
-// compute in float32 (epsilon 1.2e-7) with different summation orders (OpenBLAS blocking vs
-// libtorch's kernels in Python); over reductions of a few hundred terms the expected error is
-// ~1e-6 of the magnitude, so 1e-5 leaves a 10x margin while still catching any real
-// difference (a wrong rotary layout or missing scale moves results by 1e-2 or more).
+// Judged against float64 (fp64_judge.h has the reasoning and measurements), not with a fixed
+// tolerance between the two float32 sides, which encoded one CPU's rounding. The Python side
+// also runs the same model, weights and tokens in float64, and float32 runs from weights moved
+// by one ulp; for every tensor, Cadre's float32 error must be at most kFactor = 4 times the
+// largest of PyTorch's float32 errors, floored at kFloor = 4 float32 unit roundoffs of the
+// tensor's magnitude. Both sides do the same float32 operations in other orders, so their
+// errors are alike on any CPU's kernels (ratio measured <= 1.32), including after AdamW where
+// m/sqrt(v) amplifies rounding in gradients near Adam's eps; a real difference (weight decay,
+// lr, Adam's eps or betas, RMSNorm eps, rope theta) puts the ratio at 20 and far beyond. Each
+// group's worst ratio and errors are printed.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "models/llama/model.h"
@@ -21,15 +27,17 @@
 #include "optim/grad_clip.h"
 #include "support/process.h"
 #include "ckpt/tensor_file.h"
+#include "fp64_judge.h"
 
 namespace {
 
-constexpr double kTolerance = 1e-5;
+at::Tensor scalar(double v) { return at::scalar_tensor(v, at::kDouble); }
 
-double relative_error(const at::Tensor& got, const at::Tensor& want) {
-  double scale = want.abs().max().item<double>();
-  double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-  return scale > 0 ? diff / scale : diff;
+// Element s of each run's per-step values.
+std::vector<at::Tensor> step_of(const std::vector<at::Tensor>& runs, int64_t s) {
+  std::vector<at::Tensor> out;
+  for (const auto& r : runs) out.push_back(r[s]);
+  return out;
 }
 
 struct ParityCase {
@@ -63,38 +71,46 @@ void run_parity(const ParityCase& pc, const std::string& tag) {
   auto py = cadre::test::run_process({"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/llama_parity.py", dir.path()});
   ASSERT_EQ(py.exit_code, 0) << py.output;
   cadre::TensorDict want = cadre::tensor_file_load(dir / "outputs.pt");
+  for (const auto& p : model.named_parameters())
+    for (const char* prefix : {"grad.", "ref.grad.", "after.", "ref.after."})
+      ASSERT_TRUE(want.count(prefix + p.key())) << "Python has no " << prefix << p.key();
+  // PyTorch's float32 runs: from the given inputs and from inputs moved by one ulp (the Python side says why).
+  ASSERT_GE(want.at("ulp_runs").item<int64_t>(), 1);
+  auto torch32 = [&](const std::string& key) { return cadre::test::torch32_runs(want, key); };
+  cadre::test::Fp64Judge judge("[llama parity] " + tag);
 
   // Forward and backward.
   at::Tensor logits = model.forward(x);
   at::Tensor loss = cadre::llama_loss(logits, y);
   loss.backward();
-  EXPECT_LT(relative_error(logits, want.at("logits")), kTolerance) << "logits";
-  EXPECT_LT(relative_error(loss, want.at("loss")), kTolerance) << "loss " << loss.item<double>()
-                                                               << " vs " << want.at("loss").item<double>();
+  judge.check("logits", "logits", logits, torch32("logits"), want.at("ref.logits"));
+  judge.check("loss", "loss", loss, torch32("loss"), want.at("ref.loss"));
   std::vector<at::Tensor> params;
   std::vector<bool> decay;
   for (const auto& p : model.named_parameters()) {
-    ASSERT_TRUE(want.count("grad." + p.key())) << "Python has no gradient for " << p.key();
-    EXPECT_LT(relative_error(p.value().grad(), want.at("grad." + p.key())), kTolerance) << "grad of " << p.key();
+    judge.check("gradients", p.key(), p.value().grad(), torch32("grad." + p.key()), want.at("ref.grad." + p.key()));
     params.push_back(p.value());
     decay.push_back(p.value().dim() >= 2);
   }
 
   // AdamW steps with global-norm clipping, from the same starting point as Python.
   cadre::AdamW opt(params, decay, {pc.beta1, pc.beta2, pc.eps, pc.weight_decay});
-  at::Tensor want_norms = want.at("grad_norms");
+  std::vector<at::Tensor> torch_norms = torch32("grad_norms");
+  at::Tensor ref_norms = want.at("ref.grad_norms");
   for (int64_t s = 0; s < pc.steps; ++s) {
     for (auto& p : params) p.mutable_grad().zero_();
     cadre::llama_loss(model.forward(x), y).backward();
     std::vector<at::Tensor> grads;
     for (auto& p : params) grads.push_back(p.grad());
     double norm = std::sqrt(cadre::grad_sq_norm(grads));
-    EXPECT_NEAR(norm, want_norms[s].item<double>(), kTolerance * norm) << "grad norm at step " << s + 1;
+    judge.check("gradient norms", "step " + std::to_string(s + 1), scalar(norm), step_of(torch_norms, s), ref_norms[s]);
     cadre::grad_clip_scale(grads, norm, pc.grad_clip);
     opt.step(pc.lr);
   }
   for (const auto& p : model.named_parameters())
-    EXPECT_LT(relative_error(p.value(), want.at("after." + p.key())), kTolerance) << "after AdamW: " << p.key();
+    judge.check("parameters after AdamW", p.key(), p.value(), torch32("after." + p.key()),
+                want.at("ref.after." + p.key()));
+  judge.print();
 }
 
 cadre::LlamaConfig tiny_model() {
