@@ -2,10 +2,10 @@
 #include "comm/nccl_group.h"
 
 #include "core/error.h"
+#include "core/torch_compat.h"
 
 #ifdef USE_C10D_NCCL
 #include <ATen/Context.h>
-#include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -78,9 +78,8 @@ void NcclGroup::broadcast(at::Tensor, int) {}
 #endif
 
 NcclGroup::~NcclGroup() {
-#if defined(USE_C10D_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-  // libtorch 2.x warns at exit about a group never shut down, and may hang tearing it down in
-  // the destructor; 1.13 has no shutdown(). Not built or run on the CPU-only CI machines.
+#if defined(USE_C10D_NCCL) && CADRE_TORCH_HAS_PG_SHUTDOWN
+  // See core/torch_compat.h. Not run on the CPU-only CI machines.
   if (impl_ && impl_->group) impl_->group->shutdown();
 #endif
 }

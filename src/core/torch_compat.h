@@ -1,0 +1,18 @@
+// The one place for differences between the libtorch releases Cadre builds against: Debian's
+// 1.13 (C++17, CPU) and PyPI's torch 2.11 wheel (C++20, CUDA 13). Code elsewhere tests the
+// CADRE_TORCH_* macros and calls the helpers below, never TORCH_VERSION_* itself.
+#pragma once
+
+#include <torch/csrc/api/include/torch/version.h>
+
+#define CADRE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// c10d::ProcessGroupNCCL::shutdown() (2.4+): 2.x warns at exit about a group never shut down
+// and may hang tearing it down in the destructor; 1.13 has none.
+#define CADRE_TORCH_HAS_PG_SHUTDOWN CADRE_TORCH_AT_LEAST(2, 4)
+
+// c10d::Store::clone() is pure virtual in 2.x (a second, thread-safe handle on the same store,
+// which ProcessGroupNCCL's watchdog uses); 1.13 has none. Added around 2.6: only 1.13 and 2.11
+// are built, so the exact first release is not checked.
+#define CADRE_TORCH_STORE_HAS_CLONE CADRE_TORCH_AT_LEAST(2, 6)
