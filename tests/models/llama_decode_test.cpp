@@ -5,6 +5,7 @@
 //   different summation orders (the decoder's own kernel vs OpenBLAS), ~1e-7 apart in practice.
 // - Bit for bit: a prompt fed in one call or token by token; a sequence decoded alone or in
 //   one forward with other sequences at other positions; the AVX-512 and the portable kernels.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -8,6 +8,7 @@
 // float32, so differences come only from summation order inside kernels (~1e-6 of the
 // magnitude over the few thousand terms of a convolution's reduction); a wrong stride, padding,
 // BatchNorm momentum or residual path moves results by 1e-2 or more.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
