@@ -16,3 +16,10 @@
 // which ProcessGroupNCCL's watchdog uses); 1.13 has none. Added around 2.6: only 1.13 and 2.11
 // are built, so the exact first release is not checked.
 #define CADRE_TORCH_STORE_HAS_CLONE CADRE_TORCH_AT_LEAST(2, 6)
+
+// Gloo. Against 2.x Cadre compiles against the gloo commit that torch release pins (its gloo is
+// inside libtorch_cpu; src/comm/CMakeLists.txt), against 1.13 the system's 2022 libgloo. Since
+// gloo 08c094b ("use shared Stores", 2025-04) rendezvous::Context::connectFullMesh takes the
+// store as a std::shared_ptr, before it a reference. Torch 2.11 pins a later gloo; 2.8 is the
+// first release that can carry it, not checked.
+#define CADRE_GLOO_SHARED_STORE CADRE_TORCH_AT_LEAST(2, 8)
