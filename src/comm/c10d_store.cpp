@@ -32,12 +32,27 @@ JobStore::JobStore(const JobEnv& env, bool host_server, std::chrono::millisecond
     else
       reach = address;
   }
+  reach_ = reach;
+  port_ = static_cast<uint16_t>(env.master_port);
+  secret_ = env.secret;
   try {
-    client_ = std::make_unique<store::StoreClient>(reach, static_cast<uint16_t>(env.master_port), env.secret, timeout);
+    client_ = std::make_unique<store::StoreClient>(reach_, port_, secret_, timeout);
   } catch (const Error& e) {
     throw Error(str("rank ", env.rank, ": ", e.what()));
   }
 }
+
+JobStore::JobStore(const std::string& reach, uint16_t port, const std::string& secret,
+                   std::chrono::milliseconds timeout)
+    : c10d::Store(timeout), reach_(reach), port_(port), secret_(secret) {
+  client_ = std::make_unique<store::StoreClient>(reach_, port_, secret_, timeout);
+}
+
+#if CADRE_TORCH_STORE_HAS_CLONE
+c10::intrusive_ptr<c10d::Store> JobStore::clone() {
+  return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<JobStore>(reach_, port_, secret_, timeout_));
+}
+#endif
 
 JobStore::~JobStore() = default;
 

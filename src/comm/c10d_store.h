@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "comm/comm.h"
+#include "core/torch_compat.h"
 
 namespace cadre::store {
 class StoreClient;
@@ -32,8 +33,17 @@ class JobStore : public c10d::Store {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+#if CADRE_TORCH_STORE_HAS_CLONE
+  // Another connection to the same store (never a second server).
+  c10::intrusive_ptr<c10d::Store> clone() override;
+#endif
+  // A client only, of the store at reach:port (what clone() makes).
+  JobStore(const std::string& reach, uint16_t port, const std::string& secret, std::chrono::milliseconds timeout);
 
  private:
+  std::string reach_;
+  uint16_t port_ = 0;
+  std::string secret_;
   std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<store::StoreClient> client_;
 };

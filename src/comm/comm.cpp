@@ -27,6 +27,7 @@
 #include "comm/ring.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/torch_compat.h"
 #include "obs/flight_recorder.h"
 #include "obs/step_timer.h"
 #include "store/secret.h"
@@ -310,9 +311,13 @@ struct Communicator::Impl {
     store = c10::make_intrusive<c10d::PrefixStore>(str("cadre/comm/", tag, "/gen", generation), root_store);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(options.timeout);
-    GlooStoreOverC10d gloo_store(store);
+    auto gloo_store = std::make_shared<GlooStoreOverC10d>(store);
     try {
+#if CADRE_GLOO_SHARED_STORE
       ctx->connectFullMesh(gloo_store, device);
+#else
+      ctx->connectFullMesh(*gloo_store, device);
+#endif
     } catch (const std::exception& e) {
       throw Error(str("connecting ", where(), " (generation ", generation, ") failed: ", e.what()));
     }

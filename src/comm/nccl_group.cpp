@@ -1,17 +1,18 @@
-// ProcessGroupNCCL wrapper for CUDA tensors (see nccl_group.h); a stub without USE_C10D_NCCL.
+// ProcessGroupNCCL wrapper for CUDA tensors (see nccl_group.h); a stub unless built with CADRE_CUDA.
+// (Not USE_C10D_NCCL: a CUDA libtorch's CMake target defines that for every file, CADRE_CUDA on or off.)
 #include "comm/nccl_group.h"
 
 #include "core/error.h"
+#include "core/torch_compat.h"
 
-#ifdef USE_C10D_NCCL
+#ifdef CADRE_CUDA
 #include <ATen/Context.h>
-#include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 namespace cadre::comm {
 
-#ifdef USE_C10D_NCCL
+#ifdef CADRE_CUDA
 
 struct NcclGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> group;
@@ -61,14 +62,14 @@ void NcclGroup::broadcast(at::Tensor tensor, int root) {
   impl_->group->broadcast(tensors, options)->wait();
 }
 
-#else  // no NCCL in this libtorch
+#else  // CADRE_CUDA=OFF
 
 struct NcclGroup::Impl {};
 
 bool NcclGroup::usable() { return false; }
 
 NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds) {
-  throw Error("this libtorch was built without NCCL (USE_C10D_NCCL): CUDA tensors cannot be communicated");
+  throw Error("this build of Cadre has no CUDA code paths (CADRE_CUDA=OFF): CUDA tensors cannot be communicated");
 }
 void NcclGroup::all_reduce(at::Tensor, ReduceOp) {}
 void NcclGroup::all_gather(at::Tensor, at::Tensor) {}
@@ -78,9 +79,8 @@ void NcclGroup::broadcast(at::Tensor, int) {}
 #endif
 
 NcclGroup::~NcclGroup() {
-#if defined(USE_C10D_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-  // libtorch 2.x warns at exit about a group never shut down, and may hang tearing it down in
-  // the destructor; 1.13 has no shutdown(). Not built or run on the CPU-only CI machines.
+#if defined(CADRE_CUDA) && CADRE_TORCH_HAS_PG_SHUTDOWN
+  // See core/torch_compat.h. Not run on the CPU-only CI machines.
   if (impl_ && impl_->group) impl_->group->shutdown();
 #endif
 }

@@ -1,6 +1,6 @@
-// CUDA tensors go through c10d's ProcessGroupNCCL when libtorch was built with it
-// (USE_C10D_NCCL). Compiled only in such builds and untested on the CPU-only machines this
-// project is developed on; elsewhere the stub reports that NCCL is absent. Internal to comm/.
+// CUDA tensors go through c10d's ProcessGroupNCCL in builds with CADRE_CUDA=ON (a CUDA
+// libtorch). Compiled only in such builds and untested on the CPU-only machines this project is
+// developed on; elsewhere the stub reports that there is no CUDA path. Internal to comm/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -2,6 +2,7 @@
 #include "optim/grad_clip.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 namespace cadre {
 

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 
 #include "core/error.h"

@@ -2,6 +2,7 @@
 // (Debian's python3-torch) without Cadre's code, and a Llama forward written from HF's names
 // reproduces Cadre's logits; a tensor-parallel run's checkpoint (every matrix stored as row or
 // column boxes of its ranks) exports the same way. Bad input is refused with the file named.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -7,6 +7,7 @@
 // - damaged folders exit 2 naming the tensor or file, and leave no checkpoint behind;
 // - train.init_from on 2 FULL_SHARD ranks starts from the imported weights (its first loss is
 //   the source model's loss on that batch), each rank reading only part of the checkpoint.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -10,7 +10,9 @@ work=$(mktemp -d /tmp/cadre-example-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
-cmake -S "$source/examples/custom_module" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+# The libtorch the build used (CMAKE_PREFIX_PATH: the torch wheel's, in a libtorch 2.x build).
+torch_prefix=$(sed -n 's/^CMAKE_PREFIX_PATH:[A-Z]*=//p' "$build/CMakeCache.txt")
+cmake -S "$source/examples/custom_module" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix${torch_prefix:+;$torch_prefix}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/build" >"$work/build.log" || { cat "$work/build.log"; exit 1; }
 "$work/prefix/bin/cadre" run --nproc-per-node 2 -- "$work/build/custom_module" 60 >"$work/run.log" 2>&1 ||

@@ -12,6 +12,7 @@
 //   2.6e-7 to 7.5e-7 by core type for K = 333), not a fixed gap to it.
 // - Bit for bit: a prompt fed in one call or token by token; a sequence decoded alone or in
 //   one forward with other sequences at other positions; the AVX-512 and the portable kernels.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -12,6 +12,7 @@
 // at kFloor = 4 float32 unit roundoffs of the tensor's magnitude; a wrong stride, padding,
 // BatchNorm momentum or residual path moves results by 1e-3 of the magnitude and more, 1e3x
 // past the bound. Each group's worst ratio and errors are printed.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

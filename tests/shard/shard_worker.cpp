@@ -9,6 +9,7 @@
 // m * world + r, so one rank with accum = N * A reads what N ranks with accum = A read.
 // `check` runs a scenario instead: "buffers" starts rank r with buffers r + 1 and prints them
 // after one training forward; "outside" calls a unit outside its root's forward.
+#include <c10/core/GradMode.h>
 #include <torch/optim/adam.h>
 
 #include <cstdio>

@@ -2,6 +2,7 @@
 #include "models/llama/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 

@@ -2,6 +2,7 @@
 #include "models/llama/tensor_parallel.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "core/error.h"
 

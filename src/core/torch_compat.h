@@ -1,0 +1,25 @@
+// The one place for differences between the libtorch releases Cadre builds against: Debian's
+// 1.13 (C++17, CPU) and PyPI's torch 2.11 wheel (C++20, CUDA 13). Code elsewhere tests the
+// CADRE_TORCH_* macros and calls the helpers below, never TORCH_VERSION_* itself.
+#pragma once
+
+#include <torch/csrc/api/include/torch/version.h>
+
+#define CADRE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// c10d::ProcessGroupNCCL::shutdown() (2.4+): 2.x warns at exit about a group never shut down
+// and may hang tearing it down in the destructor; 1.13 has none.
+#define CADRE_TORCH_HAS_PG_SHUTDOWN CADRE_TORCH_AT_LEAST(2, 4)
+
+// c10d::Store::clone() is pure virtual in 2.x (a second, thread-safe handle on the same store,
+// which ProcessGroupNCCL's watchdog uses); 1.13 has none. Added around 2.6: only 1.13 and 2.11
+// are built, so the exact first release is not checked.
+#define CADRE_TORCH_STORE_HAS_CLONE CADRE_TORCH_AT_LEAST(2, 6)
+
+// Gloo. Against 2.x Cadre compiles against the gloo commit that torch release pins (its gloo is
+// inside libtorch_cpu; src/comm/CMakeLists.txt), against 1.13 the system's 2022 libgloo. Since
+// gloo 08c094b ("use shared Stores", 2025-04) rendezvous::Context::connectFullMesh takes the
+// store as a std::shared_ptr, before it a reference. Torch 2.11 pins a later gloo; 2.8 is the
+// first release that can carry it, not checked.
+#define CADRE_GLOO_SHARED_STORE CADRE_TORCH_AT_LEAST(2, 8)
