@@ -2,6 +2,7 @@
 #include "models/llama/hf_adapter.h"
 
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <tuple>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/log.h"
 
 namespace fs = std::filesystem;
 
@@ -57,6 +59,33 @@ std::string translate(const std::string& name, bool to_hf) {
   return "";
 }
 
+// RoPE's base. transformers before 5 writes a top-level `rope_theta` (and `rope_scaling`); 5
+// writes `rope_parameters` {"rope_type", "rope_theta", ...} instead. Either is read; both
+// present must agree; a rope_type other than "default" is a scaling Cadre's Llama lacks and is
+// refused. With neither, transformers' own default applies (10000), said in the log.
+double rope_theta_of(const nlohmann::json& j, const std::string& source) {
+  std::optional<double> top, nested;
+  if (j.contains("rope_theta") && !j["rope_theta"].is_null()) {
+    CADRE_CONFIG_CHECK(j["rope_theta"].is_number(), source, ": rope_theta = ", j["rope_theta"].dump(), " is not a number");
+    top = j["rope_theta"].get<double>();
+  }
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const nlohmann::json& rp = j["rope_parameters"];
+    CADRE_CONFIG_CHECK(rp.is_object(), source, ": rope_parameters = ", rp.dump(), " is not an object");
+    const nlohmann::json type = rp.value("rope_type", nlohmann::json("default"));
+    CADRE_CONFIG_CHECK(type == "default", source, ": rope_parameters.rope_type = ", type.dump(),
+                       " is not supported (Cadre's Llama has unscaled RoPE, rope_type \"default\")");
+    CADRE_CONFIG_CHECK(rp.contains("rope_theta") && rp["rope_theta"].is_number(), source,
+                       ": rope_parameters has no numeric rope_theta: ", rp.dump());
+    nested = rp["rope_theta"].get<double>();
+  }
+  CADRE_CONFIG_CHECK(!top || !nested || *top == *nested, source, ": rope_theta = ", *top,
+                     " and rope_parameters.rope_theta = ", *nested, " disagree");
+  if (top || nested) return top ? *top : *nested;
+  log::info(str(source, ": no rope_theta or rope_parameters; transformers' default rope_theta 10000 applies"));
+  return 10000.0;
+}
+
 }  // namespace
 
 std::string hf_tensor_name(const std::string& n) {
@@ -93,7 +122,7 @@ ModelSection llama_section_from_hf(const std::string& text, const std::string& s
       {"ffn_dim", "intermediate_size", nullptr},
       {"max_seq_len", "max_position_embeddings", 2048},
       {"norm_eps", "rms_norm_eps", 1e-6},
-      {"rope_theta", "rope_theta", 10000.0},
+      {"rope_theta", "rope_theta", rope_theta_of(j, source)},  // or rope_parameters' (transformers 5)
       {"tie_embeddings", "tie_word_embeddings", false},
       {"init_std", "initializer_range", 0.02},
   };
