@@ -88,6 +88,7 @@ std::vector<std::pair<std::string, std::string>> AgentObserver::worker_env(const
 void AgentObserver::round_started(const RoundFacts& round, const std::vector<LocalWorker>& workers) {
   round_ = round;
   workers_ = workers;
+  round_started_ns_ = wall_clock_ns();
   stalled_ = false;
   hang_.reset();
   metrics_->round_started(round, workers);
@@ -130,7 +131,10 @@ void AgentObserver::poll() {
     } catch (const Error&) {
       continue;  // not written yet
     }
-    if (fr.last_activity_ns == 0 || now_ns - fr.last_activity_ns <= limit_ns || !proc_stat_read(w.pid).exists)
+    // Activity from before this round is not this worker's: a job resumed in the same log
+    // directory finds the previous run's ring there until the new worker rewrites it.
+    if (fr.last_activity_ns < round_started_ns_ || now_ns - fr.last_activity_ns <= limit_ns ||
+        !proc_stat_read(w.pid).exists)
       continue;
     const double quiet_s = double(now_ns - fr.last_activity_ns) * 1e-9;
     why = str("rank ", w.rank, " had no collective activity for ", quiet_s, " s");

@@ -76,6 +76,7 @@ class AgentObserver {
   RoundFacts round_;
   std::vector<LocalWorker> workers_;
   std::chrono::steady_clock::time_point last_poll_{};
+  int64_t round_started_ns_ = 0;  // wall clock (as flight-recorder times) when this round's workers started
   bool stalled_ = false;
   std::chrono::steady_clock::time_point stalled_at_{};
   std::chrono::steady_clock::time_point last_diagnosis_{};

@@ -280,6 +280,33 @@ EOF)",
   EXPECT_NE(bad.output.find("nowhere"), std::string::npos) << bad.output;
 }
 
+TEST_F(ObsLive, AJobResumedInTheSameLogDirectoryAfterAPauseIsNotTakenForAStall) {
+  // The first run leaves its flight recorders in the log directory; the second resumes from its
+  // checkpoint there once those records are older than the stall timeout. The agent must judge
+  // only this round's activity: before the fix it read the old rings and reported a stall
+  // within a second of starting (make demo run twice).
+  const std::vector<std::string> sets = {"checkpoint.interval=4", "parallel.strategy=FULL_SHARD", "train.eval_interval=0"};
+  auto with_steps = [&](int steps) {
+    auto all = sets;
+    all.push_back("train.steps=" + std::to_string(steps));
+    return all;
+  };
+  auto first = start_job("again", 2, {"--stall-timeout", "2"}, with_steps(8));
+  ASSERT_TRUE(first->wait_exit(180)) << first->output();
+  ASSERT_EQ(first->exit_code(), 0) << first->output();
+  const std::string ring = path("again-logs/round_0/rank_0/flight_recorder.bin");
+  const int64_t last = cadre::obs::flight_recorder_read_file(ring, 8).last_activity_ns;
+  ASSERT_GT(last, 0) << "the first run left no flight recorder at " << ring;
+  // The pause: until the old ring's newest activity is 3 s old, past the 2 s timeout.
+  ASSERT_TRUE(wait_until([&] { return cadre::obs::wall_clock_ns() - last > 3'000'000'000; }, 10));
+
+  auto second = start_job("again", 2, {"--stall-timeout", "2"}, with_steps(16));
+  ASSERT_TRUE(second->wait_exit(180)) << second->output();
+  ASSERT_EQ(second->exit_code(), 0) << second->output();
+  EXPECT_NE(second->output().find("resum"), std::string::npos) << second->output();
+  EXPECT_EQ(second->output().find("stall:"), std::string::npos) << second->output();
+}
+
 TEST_F(ObsLive, HangOfAStoppedRankIsNamedWithTheOpAndSequenceNumber) {
   auto job = start_job("hang", 3, {"--stall-timeout", "2"},
                        {"train.steps=100000", "parallel.strategy=FULL_SHARD", "parallel.comm_timeout=120"});
