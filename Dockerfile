@@ -24,6 +24,7 @@ RUN apt-get update \
       prometheus tmux chromium python3-pil \
       libssl-dev \
       clang-14 libclang-rt-14-dev \
+      python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
 # libtorch must use OpenBLAS, not the reference BLAS (about 30x slower), as setup.sh makes sure.

@@ -24,6 +24,7 @@ packages=(
                                                     # tmux, the HTML report rendered and its screenshot read
   libssl-dev                                        # HMAC-SHA256 for the job store's handshake (libcrypto)
   clang-14 libclang-rt-14-dev                       # libFuzzer and sanitizer runtimes for tests/fuzz
+  python3-venv                                      # Debian's python3.11 can make the project venv
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -56,7 +57,8 @@ if ! cmp -s "$requirements" "$venv/.setup-requirements.txt"; then
   echo "setup: making the project venv $venv from $python ($("$python" --version 2>&1))"
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements" ||
+    { echo "setup: pip could not install $requirements into $venv (is PyPI reachable?)" >&2; exit 1; }
   cp "$requirements" "$venv/.setup-requirements.txt"
 fi
 echo "setup: ok"
