@@ -22,6 +22,15 @@ bool box_fits(const Box& box, const std::vector<int64_t>& shape) {
 }
 
 std::string box_text(const Box& box) {
+  // A damaged manifest may give offsets and sizes of different lengths: show both as written.
+  if (box.offsets.size() != box.sizes.size()) {
+    auto list = [](const std::vector<int64_t>& v) {
+      std::string t = "[";
+      for (size_t d = 0; d < v.size(); ++d) t += str(d ? ", " : "", v[d]);
+      return t + "]";
+    };
+    return str("offsets ", list(box.offsets), " sizes ", list(box.sizes));
+  }
   std::string s = "[";
   for (size_t d = 0; d < box.sizes.size(); ++d) {
     // A box read from a damaged manifest may end past int64: show such an end as offset+size.
