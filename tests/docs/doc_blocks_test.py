@@ -18,8 +18,10 @@
 #   a doc edit cannot silently leave one behind.
 # - A block marked `server:` starts a long-running server: the test waits until the URL answers
 #   (and holds the expected text), then stops it.
-# - A block neither run nor exempt fails (test_every_block_is_run_or_exempt), and so does an
-#   entry of blocks.yaml that names no block (test_no_entry_names_a_missing_block).
+# - A block with no entry in blocks.yaml runs as written, so a block that is neither exempt nor
+#   passing fails; so does an entry of blocks.yaml that names no block
+#   (test_no_entry_names_a_missing_block), an exemption without a reason, and a relative link or
+#   image of the README or docs/ that points nowhere (test_relative_links_resolve).
 #
 # Run by ctest (DocBlocks; DocBlocksListed runs the listing checks only) with CADRE_BIN and
 # CADRE_SOURCE_DIR set.
