@@ -136,7 +136,16 @@ std::string committed_marker_text(int64_t step, uint32_t manifest_crc32c) {
 std::optional<uint32_t> committed_manifest_crc32c(const std::string& text, const std::string& source) {
   const std::string key = "\nmanifest_crc32c=";
   const size_t at = text.find(key);
-  if (at == std::string::npos) return std::nullopt;  // written before manifests had checksums
+  if (at == std::string::npos) {
+    // Only the exact marker of versions before manifests had checksums ("<step>\n") goes
+    // unchecked: anything else without the line is a damaged marker, and damage must not turn
+    // the manifest check off.
+    const bool legacy = text.size() >= 2 && text.back() == '\n' &&
+                        text.find_first_not_of("0123456789") == text.size() - 1;
+    if (legacy) return std::nullopt;
+    throw CheckpointError(str(source, ": malformed marker (no manifest_crc32c line, and not the step-only marker of "
+                              "older versions)"));
+  }
   const std::string hex = text.substr(at + key.size(), 8);
   const bool well_formed = hex.size() == 8 && hex.find_first_not_of("0123456789abcdef") == std::string::npos &&
                            text.compare(at + key.size() + 8, std::string::npos, "\n") == 0;

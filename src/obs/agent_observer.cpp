@@ -215,7 +215,7 @@ void AgentObserver::diagnose() {
     if (!dir.empty() && std::filesystem::exists(path)) {
       try {
         std::string text = read_text(path);
-        auto written = nlohmann::json::parse(text, nullptr, false).value("time_ns", int64_t{0});
+        const int64_t written = flight_recorder_dump_time_ns(text);
         if (now_ns - written < int64_t((kDiagnosisWindowS + options_.stall_timeout_s) * 1e9)) {
           e.recorder = flight_recorder_parse_dump(text, path);
           e.has_recorder = true;

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
+#include "obs/json_fields.h"
 
 namespace cadre::obs {
 
@@ -435,6 +436,10 @@ FlightRecorderState flight_recorder_parse_dump(const std::string& text, const st
     throw Error(str("flight recorder dump '", file, "': ", e.what()));
   }
   return s;
+}
+
+int64_t flight_recorder_dump_time_ns(const std::string& text) {
+  return json_integer(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false), "time_ns", 0);
 }
 
 }  // namespace cadre::obs

@@ -111,4 +111,7 @@ int64_t wall_clock_ns();
 namespace cadre::obs {
 // Reads a dump written by flight_recorder_dump_json back. Throws cadre::Error naming the file.
 FlightRecorderState flight_recorder_parse_dump(const std::string& text, const std::string& file);
+// When a dump was written (its "time_ns"), or 0 when the text is not a dump: an agent reads
+// other nodes' dumps from the shared run directory, where a file may be torn or foreign.
+int64_t flight_recorder_dump_time_ns(const std::string& text);
 }  // namespace cadre::obs

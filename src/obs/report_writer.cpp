@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "obs/json_fields.h"
 #include "obs/svg_plot.h"
 
 namespace fs = std::filesystem;
@@ -34,10 +35,7 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-double num(const nlohmann::json& j, const char* key, double fallback = NAN) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
-}
+double num(const nlohmann::json& j, const char* key, double fallback = NAN) { return json_number(j, key, fallback); }
 
 std::string fmt(double v, const char* format = "%.4g") {
   if (!std::isfinite(v)) return "-";
@@ -77,18 +75,18 @@ PlotSeries line(const std::string& name, const std::string& color, bool dashed =
 std::vector<PlotMarker> event_markers(const RunData& run) {
   std::vector<PlotMarker> markers;
   for (const auto& e : run.events) {
-    const std::string kind = e.value("event", "");
+    const std::string kind = json_text(e, "event");
     const double step = num(e, "step");
     if (!std::isfinite(step)) continue;
     if (kind == "checkpoint")
       markers.push_back({step, str("checkpoint at step ", int64_t(step)), "#9a9a9a"});
     else if (kind == "start" && step > 0)
       markers.push_back({step, str("restart: resumed at step ", int64_t(step), " (restart count ",
-                                   e.value("restart_count", int64_t{0}), ", world size ", e.value("world_size", 0), ")"),
+                                   json_integer(e, "restart_count", 0), ", world size ", json_integer(e, "world_size", 0), ")"),
                          "#d62728"});
     else if (kind == "straggler")
-      markers.push_back({step, str("straggler: rank ", e.value("rank", -1), " ", fmt(num(e, "ratio"), "%.2f"), "x, ",
-                                   e.value("cause", "")),
+      markers.push_back({step, str("straggler: rank ", json_integer(e, "rank", -1), " ", fmt(num(e, "ratio"), "%.2f"), "x, ",
+                                   json_text(e, "cause")),
                          "#ff7f0e"});
   }
   return markers;
@@ -98,24 +96,24 @@ std::string events_table(const std::vector<RunData>& runs) {
   std::string rows;
   for (const auto& run : runs)
     for (const auto& e : run.events) {
-      const std::string kind = e.value("event", "");
+      const std::string kind = json_text(e, "event");
       if (kind == "checkpoint_staged") continue;
       std::string what;
       if (kind == "start")
-        what = e.value("resumed_from", "").empty()
-                   ? str("started fresh, world size ", e.value("world_size", 0))
-                   : str("resumed from ", e.value("resumed_from", ""), " (loaded in ", fmt(num(e, "load_s"), "%.2f"),
-                         " s), world size ", e.value("world_size", 0), ", restart count ", e.value("restart_count", 0));
+        what = json_text(e, "resumed_from").empty()
+                   ? str("started fresh, world size ", json_integer(e, "world_size", 0))
+                   : str("resumed from ", json_text(e, "resumed_from"), " (loaded in ", fmt(num(e, "load_s"), "%.2f"),
+                         " s), world size ", json_integer(e, "world_size", 0), ", restart count ", json_integer(e, "restart_count", 0));
       else if (kind == "checkpoint")
         what = str("checkpoint saved: ", fmt(num(e, "bytes") / 1e6, "%.1f"), " MB from rank 0 in ",
                    fmt(num(e, "seconds"), "%.2f"), " s");
       else if (kind == "straggler")
-        what = str("rank ", e.value("rank", -1), " is a straggler: ", fmt(num(e, "ratio"), "%.2f"),
-                   "x the other ranks' median busy time, ", e.value("cause", ""));
+        what = str("rank ", json_integer(e, "rank", -1), " is a straggler: ", fmt(num(e, "ratio"), "%.2f"),
+                   "x the other ranks' median busy time, ", json_text(e, "cause"));
       else if (kind == "straggler_recovered")
-        what = str("rank ", e.value("rank", -1), " is back near the other ranks' median");
+        what = str("rank ", json_integer(e, "rank", -1), " is back near the other ranks' median");
       else if (kind == "end")
-        what = e.value("how", "");
+        what = json_text(e, "how");
       else
         what = e.dump();
       std::time_t t = std::time_t(num(e, "time", 0));
@@ -144,16 +142,16 @@ std::string summary_table(const std::vector<RunData>& runs) {
     const std::string key = throughput_key(run);
     int64_t checkpoints = 0, restarts = 0, stragglers = 0;
     for (const auto& e : run.events) {
-      const std::string kind = e.value("event", "");
+      const std::string kind = json_text(e, "event");
       checkpoints += kind == "checkpoint";
       restarts += kind == "start" && num(e, "step", 0) > 0;
       stragglers += kind == "straggler";
     }
     auto field = [&](const char* k, const char* format) { return s.is_object() ? fmt(num(s, k), format) : "-"; };
     std::string unit = key.substr(0, key.size() - 6);
-    out += str("<tr><td>", html_escape(run.name), "</td><td>", s.is_object() ? html_escape(s.value("arch", "")) : "-",
+    out += str("<tr><td>", html_escape(run.name), "</td><td>", s.is_object() ? html_escape(json_text(s, "arch")) : "-",
                "</td><td>", s.is_object() ? fmt(num(s, "params") / 1e6, "%.1fM") : "-", "</td><td>",
-               s.is_object() ? html_escape(s.value("strategy", "")) : "-", "</td><td>", field("world_size", "%.0f"),
+               s.is_object() ? html_escape(json_text(s, "strategy")) : "-", "</td><td>", field("world_size", "%.0f"),
                "</td><td>", fmt(num(last, "step"), "%.0f"), s.is_object() ? "" : " (no summary: running or stopped)",
                "</td><td>", fmt(num(last, "loss")), "</td><td>", field("final_val_loss", "%.4g"), "</td><td>",
                s.is_object() ? fmt(num(s, key.c_str()), "%.0f") + " " + unit + "/s" : "-", "</td><td>",
@@ -219,7 +217,7 @@ std::string report_html(const std::vector<RunData>& runs) {
         if (ranks.size() < it->size())
           for (size_t r = ranks.size(); r < it->size(); ++r)
             ranks.push_back(line(run_label(run, n, str("rank ", r)), plot_color(color + 1 + r), n > 1));
-        for (size_t r = 0; r < it->size(); ++r) ranks[r].points.emplace_back(step, (*it)[r].get<double>());
+        for (size_t r = 0; r < it->size(); ++r) ranks[r].points.emplace_back(step, json_number_at(*it, r));
       }
     }
     loss.series.push_back(train);

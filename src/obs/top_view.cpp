@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "obs/json_fields.h"
 
 namespace cadre::obs {
 
@@ -68,7 +69,7 @@ TopModel top_model_from_run_dir(const std::string& dir) {
   TopModel m;
   m.source = dir + "/metrics.jsonl";
   if (!last.is_object()) return m;
-  auto num = [&](const char* key) { return last.contains(key) && last[key].is_number() ? last[key].get<double>() : -1.0; };
+  auto num = [&](const char* key) { return json_number(last, key, -1.0); };
   m.loss = num("loss");
   if (last.contains("val_loss")) m.val_loss = num("val_loss");
   const bool images = last.contains("images_per_s");
@@ -80,6 +81,11 @@ TopModel top_model_from_run_dir(const std::string& dir) {
   r0.comm_s = num("comm_wait_s");
   r0.data_s = num("data_wait_s");
   r0.rss_bytes = num("rss_bytes");
+  // A rank's time, -1 (shown as "-") where the record has none or a null (a NaN).
+  auto rank_time = [&](const char* key, size_t r) {
+    const nlohmann::json* times = json_field(last, key);
+    return times ? json_number_at(*times, r, -1.0) : -1.0;
+  };
   if (last.contains("rank_busy_s") && last["rank_busy_s"].is_array()) {
     // Every rank's times up to the loss all-reduce (straggler tracking); throughput is the job's.
     const auto& busy = last["rank_busy_s"];
@@ -89,13 +95,14 @@ TopModel top_model_from_run_dir(const std::string& dir) {
       row.rank = int(r);
       row.step = r0.step;
       if (r > 0) {
-        row.compute_s = last["rank_compute_s"][r];
-        row.comm_s = last["rank_comm_wait_s"][r];
-        row.data_s = last["rank_data_wait_s"][r];
-        row.step_s = row.compute_s + row.comm_s + row.data_s;
+        row.compute_s = rank_time("rank_compute_s", r);
+        row.comm_s = rank_time("rank_comm_wait_s", r);
+        row.data_s = rank_time("rank_data_wait_s", r);
+        const bool known = row.compute_s >= 0 && row.comm_s >= 0 && row.data_s >= 0;
+        row.step_s = known ? row.compute_s + row.comm_s + row.data_s : -1.0;
       }
-      if (last.contains("stragglers"))
-        for (const auto& s : last["stragglers"]) row.straggler = row.straggler || s.get<size_t>() == r;
+      if (const nlohmann::json* stragglers = json_field(last, "stragglers"); stragglers && stragglers->is_array())
+        for (const auto& s : *stragglers) row.straggler = row.straggler || (s.is_number_unsigned() && s.get<size_t>() == r);
       m.rows.push_back(row);
     }
   } else {

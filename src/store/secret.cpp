@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -73,18 +74,36 @@ std::string job_secret_read_file(const std::string& path) {
   return job_secret_check(text, "job secret file '" + path + "'");
 }
 
-std::optional<std::string> job_secret_from_environment() {
+namespace {
+
+std::optional<std::string> secret_from_variables() {
   if (const char* fd_text = std::getenv(kSecretFdEnv); fd_text && *fd_text) {
     char* end = nullptr;
     long fd = std::strtol(fd_text, &end, 10);
     CADRE_CONFIG_CHECK(end && *end == 0 && fd >= 0 && fd < (1 << 20), kSecretFdEnv, "='", fd_text,
                        "' is not a file descriptor");
     const std::string source = str(kSecretFdEnv, "=", fd);
-    return job_secret_check(read_fd(static_cast<int>(fd), source), source);
+    std::string secret = job_secret_check(read_fd(static_cast<int>(fd), source), source);
+    // Read once, the descriptor is not passed on: programs this process starts do not get it.
+    ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+    return secret;
   }
   if (const char* path = std::getenv(kSecretFileEnv); path && *path) return job_secret_read_file(path);
   if (const char* value = std::getenv(kSecretEnv); value && *value) return job_secret_check(value, kSecretEnv);
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> job_secret_from_environment() {
+  static std::mutex mu;
+  static std::optional<std::string> taken;
+  std::lock_guard<std::mutex> lock(mu);
+  if (taken) return taken;
+  taken = secret_from_variables();
+  if (taken)
+    for (const char* name : {kSecretEnv, kSecretFileEnv, kSecretFdEnv}) ::unsetenv(name);
+  return taken;
 }
 
 int job_secret_fd_create(const std::string& secret) {
@@ -103,7 +122,11 @@ int job_secret_fd_create(const std::string& secret) {
   }
   // Workers may read it, never change it for the others. They share this descriptor's offset:
   // readers other than pread should open /proc/self/fd/N, which starts at 0 for each.
-  ::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(str("sealing the job secret's memfd (workers could change it for each other): ", std::strerror(err)));
+  }
   ::lseek(fd, 0, SEEK_SET);
   return fd;
 }

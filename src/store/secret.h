@@ -25,7 +25,10 @@ std::string job_secret_check(std::string text, const std::string& source);
 std::string job_secret_read_file(const std::string& path);
 
 // From CADRE_JOB_SECRET_FD, CADRE_JOB_SECRET_FILE or CADRE_JOB_SECRET, the first that is set;
-// nullopt when none is. ConfigError when the one set is unusable.
+// nullopt when none is. ConfigError when the one set is unusable. Once read, the secret stays
+// in this process only: the three variables are removed from its environment and the
+// descriptor is made close-on-exec, so programs it starts inherit neither; later calls return
+// the secret read first.
 std::optional<std::string> job_secret_from_environment();
 
 // A sealed in-memory file holding `secret`, close-on-exec: the agent clears that flag in each

@@ -32,6 +32,10 @@ using Clock = std::chrono::steady_clock;
 // A peer must have proven the secret within this long after connecting.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr size_t kMaxConnections = 4096;
+// Connections still to prove the secret. Past this many the oldest is dropped for a newcomer:
+// a flood of silent connections then only costs itself, while a real rank, which proves the
+// secret within a round trip, is never locked out for the handshake window.
+constexpr size_t kMaxUnproven = 128;
 constexpr size_t kMaxQueuedRequests = 1024;     // pipelined requests of one connection
 constexpr size_t kMaxPendingOutput = 64u << 20;  // stop reading a peer that does not read its replies
 constexpr int kLoggedRefusals = 20;              // then every 1000th, so a flood cannot fill the log
@@ -48,11 +52,12 @@ bool is_ip_literal(const std::string& host) {
 }
 
 struct Connection {
-  Connection(int fd, std::string peer, const std::string& secret)
-      : fd(fd), peer(std::move(peer)), session(secret, random_bytes(kNonceBytes)),
+  Connection(int fd, std::string peer, const std::string& secret, uint64_t serial)
+      : fd(fd), serial(serial), peer(std::move(peer)), session(secret, random_bytes(kNonceBytes)),
         handshake_deadline(Clock::now() + kHandshakeTimeout) {}
   ~Connection() { ::close(fd); }
   int fd;
+  uint64_t serial;  // tells a reused descriptor number from the connection that had it
   std::string peer;
   ServerSession session;
   Clock::time_point handshake_deadline;
@@ -91,6 +96,8 @@ struct StoreServer::Impl {
   int listen_fd = -1, wake[2] = {-1, -1};
   KeyTable table;
   std::map<int, std::unique_ptr<Connection>> connections;
+  std::deque<std::pair<int, uint64_t>> unproven;  // accept order; entries go stale when proven or closed
+  uint64_t next_serial = 0;
   std::atomic<int64_t> refused{0};
   std::thread thread;
 
@@ -146,12 +153,41 @@ struct StoreServer::Impl {
     }
   }
 
+  Connection* unproven_connection(const std::pair<int, uint64_t>& entry) {
+    auto it = connections.find(entry.first);
+    if (it == connections.end() || it->second->serial != entry.second) return nullptr;
+    Connection* c = it->second.get();
+    return c->session.authenticated() || c->closing ? nullptr : c;
+  }
+
+  // How many connections still have to prove the secret (stale entries are dropped on the way).
+  size_t unproven_count() {
+    std::deque<std::pair<int, uint64_t>> live;
+    for (const auto& entry : unproven)
+      if (unproven_connection(entry)) live.push_back(entry);
+    unproven.swap(live);
+    return unproven.size();
+  }
+
+  void drop_oldest_unproven() {
+    while (!unproven.empty()) {
+      auto entry = unproven.front();
+      unproven.pop_front();
+      if (Connection* c = unproven_connection(entry)) {
+        refuse(*c, str("dropped unproven after ", kMaxUnproven, " newer connections waited to authenticate"));
+        connections.erase(entry.first);
+        return;
+      }
+    }
+  }
+
   void accept_all() {
     for (;;) {
       sockaddr_in peer{};
       socklen_t len = sizeof peer;
       int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or a connection that went away before we took it
+      if (connections.size() >= kMaxConnections || unproven_count() >= kMaxUnproven) drop_oldest_unproven();
       if (connections.size() >= kMaxConnections) {
         ::close(fd);
         ++refused;
@@ -159,9 +195,10 @@ struct StoreServer::Impl {
       }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      auto c = std::make_unique<Connection>(fd, ip_text(peer), secret);
+      auto c = std::make_unique<Connection>(fd, ip_text(peer), secret, next_serial++);
       c->out = c->session.take_output();  // the greeting
       flush(*c);
+      unproven.emplace_back(fd, c->serial);
       connections[fd] = std::move(c);
     }
   }

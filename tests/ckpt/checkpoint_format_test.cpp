@@ -498,6 +498,21 @@ TEST(CheckpointFormat, AShiftedPieceStartIsCaughtWithoutTheChecksumToo) {
   EXPECT_NE(error.find("stored twice"), std::string::npos) << error;
 }
 
+// A damaged marker never turns the manifest check off: only the exact step-only marker of
+// older versions goes without the checksum.
+TEST(CheckpointFormat, AMarkerThatLostItsChecksumLineIsRefused) {
+  cadre::test::TempDir dir("ckpt-marker");
+  for (const auto& e : save_as_ranks(dir.path(), 3, 2, 0.f)) ASSERT_EQ(e, "");
+  const std::string path = dir / "step-00000003";
+  for (const char* damaged : {"3\nmanifest_crc", "3\n\n", "3", "", "3\nmanifest_crc=0badf00d\n"}) {
+    std::ofstream(path + "/COMMITTED", std::ios::trunc) << damaged;
+    std::string error = error_of([&] { CheckpointReader r(path); });
+    EXPECT_NE(error.find("malformed marker"), std::string::npos) << "marker '" << damaged << "': " << error;
+  }
+  std::ofstream(path + "/COMMITTED", std::ios::trunc) << "3\n";
+  EXPECT_EQ(error_of([&] { CheckpointReader r(path); }), "");
+}
+
 // Publishing never removes the checkpoint it just published, even when newer ones exist
 // (keep counts it, and only older or other ones go).
 TEST(CheckpointFormat, PruningNeverRemovesTheCheckpointJustPublished) {

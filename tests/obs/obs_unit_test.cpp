@@ -19,6 +19,7 @@
 #include "obs/hang_diagnosis.h"
 #include "obs/metric_catalog.h"
 #include "obs/metric_registry.h"
+#include "obs/report_writer.h"
 #include "obs/straggler_tracker.h"
 #include "obs/svg_plot.h"
 #include "obs/top_view.h"
@@ -376,4 +377,39 @@ TEST(TopView, OneRowPerRankWithSplitAndStragglerMark) {
   EXPECT_NE(screen.find("<< STRAGGLER 2.25x"), std::string::npos) << screen;
   EXPECT_TRUE(std::regex_search(screen, std::regex(R"(\n +0 n +17 +0\.500 +40% +60% +0%)"))) << screen;
   EXPECT_TRUE(std::regex_search(screen, std::regex(R"(\n +1 n +17 +0\.500 +90% +10%)"))) << screen;
+}
+
+// Run files come from other processes and versions: a NaN is written as null, a killed writer or
+// a hand edit leaves odd types. The report and `cadre top` draw what they can (a gap, "-")
+// instead of stopping at the first odd value.
+TEST(RunFiles, OddValuesAreGapsForTheReportAndTopNotErrors) {
+  cadre::test::TempDir tmp("obs-odd-run");
+  const std::string& dir = tmp.path();
+  std::ofstream(dir + "/metrics.jsonl")
+      << R"({"step":1,"loss":2.5,"tokens_per_s":100,"rank_busy_s":[0.4,0.5]})" "\n"
+      << R"({"step":2,"loss":null,"tokens_per_s":"fast","rank_busy_s":[null,0.5],"rank_compute_s":[0.1,null],)"
+         R"("rank_comm_wait_s":[0.1,0.2],"rank_data_wait_s":[0,0],"stragglers":["one",1]})" "\n";
+  std::ofstream(dir + "/events.jsonl") << R"({"event":5,"step":1})" "\n"
+                                       << R"({"event":"start","step":2,"restart_count":"x","world_size":null,"resumed_from":7})" "\n";
+  std::ofstream(dir + "/summary.json") << R"({"arch":7,"strategy":["FULL_SHARD"],"world_size":"two"})";
+  RunData run = run_data_read(dir);
+  std::string html;
+  ASSERT_NO_THROW(html = report_html({run}));
+  EXPECT_NE(html.find("<h2>Summary</h2>"), std::string::npos);
+  EXPECT_NE(html.find("restart: resumed at step 2"), std::string::npos) << "the odd start event still marks the plot";
+  TopModel top;
+  ASSERT_NO_THROW(top = top_model_from_run_dir(dir));
+  ASSERT_EQ(top.rows.size(), 2u);
+  EXPECT_EQ(top.rows[1].compute_s, -1.0) << "a null time shows as '-'";
+  EXPECT_EQ(top.rows[1].step_s, -1.0);
+  EXPECT_TRUE(top.rows[1].straggler);
+  EXPECT_FALSE(top.rows[0].straggler) << "a non-numeric straggler entry names no rank";
+  EXPECT_EQ(top.loss, -1.0);
+}
+
+TEST(FlightRecorder, ADumpsTimeIsZeroForTornOrForeignFiles) {
+  EXPECT_EQ(flight_recorder_dump_time_ns(R"({"time_ns":1234,"rank":0})"), 1234);
+  EXPECT_EQ(flight_recorder_dump_time_ns(R"({"time_ns":12)"), 0) << "torn";
+  EXPECT_EQ(flight_recorder_dump_time_ns("[1,2]"), 0) << "not an object";
+  EXPECT_EQ(flight_recorder_dump_time_ns(R"({"time_ns":"soon"})"), 0) << "wrong type";
 }

@@ -7,13 +7,18 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "store/auth.h"
 #include "store/client.h"
@@ -222,6 +227,26 @@ TEST(JobStore, AProgramThatIsNotAStoreGivesAClearError) {
   ::close(listener);
 }
 
+// More silent connections than the store holds at once (4,096), each inside its handshake
+// window, must not lock a real rank out: the oldest unproven ones are dropped for newcomers.
+TEST(JobStore, AFloodOfSilentConnectionsDoesNotLockOutARealRank) {
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max;  // both ends of every connection live in this process
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  constexpr int kSilent = 4200;
+  ASSERT_GE(files.rlim_cur, rlim_t(2 * kSilent + 100)) << "the open-files hard limit is too low for this test";
+  StoreServer server("127.0.0.1", 0, kSecret);
+  std::vector<int> silent;
+  for (int i = 0; i < kSilent; ++i) silent.push_back(connect_raw(server.port()));
+  StoreClient rank("127.0.0.1", server.port(), kSecret, 5s);
+  rank.set("k", "v");
+  EXPECT_EQ(rank.try_get("k"), "v");
+  EXPECT_TRUE(closed_by_peer(silent.front())) << "the oldest silent connection was dropped";
+  EXPECT_GE(server.refused(), kSilent - 200);
+  for (int fd : silent) ::close(fd);
+}
+
 TEST(JobStore, ListenAddressFollowsTheHostPeersUse) {
   EXPECT_EQ(listen_address_for("127.0.0.1"), "127.0.0.1");
   EXPECT_EQ(listen_address_for("localhost"), "127.0.0.1");
@@ -236,10 +261,23 @@ TEST(JobSecret, SourcesAndChecks) {
   EXPECT_THROW(job_secret_check("short", "t"), cadre::ConfigError);
   // Handed over as a sealed memfd: readable (from offset 0, by anyone holding it), not writable.
   int fd = job_secret_fd_create(kSecret);
+  ::fcntl(fd, F_SETFD, 0);  // as a worker holds it: the agent cleared close-on-exec before exec
   ::setenv(kSecretFdEnv, std::to_string(fd).c_str(), 1);
   EXPECT_EQ(job_secret_from_environment(), kSecret);
-  EXPECT_EQ(job_secret_from_environment(), kSecret);
+  EXPECT_EQ(job_secret_from_environment(), kSecret) << "read once, kept";
   EXPECT_LT(::pwrite(fd, "x", 1, 0), 0);
-  ::unsetenv(kSecretFdEnv);
+  // What a program this process starts sees: neither the variable nor the descriptor.
+  EXPECT_EQ(std::getenv(kSecretFdEnv), nullptr);
+  const std::string probe = "echo \"variable:${" + std::string(kSecretFdEnv) + ":-unset}\"; readlink /proc/$$/fd/" +
+                            std::to_string(fd) + " || echo descriptor:closed";
+  std::string child;
+  if (FILE* p = ::popen(probe.c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) child += buf;
+    ::pclose(p);
+  }
+  EXPECT_NE(child.find("variable:unset"), std::string::npos) << child;
+  EXPECT_NE(child.find("descriptor:closed"), std::string::npos) << child;
+  EXPECT_EQ(child.find("cadre-job-secret"), std::string::npos) << child;
   ::close(fd);
 }
