@@ -1,8 +1,11 @@
-"""Hugging Face Llama folders from Python, without the safetensors package (Debian's torch 1.13
-has none): the safetensors format by hand (8-byte little-endian header length, JSON header,
-raw little-endian data), tensor names between Cadre's (Meta's) and transformers', and a
-config.json with transformers' LlamaConfig fields. Used by the tests and the benchmarks as an
-independent writer and reader of what Cadre imports and exports.
+"""Hugging Face Llama folders from Python, without the safetensors package (Debian's torch 1.13,
+which the benchmarks' Python peers run on, has none): the safetensors format by hand (8-byte
+little-endian header length, JSON header, raw little-endian data), tensor names between Cadre's
+(Meta's) and transformers', and a config.json with transformers' LlamaConfig fields.
+
+Used only by the decode benchmark (bench/decode_throughput.py, bench/python_decode_peer.py) to
+write and read the model both sides decode. It is no longer a reference in tests: they read and
+write Hugging Face folders with the real safetensors and transformers (docs/REFERENCES.md).
 """
 import json
 import os

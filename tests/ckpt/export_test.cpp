@@ -1,7 +1,9 @@
 // Export: a trained run exported to a Hugging Face folder and to a .pt file loads in Python
 // (Debian's python3-torch) without Cadre's code, and a Llama forward written from HF's names
 // reproduces Cadre's logits; a tensor-parallel run's checkpoint (every matrix stored as row or
-// column boxes of its ranks) exports the same way. Bad input is refused with the file named.
+// column boxes of its ranks) exports the same way. The real safetensors package (the project
+// venv's, CADRE_VENV_PYTHON) reads Cadre's files of every dtype. Bad input is refused with the
+// file named.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
@@ -115,6 +117,27 @@ TEST(Safetensors, RoundTripsEveryDtype) {
   auto out = cadre::safetensors_read(dir / "t.safetensors");
   ASSERT_EQ(out.size(), in.size());
   for (const auto& [name, t] : in) EXPECT_TRUE(at::equal(out.at(name), t)) << name;
+}
+
+// The real safetensors package reads what Cadre writes: every dtype Cadre writes, an empty tensor,
+// shapes of rank 1 to 3, and the metadata; values bit for bit against a .pt copy.
+TEST(Safetensors, ThePythonPackageReadsEveryDtypeCadreWrites) {
+  cadre::test::TempDir dir("safetensors-py");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  std::map<std::string, at::Tensor> in = {{"f32", at::randn({3, 5}, gen)},
+                                          {"bf16", at::randn({7}, gen).to(at::kBFloat16)},
+                                          {"f16", at::randn({2, 3, 4}, gen).to(at::kHalf)},
+                                          {"i64", at::arange(-5, 5, at::kLong).view({2, 5})},
+                                          {"i32", at::arange(6, at::kInt)},
+                                          {"model.layers.0.self_attn.q_proj.weight", at::randn({8, 8}, gen)},
+                                          {"empty", at::empty({0, 4})}};
+  cadre::safetensors_write(dir / "t.safetensors", in, {{"format", "pt"}, {"written_by", "cadre"}});
+  cadre::tensor_file_save(dir / "expected.pt", in);
+  auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/safetensors_check.py",
+                                         dir / "t.safetensors", dir / "expected.pt", "format=pt", "written_by=cadre"});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("ok: safetensors"), std::string::npos) << check.output;
+  std::cout << "[safetensors] " << check.output << std::flush;
 }
 
 TEST(ExportErrors, MissingCheckpointAndBadFormatAreConfigErrors) {
