@@ -1,9 +1,10 @@
 // Export: a trained run exported to a Hugging Face folder and to a .pt file loads in Python
-// (Debian's python3-torch) without Cadre's code, and a Llama forward written from HF's names
-// reproduces Cadre's logits; a tensor-parallel run's checkpoint (every matrix stored as row or
-// column boxes of its ranks) exports the same way. The real safetensors package (the project
-// venv's, CADRE_VENV_PYTHON) reads Cadre's files of every dtype. Bad input is refused with the
-// file named.
+// without Cadre's code, through the real packages in the project venv (CADRE_VENV_PYTHON; torch,
+// transformers and safetensors pinned in python/requirements-torch.txt): transformers'
+// LlamaForCausalLM loads the folder and reproduces Cadre's logits (judged against its own
+// float64 run, tests/models/fp64_judge.h's rule) and Cadre's greedy tokens; a tensor-parallel
+// run's checkpoint (every matrix stored as row or column boxes of its ranks) exports the same
+// way. safetensors reads Cadre's files of every dtype. Bad input is refused with the file named.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
@@ -84,10 +86,19 @@ TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
     cadre::checkpoint_export({run, "pt", pt, ""}, cadre::model_state_dict_adapter);
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"})
       EXPECT_TRUE(std::filesystem::exists(hf + "/" + f)) << f;
-    auto check = cadre::test::run_process(
-        {"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf, pt, run + "/cadre_logits.pt"});
+    // Cadre's greedy continuation from the exported folder, for transformers to reproduce.
+    auto gen = cadre::test::run_process({CADRE_BIN, "generate", "--model", hf, "--tokenizer",
+                                         *dir_ / "data/tokenizer.model", "--prompt", "The state of the Union is",
+                                         "--greedy", "--ignore-eos", "--max-tokens", "24", "--json", "--quiet"});
+    ASSERT_EQ(gen.exit_code, 0) << gen.output;
+    const auto greedy = nlohmann::json::parse(gen.output.substr(gen.output.find('{')));
+    ASSERT_EQ(greedy["tokens"].size(), 24u) << gen.output;
+    cadre::test::write_text(run + "/cadre_greedy.json", greedy.dump());
+    auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf,
+                                           pt, run + "/cadre_logits.pt", run + "/cadre_greedy.json"});
     EXPECT_EQ(check.exit_code, 0) << str_case(c.tied, c.tp) << ": " << check.output;
     EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
+    std::cout << "[export] " << str_case(c.tied, c.tp) << ": " << check.output << std::flush;
   }
 }
 

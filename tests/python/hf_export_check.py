@@ -1,78 +1,96 @@
-"""Loads Cadre's Hugging Face export without Cadre's code and checks it reproduces Cadre's logits.
+"""Loads Cadre's Hugging Face export with the real `transformers` and `safetensors` (PyPI, pinned
+in python/requirements-torch.txt), without Cadre's code, and checks that it reproduces Cadre's
+logits and greedy tokens.
 
-Usage: hf_export_check.py <hf_dir> <model.pt> <cadre_logits.pt>
-- parses model.safetensors by hand (python/hf_io.py: 8-byte header length, JSON header, raw data),
-- runs a Llama forward written here from HF's field and tensor names (config.json),
-- compares the logits with the ones Cadre computed for the same tokens (1e-5 relative),
-- checks that the .pt export, read with torch.load, holds the same tensors.
+Usage: hf_export_check.py <hf_dir> <model.pt> <cadre_logits.pt> [<cadre_greedy.json>]
+- safetensors reads model.safetensors (names, dtypes, shapes; metadata format=pt); the .pt export
+  read with torch.load (weights_only, torch 2.x's default) holds the same tensors bit for bit;
+- LlamaForCausalLM.from_pretrained loads the folder with no missing, unexpected or mismatched
+  tensor (a tied head when config.json says so) and its float32 logits for Cadre's tokens are
+  judged against a float64 run of the same transformers model (fp64 judge below);
+- with <cadre_greedy.json> ({"prompt_tokens": [...], "tokens": [...]} from `cadre generate
+  --greedy --json`): transformers' greedy decoding with its KV cache from the same prompt picks
+  the same tokens, each step clear of a tie in float64 by more than float32 rounding can move.
+
+The fp64 judge (tests/models/fp64_judge.h has the reasoning and measurements): with err(x) the
+largest |x - float64 result| over the float64 result's largest magnitude, Cadre's float32 error
+must be at most FACTOR x the largest of transformers' float32 errors (from the given weights and
+from weights moved by one ulp each), floored at FLOOR. The float64 run is transformers' model in
+float64 with the rotary tables computed in float64 (transformers computes them in float32 even
+for a float64 model, which would build float32 rounding into the reference).
+Prints "ok: ..." with the figures and exits 0, or raises naming the first difference.
 """
 import json
-import math
 import os
 import sys
 
+import safetensors
 import torch
-import torch.nn.functional as F
+import transformers
+from safetensors import safe_open
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-from hf_io import read_safetensors  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from transformers_ref import MIN_GREEDY_GAP, float32_runs, greedy, greedy_gap, load  # noqa: E402
 
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def hf_llama_forward(cfg, sd, tokens):
-    d, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = d // nh
-    B, T = tokens.shape
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat((ang, ang), -1)
-    cos, sin = emb.cos().float(), emb.sin().float()
-
-    def rot(x):
-        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-        return x * cos + torch.cat((-x2, x1), -1) * sin
-
-    h = sd["model.embed_tokens.weight"][tokens]
-    mask = torch.full((T, T), float("-inf")).triu(1)
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        x = rms_norm(h, sd[p + "input_layernorm.weight"], cfg["rms_norm_eps"])
-        q = (x @ sd[p + "self_attn.q_proj.weight"].T).view(B, T, nh, hd).transpose(1, 2)
-        k = (x @ sd[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, hd).transpose(1, 2)
-        v = (x @ sd[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, hd).transpose(1, 2)
-        q, k = rot(q), rot(k)
-        k = k.repeat_interleave(nh // nkv, 1)
-        v = v.repeat_interleave(nh // nkv, 1)
-        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, -1)
-        o = (att @ v).transpose(1, 2).reshape(B, T, d)
-        h = h + o @ sd[p + "self_attn.o_proj.weight"].T
-        x = rms_norm(h, sd[p + "post_attention_layernorm.weight"], cfg["rms_norm_eps"])
-        gate = x @ sd[p + "mlp.gate_proj.weight"].T
-        up = x @ sd[p + "mlp.up_proj.weight"].T
-        h = h + (F.silu(gate) * up) @ sd[p + "mlp.down_proj.weight"].T
-    h = rms_norm(h, sd["model.norm.weight"], cfg["rms_norm_eps"])
-    head = sd["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else sd["lm_head.weight"]
-    return h @ head.T
+FACTOR = 4.0
+FLOOR = 4 * 2.0 ** -24  # 4 float32 unit roundoffs of the magnitude
+ULP_RUNS = 4            # transformers' float32 runs: the given weights and 3 one-ulp perturbations
 
 
-def main(hf_dir, pt_path, cadre_path):
+def rel_err(x, ref):
+    scale = ref.abs().max()
+    return float((x.double() - ref).abs().max() / scale), float(scale)
+
+
+def check_tensors(hf_dir, pt_path, cfg):
+    with safe_open(f"{hf_dir}/model.safetensors", framework="pt") as f:
+        names = sorted(f.keys())
+        meta = f.metadata() or {}
+        dtypes = {f.get_slice(n).get_dtype() for n in names}
+        st = {n: f.get_tensor(n) for n in names}
+    assert meta.get("format") == "pt", f"metadata {meta}: transformers needs format=pt"
+    assert dtypes == {"F32"}, dtypes
+    assert ("lm_head.weight" in st) == (not cfg["tie_word_embeddings"]), names
+    pt = torch.load(pt_path, weights_only=True)
+    assert sorted(pt) == names, (sorted(pt), names)
+    for n in names:
+        assert pt[n].dtype == st[n].dtype and torch.equal(pt[n], st[n]), f"{n}: the .pt export differs"
+    return len(names)
+
+
+def main(hf_dir, pt_path, cadre_path, greedy_path=None):
+    torch.set_num_threads(2)
+    transformers.utils.logging.disable_progress_bar()
     cfg = json.load(open(f"{hf_dir}/config.json"))
     assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["model_type"] == "llama", cfg
-    sd = read_safetensors(f"{hf_dir}/model.safetensors")
-    assert ("lm_head.weight" in sd) == (not cfg["tie_word_embeddings"]), sorted(sd)
-    ref = torch.load(cadre_path)
-    logits = hf_llama_forward(cfg, sd, ref["tokens"])
-    want = ref["logits"]
-    err = float((logits - want).abs().max() / want.abs().max())
-    assert err < 1e-5, f"logits differ: max relative error {err}"
-    pt = torch.load(pt_path)
-    assert sorted(pt) == sorted(sd), (sorted(pt), sorted(sd))
-    for name in sd:
-        assert torch.equal(pt[name], sd[name]), name
-    print(f"ok: {len(sd)} tensors, logits max relative error {err:.2e}")
+    n = check_tensors(hf_dir, pt_path, cfg)
+
+    cadre = torch.load(cadre_path, weights_only=True)
+    tokens, cadre_logits = cadre["tokens"], cadre["logits"]
+    exact = load(hf_dir, torch.float64)
+    with torch.no_grad():
+        ref = exact(input_ids=tokens).logits
+    errs = [rel_err(logits, ref)[0] for logits in float32_runs(hf_dir, tokens, ULP_RUNS)]
+    cadre_err, scale = rel_err(cadre_logits, ref)
+    torch_err = max(errs)
+    ratio = cadre_err / max(torch_err, FLOOR)
+    assert ratio <= FACTOR, (f"logits: Cadre's float32 error {cadre_err:.2e} of |ref| {scale:.3g} is more than "
+                             f"{FACTOR}x transformers' {torch_err:.2e} (floor {FLOOR:.2e}): ratio {ratio:.2f}")
+    line = (f"ok: transformers {transformers.__version__} (torch {torch.__version__}, safetensors "
+            f"{safetensors.__version__}) loaded {n} tensors{' with a tied head' if cfg['tie_word_embeddings'] else ''}; "
+            f"logits vs float64: Cadre {cadre_err:.2e}, transformers {torch_err:.2e} of |ref| {scale:.3g}, "
+            f"ratio {ratio:.2f} (<= {FACTOR:.0f})")
+    if greedy_path:
+        g = json.load(open(greedy_path))
+        prompt, want = g["prompt_tokens"], g["tokens"]
+        got = greedy(load(hf_dir, torch.float32), prompt, len(want))
+        gap, same = greedy_gap(exact, prompt, want)
+        matched = sum(a == b for a, b in zip(got, want))
+        assert got == want, f"greedy tokens differ: transformers {got}, Cadre {want} ({matched} of {len(want)} equal)"
+        assert same, "float64's greedy choice differs from the float32 ones"
+        assert gap > MIN_GREEDY_GAP, f"a greedy step is within rounding of a tie (gap {gap:.2e}): choose another prompt"
+        line += f"; greedy {matched} of {len(want)} tokens equal (smallest float64 top-2 gap {gap:.2e})"
+    print(line)
 
 
 if __name__ == "__main__":

@@ -1,89 +1,106 @@
-"""Writes a Hugging Face Llama folder the way transformers' save_pretrained lays it out, without
-Cadre's code: config.json, the weights in two safetensors files written by hand (python/hf_io.py:
-8-byte little-endian header length, JSON header, raw data) with model.safetensors.index.json, in
-bfloat16 or float16. Then runs the reference forward (python/llama_ref.py) on the weights as
-stored and saves what Cadre must reproduce:
+"""Writes a Hugging Face Llama folder with the real `transformers` (LlamaForCausalLM's
+save_pretrained; transformers 5 pinned in python/requirements-torch.txt), without Cadre's code:
+config.json as transformers 5 writes it (`rope_parameters`, no top-level rope_theta), the
+weights in two safetensors files with model.safetensors.index.json, in bfloat16 or float16.
+Then runs transformers on the weights as stored and saves what Cadre must reproduce:
 
   hf_sharded_folder.py <out_dir> <variant> <prompt_ids> <steps>
 
 variant "bf16_gqa_untied": bfloat16, grouped-query attention, untied head, rope_theta 5e5,
-    plus a rotary_emb.inv_freq buffer as older transformers versions saved it (to be ignored);
-variant "f16_tied": float16, full attention, tied head (no lm_head in the files), fields
-    transformers defaults (num_key_value_heads, rope_theta) left out of config.json.
+    plus a rotary_emb.inv_freq tensor added to the first file as transformers before 4.3x
+    saved it (Cadre must ignore it);
+variant "f16_tied": float16, full attention, tied head (save_pretrained leaves lm_head out),
+    rope_theta 10000 in rope_parameters, and num_key_value_heads removed from config.json
+    (transformers' default, num_attention_heads, applies).
 <prompt_ids>: comma-separated token ids; the greedy continuation of <steps> tokens is computed
-with a full forward per step (no cache), each step checked in float64 to be clear of a tie by
-far more than float32 rounding. Saves <out_dir>/reference.pt with tokens, logits,
-greedy_prompt and greedy_tokens.
+with transformers' KV cache, each step checked in float64 to be clear of a tie by far more than
+float32 rounding. Saves <out_dir>/reference.pt: tokens; logits (float32, the weights as stored),
+ref.logits (float64 run), ulp<k>.logits (float32 runs from weights moved by one ulp, k <
+ulp_runs) for tests/models/fp64_judge.h's rule; greedy_prompt and greedy_tokens.
 """
+import glob
+import json
 import os
 import sys
 
 import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-import hf_io  # noqa: E402
-import llama_ref  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from transformers_ref import MIN_GREEDY_GAP, float32_runs, greedy, greedy_gap, load  # noqa: E402
 
-
-# Cadre must pick exactly these greedy tokens, so no choice may be within float32 rounding of a
-# tie: a float32 forward of this model is within 4e-7 of float64 relative to the largest logit
-# (tests/models/llama_parity_test.cpp measures the same architecture on every kernel choice
-# tried), so two float32 forwards can order the top two logits differently only when they are
-# closer than ~1e-6; 1e-5 leaves 10x. Checked in float64 (measured: 1.1e-2 and 0.56).
-MIN_GREEDY_GAP = 1e-5
+ULP_RUNS = 4
 
 
-def check_greedy_margin(model, prompt, seq):
-    exact = llama_ref.Llama(model.cfg)
-    exact.load_state_dict(model.state_dict())
-    exact.to(torch.float64).eval()
-    with torch.no_grad():
-        logits = exact(torch.tensor([seq[:-1]]))[0, len(prompt) - 1:]
-    top2 = logits.topk(2, dim=-1)
-    assert torch.equal(top2.indices[:, 0], torch.tensor(seq[len(prompt):])), "float32 greedy differs from float64"
-    gap = ((top2.values[:, 0] - top2.values[:, 1]) / logits.abs().max()).min().item()
-    assert gap > MIN_GREEDY_GAP, f"a greedy step is within rounding of a tie (gap {gap:.2e}): choose another seed"
-
-
-def main(out_dir, variant, prompt_ids, steps):
-    torch.manual_seed(1234)
-    bf16 = variant == "bf16_gqa_untied"
+def write_folder(out_dir, bf16):
     dtype = torch.bfloat16 if bf16 else torch.float16
-    cfg = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2 if bf16 else 4, "vocab_size": 512,
-           "ffn_dim": 168, "max_seq_len": 128, "norm_eps": 1e-6, "rope_theta": 500000.0 if bf16 else 10000.0,
-           "tie_embeddings": not bf16}
-    model = llama_ref.Llama(cfg)
+    config = LlamaConfig(hidden_size=64, intermediate_size=168, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2 if bf16 else 4, vocab_size=512, max_position_embeddings=128,
+                         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default",
+                                                             "rope_theta": 500000.0 if bf16 else 10000.0},
+                         tie_word_embeddings=not bf16, bos_token_id=1, eos_token_id=2, hidden_act="silu")
+    torch.manual_seed(1234)
+    model = LlamaForCausalLM(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
-                p.copy_(torch.randn_like(p) * (0.5 / p.shape[1] ** 0.5 if "embeddings" not in name else 1.0))
-            p.copy_(p.to(dtype).float())  # the reference runs on the values as stored
-    state = {hf_io.hf_name(k): v.detach() for k, v in model.state_dict().items()}
-    config = hf_io.llama_config_json(cfg, dtype)
-    config["max_position_embeddings"] = 128
-    if bf16:
-        inv = 1.0 / (500000.0 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))
-        state["model.layers.0.self_attn.rotary_emb.inv_freq"] = inv.to(dtype)
-    else:
-        del config["num_key_value_heads"], config["rope_theta"]  # transformers' defaults apply
-    first = lambda n: n.startswith("model.embed_tokens") or n.startswith("model.layers.0.")  # noqa: E731
-    hf_io.write_llama_folder(out_dir, config, state, dtype,
-                             lambda n: "model-0000%d-of-00002.safetensors" % (1 if first(n) else 2))
+                p.copy_(torch.randn_like(p) * (0.5 / p.shape[1] ** 0.5 if "embed_tokens" not in name else 1.0))
+    model.to(dtype)
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    model.save_pretrained(out_dir, max_shard_size=int(total * 0.6))
+    files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(out_dir, "*.safetensors")))
+    assert len(files) == 2, f"save_pretrained wrote {files}, expected two files"
+    index_path = os.path.join(out_dir, "model.safetensors.index.json")
+    index = json.load(open(index_path))
+    assert ("lm_head.weight" in index["weight_map"]) == bf16, sorted(index["weight_map"])
 
-    model.eval()
+    cfg_path = os.path.join(out_dir, "config.json")
+    cfg = json.load(open(cfg_path))
+    # What this test is about: transformers 5 writes rope_parameters, not rope_theta.
+    assert "rope_theta" not in cfg and cfg["rope_parameters"]["rope_theta"] == config.rope_parameters["rope_theta"], cfg
+    if bf16:
+        name = "model.layers.0.self_attn.rotary_emb.inv_freq"
+        first = index["weight_map"]["model.layers.0.self_attn.q_proj.weight"]
+        tensors = load_file(os.path.join(out_dir, first))
+        tensors[name] = (1.0 / (500000.0 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))).to(dtype)
+        save_file(tensors, os.path.join(out_dir, first), metadata={"format": "pt"})
+        index["weight_map"][name] = first
+        json.dump(index, open(index_path, "w"), indent=2)
+    else:
+        del cfg["num_key_value_heads"]
+        json.dump(cfg, open(cfg_path, "w"), indent=2)
+    return files, len(index["weight_map"])
+
+
+def main(out_dir, variant, prompt_ids, steps):
+    torch.set_num_threads(2)
+    transformers.utils.logging.disable_progress_bar()
+    bf16 = variant == "bf16_gqa_untied"
+    files, count = write_folder(out_dir, bf16)
+
+    # The reference: transformers on the weights as stored (bf16/f16 values, exact in float32).
+    tokens = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(5))
+    runs = float32_runs(out_dir, tokens, ULP_RUNS)
+    exact = load(out_dir, torch.float64)
     with torch.no_grad():
-        tokens = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(5))
-        logits = model(tokens)
-        seq = [int(t) for t in prompt_ids.split(",")]
-        prompt = list(seq)
-        for _ in range(int(steps)):
-            seq.append(int(model(torch.tensor([seq]))[0, -1].argmax()))
-    check_greedy_margin(model, prompt, seq)
-    torch.save({"tokens": tokens, "logits": logits, "greedy_prompt": torch.tensor(prompt),
-                "greedy_tokens": torch.tensor(seq[len(prompt):])}, os.path.join(out_dir, "reference.pt"))
-    print(f"ok: {variant}: {len(state)} tensors in 2 files, greedy continuation {seq[len(prompt):]}")
+        ref = exact(input_ids=tokens).logits
+    prompt = [int(t) for t in prompt_ids.split(",")]
+    model = load(out_dir, torch.float32)
+    seq = greedy(model, prompt, int(steps))
+    gap, same = greedy_gap(exact, prompt, seq)
+    assert same, "float32 greedy differs from float64"
+    assert gap > MIN_GREEDY_GAP, f"a greedy step is within rounding of a tie (gap {gap:.2e}): choose another seed"
+    out = {"tokens": tokens, "logits": runs[0], "ref.logits": ref, "ulp_runs": torch.tensor(ULP_RUNS),
+           "greedy_prompt": torch.tensor(prompt), "greedy_tokens": torch.tensor(seq)}
+    for k in range(1, ULP_RUNS):
+        out["ulp%d.logits" % k] = runs[k]
+    torch.save(out, os.path.join(out_dir, "reference.pt"))
+    print(f"ok: {variant}: transformers {transformers.__version__} save_pretrained wrote {count} tensors in {files}; "
+          f"greedy continuation {seq} (smallest float64 top-2 gap {gap:.2e})")
 
 
 if __name__ == "__main__":
