@@ -1,7 +1,8 @@
 """Reference Llama in PyTorch (Python), written independently of Cadre's C++ model.
 
-Used as the numerical reference in tests (parity of logits, loss, gradients and AdamW steps)
-and as the performance peer in bench/. Same architecture and parameter names as Cadre's
+Used as the numerical reference in tests (parity of logits, loss, gradients and AdamW steps, on
+the project venv's PyTorch 2.x: tests/python/llama_parity.py) and as the performance peer in
+bench/ (on Debian's PyTorch 1.13); it runs on both. Same architecture and parameter names as Cadre's
 models/llama: RMSNorm, rotary embeddings in the rotate-half layout, grouped-query causal
 attention, SwiGLU MLP, tied or untied output head.
 """

@@ -1,7 +1,8 @@
 """torchvision's ResNet with Cadre's configurable widths, input channels and stem: the
 reference for the parity test (tests/python/resnet_parity.py) and the Python peer of the
 images/s benchmark (bench/resnet_throughput.py). Only the constructor is ours; the blocks,
-_make_layer and forward are torchvision's (Debian's python3-torchvision 0.14)."""
+_make_layer and forward are torchvision's: PyPI's torchvision 0.26 in the project venv for the
+parity test, Debian's python3-torchvision 0.14 for the benchmark peer."""
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 

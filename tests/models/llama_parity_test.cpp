@@ -1,5 +1,6 @@
 // Parity with PyTorch: the same weights and batch through Cadre's Llama and through an
-// independent Python implementation (python/llama_ref.py, Debian's python3-torch) give the
+// independent Python implementation (python/llama_ref.py on the project venv's PyTorch 2.x,
+// CADRE_VENV_PYTHON) give the
 // same logits, loss and parameter gradients, and 5 AdamW steps with clipping give the same
 // gradient norms and parameters.
 //
@@ -68,7 +69,7 @@ void run_parity(const ParityCase& pc, const std::string& tag) {
                  {"weight_decay", pc.weight_decay}, {"grad_clip", pc.grad_clip}, {"steps", pc.steps}}}};
   cadre::test::write_text(dir / "case.json", c.dump(2));
 
-  auto py = cadre::test::run_process({"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/llama_parity.py", dir.path()});
+  auto py = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/llama_parity.py", dir.path()});
   ASSERT_EQ(py.exit_code, 0) << py.output;
   cadre::TensorDict want = cadre::tensor_file_load(dir / "outputs.pt");
   for (const auto& p : model.named_parameters())

@@ -1,5 +1,6 @@
 // Parity with torchvision: the same weights, buffers and batch through Cadre's ResNet and
-// torchvision's (Debian's python3-torchvision 0.14, its own blocks and forward) give the same
+// torchvision's (PyPI's torchvision in the project venv, CADRE_VENV_PYTHON; its own blocks and
+// forward) give the same
 // logits, loss, parameter gradients and BatchNorm statistics in train mode, and the same logits
 // in eval mode, for basic blocks with the small stem and bottlenecks with the ImageNet stem.
 //
@@ -60,7 +61,7 @@ void run_parity(const std::string& model_yaml, int64_t channels, int64_t size, c
   nlohmann::json c = {{"depth", rc.depth}, {"width", rc.width}, {"in_channels", rc.in_channels},
                       {"num_classes", rc.num_classes}, {"stem", rc.stem}};
   cadre::test::write_text(dir / "case.json", c.dump(2));
-  auto py = cadre::test::run_process({"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/resnet_parity.py", dir.path()});
+  auto py = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/resnet_parity.py", dir.path()});
   ASSERT_EQ(py.exit_code, 0) << py.output;
   cadre::TensorDict want = cadre::tensor_file_load(dir / "outputs.pt");
   // PyTorch's float32 runs: from the given inputs and from inputs moved by one ulp (the Python side says why).

@@ -1,5 +1,5 @@
-"""Runs Cadre's parity case through the Python reference Llama (python/llama_ref.py), in
-float64 (the exact answer Cadre and PyTorch are judged by) and in float32 (PyTorch's own error,
+"""Runs Cadre's parity case through the Python reference Llama (python/llama_ref.py) on the
+project venv's PyTorch 2.x (torch pinned in python/requirements-torch.txt), in float64 (the exact answer Cadre and PyTorch are judged by) and in float32 (PyTorch's own error,
 the yardstick for Cadre's).
 
 Usage: llama_parity.py <case_dir>. Reads case.json (model config, optimizer settings) and

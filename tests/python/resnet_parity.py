@@ -1,4 +1,5 @@
-"""Runs Cadre's ResNet parity case through torchvision's ResNet (Debian's python3-torchvision), in
+"""Runs Cadre's ResNet parity case through torchvision's ResNet (PyPI's torchvision in the project
+venv, pinned in python/requirements-torch.txt), in
 float64 (the exact answer Cadre and PyTorch are judged by) and in float32 (PyTorch's own error,
 the yardstick for Cadre's).
 
