@@ -7,7 +7,7 @@
 #include <fstream>
 #include <vector>
 
-#include "ckpt/python_pickle.h"
+#include "core/python_pickle.h"
 #include "ckpt/tensor_file.h"
 #include "core/error.h"
 #include "core/file_util.h"
@@ -17,9 +17,12 @@ namespace fs = std::filesystem;
 namespace cadre {
 namespace {
 
-constexpr const char* kMetadataModule = "torch.distributed._shard.checkpoint.metadata";
-constexpr const char* kFilesystemModule = "torch.distributed._shard.checkpoint.filesystem";
-constexpr const char* kPropertiesModule = "torch.distributed._shard.sharded_tensor.metadata";
+// torch 2.x's module paths. (torch 1.13 had these classes under torch.distributed._shard; 2.x
+// keeps that package as an alias whose unpickled classes are copies that compare unequal to
+// the reader's own, so MetadataIndex lookups fail with a KeyError: only these paths load.)
+constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
+constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
+constexpr const char* kPropertiesModule = "torch.distributed.checkpoint.metadata";
 constexpr const char* kDataFile = "__0_0.distcp";
 
 at::ScalarType scalar_type(const std::string& dtype) {
@@ -107,7 +110,7 @@ int64_t dcp_export(const CheckpointReader& reader, const std::map<std::string, s
         // MEM_FORMAT_ENCODING, pin_memory).
         p.string("properties").global(kPropertiesModule, "TensorProperties").new_object().mark();
         p.global("torch", torch_dtype_name(t.dtype)).global("torch", "strided").boolean(false);
-        p.global(kPropertiesModule, "MEM_FORMAT_ENCODING").mark().integer(0).tuple().reduce();  // contiguous
+        p.global(kPropertiesModule, "_MEM_FORMAT_ENCODING").mark().integer(0).tuple().reduce();  // contiguous
         p.boolean(false).tuple().build();
         p.string("size");
         torch_size(p, t.shape);

@@ -4,7 +4,9 @@
 // LlamaForCausalLM loads the folder and reproduces Cadre's logits (judged against its own
 // float64 run, tests/models/fp64_judge.h's rule) and Cadre's greedy tokens; a tensor-parallel
 // run's checkpoint (every matrix stored as row or column boxes of its ranks) exports the same
-// way. safetensors reads Cadre's files of every dtype. Bad input is refused with the file named.
+// way. DCP exports of dp x tp runs, written by `cadre ckpt export --format dcp`, load with
+// torch.distributed.checkpoint. safetensors reads Cadre's files of every dtype. Bad input is
+// refused with the file named.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
@@ -40,13 +42,14 @@ class Export : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // Trains a few steps on 2 FULL_SHARD ranks (so the checkpoint is two shard files) and writes
+  // Trains a few steps on `nproc` FULL_SHARD ranks, `tp` of them per tensor-parallel group (so the
+  // checkpoint is one shard file per rank), and writes
   // Cadre's own logits for a fixed batch beside the run. (That the shards assemble into the
   // trained model is the resume tests' business: a 1-rank run resumed from them continues the
   // 2-rank run's losses.)
-  static std::string train_run(const std::string& name, bool tied, int tp) {
+  static std::string train_run(const std::string& name, bool tied, int tp, int nproc = 2) {
     std::string run = *dir_ / name;
-    auto r = cadre::test::run_process({CADRE_BIN, "run", "--nproc-per-node", "2", "--", CADRE_BIN, "train", "--config",
+    auto r = cadre::test::run_process({CADRE_BIN, "run", "--nproc-per-node", std::to_string(nproc), "--", CADRE_BIN, "train", "--config",
                                        CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set", "data.dir=" + (*dir_ / "data"),
                                        "--set", "run.dir=" + run, "--set", "train.steps=3", "--set", "train.threads=1",
                                        "--set", "parallel.strategy=FULL_SHARD", "--set",
@@ -102,20 +105,33 @@ TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
   }
 }
 
-// A tensor-parallel run's checkpoint exported as a PyTorch distributed checkpoint: its boxes
-// become DCP chunks, and Python's torch.distributed checkpoint reader loads them into a state
-// dict equal to the .pt export.
-TEST_F(Export, DcpExportLoadsWithTorchDistributedCheckpoint) {
-  const std::string run = train_run("dcp-tp2", false, 2);
-  const std::string dcp = run + "/dcp", pt = run + "/model.pt";
-  const std::string line = cadre::checkpoint_export({run, "dcp", dcp, ""}, cadre::model_state_dict_adapter);
-  cadre::checkpoint_export({run, "pt", pt, ""}, cadre::model_state_dict_adapter);
-  EXPECT_NE(line.find("chunks"), std::string::npos) << line;
-  for (const char* f : {".metadata", "__0_0.distcp"}) EXPECT_TRUE(std::filesystem::exists(dcp + "/" + f)) << f;
-  auto check = cadre::test::run_process({"/usr/bin/python3", CADRE_SOURCE_DIR "/tests/python/dcp_load_check.py", dcp, pt});
-  EXPECT_EQ(check.exit_code, 0) << check.output;
-  EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
-  std::cout << "[export] " << line << "\n[export] " << check.output << std::flush;
+// Runs of dp x tp layouts exported as PyTorch distributed checkpoints through the CLI (`cadre
+// ckpt export --format dcp`): their stored boxes become DCP chunks, and PyTorch 2.x's
+// torch.distributed.checkpoint (the project venv's) loads them into a state dict equal to the
+// .pt export, as does its dcp_to_torch_save.
+TEST_F(Export, DcpExportsOfDpTimesTpRunsLoadWithTorchDistributedCheckpoint) {
+  struct Layout {
+    int nproc, tp;
+  };
+  for (const Layout& l : {Layout{2, 1}, Layout{2, 2}, Layout{4, 2}}) {
+    const std::string tag = "dcp-dp" + std::to_string(l.nproc / l.tp) + "xtp" + std::to_string(l.tp);
+    SCOPED_TRACE(tag);
+    const std::string run = train_run(tag, false, l.tp, l.nproc);
+    const std::string dcp = run + "/dcp", pt = run + "/model.pt";
+    auto e = cadre::test::run_process({CADRE_BIN, "ckpt", "export", run, "--format", "dcp", "--out", dcp});
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+    ASSERT_EQ(cadre::test::run_process({CADRE_BIN, "ckpt", "export", run, "--format", "pt", "--out", pt}).exit_code, 0);
+    EXPECT_NE(e.output.find("chunks"), std::string::npos) << e.output;
+    for (const char* f : {".metadata", "__0_0.distcp"}) EXPECT_TRUE(std::filesystem::exists(dcp + "/" + f)) << f;
+    auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/dcp_load_check.py", dcp, pt});
+    EXPECT_EQ(check.exit_code, 0) << check.output;
+    EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
+    if (l.tp > 1) {
+      // Tensor parallelism stores matrices as boxes of its ranks: some tensors come in several chunks.
+      EXPECT_EQ(check.output.find("(0 tensors split)"), std::string::npos) << check.output;
+    }
+    std::cout << "[export] " << tag << ": " << check.output.substr(check.output.find("ok:")) << std::flush;
+  }
 }
 
 TEST(Safetensors, RoundTripsEveryDtype) {

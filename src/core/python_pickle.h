@@ -2,7 +2,8 @@
 // made of: None, bools, ints, strings, tuples, lists, dicts, module globals, and instances
 // rebuilt the way Python pickles them (NEWOBJ of a class, then BUILD with its state; REDUCE of
 // a callable). No memo: every object is written where it occurs. Used for the `.metadata` of
-// PyTorch's distributed checkpoint format.
+// PyTorch's distributed checkpoint format (ckpt/dcp_export.cpp) and PyTorch's flight-recorder
+// dump format (obs/flight_recorder_torch.cpp). In core, which has no libtorch, so both use it.
 #pragma once
 
 #include <cstdint>

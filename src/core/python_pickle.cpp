@@ -1,5 +1,5 @@
 // Pickle protocol 2 opcodes (Python's Lib/pickle.py names them).
-#include "ckpt/python_pickle.h"
+#include "core/python_pickle.h"
 
 #include "core/error.h"
 
