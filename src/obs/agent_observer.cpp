@@ -12,6 +12,7 @@
 #include "core/file_util.h"
 #include "core/log.h"
 #include "obs/flight_recorder.h"
+#include "obs/flight_recorder_torch.h"
 #include "obs/metrics_server.h"
 #include "obs/proc_stat.h"
 #include "obs/worker_channel.h"
@@ -178,6 +179,8 @@ void AgentObserver::on_stall(const std::string& why) {
       std::string path = str(target_dir, "/rank_", w.rank, ".json");
       file_write_atomic(path, flight_recorder_dump_json(fr, "stall detected by the agent: " + why,
                                                         str("agent (the worker is ", proc_state_name(p.state), ")")));
+      if (fr.rank < 0) fr.rank = w.rank;
+      file_write_atomic(flight_recorder_torch_dump_path(target_dir, w.rank), flight_recorder_torch_dump(fr));
       log::info(str("flight recorder: rank ", w.rank, " is ", proc_state_name(p.state), "; wrote its ring to ", path));
     } catch (const std::exception& e) {
       log::warn(str("flight recorder: rank ", w.rank, ": ", e.what()));

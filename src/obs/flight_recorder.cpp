@@ -4,6 +4,7 @@
 // issuing thread and then the communication thread, one after the other; they meet only when
 // the ring wraps around an op still in flight, and then the later one waits its turn.
 #include "obs/flight_recorder.h"
+#include "obs/flight_recorder_torch.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -389,6 +390,8 @@ std::string flight_recorder_dump_now(const std::string& reason) {
     std::filesystem::create_directories(dir);
     std::string path = str(dir, "/rank_", state.rank, ".json");
     file_write_atomic(path, flight_recorder_dump_json(state, reason, "self"));
+    // The same state in PyTorch's format, for its analyzer (flight_recorder_torch.h).
+    if (state.rank >= 0) file_write_atomic(flight_recorder_torch_dump_path(dir, state.rank), flight_recorder_torch_dump(state));
     return path;
   } catch (const std::exception& e) {
     log::warn(str("flight recorder: dump to ", dir, " failed: ", e.what()));

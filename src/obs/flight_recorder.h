@@ -98,7 +98,8 @@ void flight_recorder_configure(size_t capacity, const std::string& file);
 
 // Dumps: JSON of the state plus why and when. flight_recorder_set_dump_dir names the directory
 // (a run directory's flight_recorder/); dump_now writes <dir>/rank_<R>.json (and returns its
-// path, "" when no directory is set). Safe to call from any thread, never throws.
+// path, "" when no directory is set), and the same state in PyTorch's dump format as
+// <dir>/pytorch_trace_rank_<R> (flight_recorder_torch.h). Safe to call from any thread, never throws.
 void flight_recorder_set_dump_dir(const std::string& dir);
 std::string flight_recorder_dump_now(const std::string& reason);
 std::string flight_recorder_dump_json(const FlightRecorderState& state, const std::string& reason,

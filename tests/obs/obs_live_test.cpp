@@ -1,7 +1,9 @@
 // Observability on real runs: `cadre run` with 2 or 3 workers training the tiny Llama, scraped by
 // a real Prometheus (queried back over its HTTP API) and checked by promtool; `cadre top` under
 // tmux (send-keys, capture-pane); `cadre report` rendered by headless Chromium; a rank stopped
-// with SIGSTOP named in the agent's error file with the op and sequence number; a rank slowed
+// with SIGSTOP named in the agent's error file with the op and sequence number, and named the
+// same by PyTorch's own flight-recorder analyzer (fr_trace, the project venv's torch) reading
+// the PyTorch-format dumps written beside Cadre's; a rank slowed
 // by a stop/continue duty cycle named as a compute-bound straggler. Every process is killed and
 // reaped however a test ends (agents by their Proc, workers with their agent, tmux and
 // Chromium by guards, stopped ranks continued first).
@@ -9,6 +11,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -358,6 +361,63 @@ TEST_F(ObsLive, HangOfAStoppedRankIsNamedWithTheOpAndSequenceNumber) {
   auto dump1 = nlohmann::json::parse(read_file(path("hang/flight_recorder/rank_1.json")), nullptr, false);
   EXPECT_NE(dump1.value("written_by", "").find("agent"), std::string::npos);
   EXPECT_NE(job->output().find("hang: collective stalled"), std::string::npos);
+
+  // The same dumps in PyTorch's format (pytorch_trace_rank_<R>), read by PyTorch's analyzer.
+  // Its first collective it cannot match on every rank is the stalled op. Where Cadre names
+  // ranks that did not enter it, the analyzer names the same missing ranks there; where every
+  // rank entered it, the analyzer names none there, and the ranks it sees still in it
+  // ("started") are those Cadre says are inside it (all, or those still inside while others
+  // finished it). Later ops may show ranks missing: they follow from the stall.
+  const std::string fr_dir = path("hang/flight_recorder");
+  for (int r = 0; r < 3; ++r)
+    ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(fr_dir + "/pytorch_trace_rank_" + std::to_string(r)); },
+                           10)) << "no PyTorch-format dump of rank " << r;
+  auto analyzer = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/fr_trace_check.py", fr_dir},
+                                           {}, 300);
+  ASSERT_EQ(analyzer.exit_code, 0) << analyzer.output;
+  const auto torch = nlohmann::json::parse(analyzer.output.substr(analyzer.output.find('{')), nullptr, false);
+  ASSERT_TRUE(torch.is_object() && torch["exit_code"] == 0) << analyzer.output;
+  const nlohmann::json* first = nullptr;
+  for (const auto& c : torch["unmatched"])
+    if (!first || c["seq"].get<int64_t>() < (*first)["seq"].get<int64_t>()) first = &c;
+  std::vector<int> inside;  // Cadre: the ranks inside the stalled op
+  std::smatch m;
+  const std::regex inside_text(R"(ranks? ([0-9, ]+) (waited|are still inside it))"), number(R"(\d+)");
+  if (std::regex_search(message, m, inside_text)) {
+    const std::string ranks = m[1].str();
+    for (std::sregex_iterator it(ranks.begin(), ranks.end(), number), end; it != end; ++it)
+      inside.push_back(std::stoi(it->str()));
+  } else if (message.find("every rank with a record entered it") != std::string::npos) {
+    inside = {0, 1, 2};
+  }
+  ASSERT_FALSE(inside.empty()) << message;
+  std::vector<int> started;  // the analyzer: the ranks whose state of the stalled op is "started"
+  if (first) {
+    for (const auto& [r, state] : (*first)["states"].items())
+      if (state == "started") started.push_back(std::stoi(r));
+  }
+  std::sort(started.begin(), started.end());
+  if (first && (*first)["seq"] == seq) {
+    EXPECT_EQ((*first)["missing_ranks"], hang["missing_ranks"]) << torch.dump(1);
+    if (hang["missing_ranks"].empty()) {
+      EXPECT_EQ(started, inside) << torch.dump(1) << "\n" << message;
+    }
+  } else if (!first || (*first)["seq"].get<int64_t>() > seq) {
+    // The analyzer matched the stalled op on every rank: that is so only when all entered it and
+    // none finished it.
+    EXPECT_TRUE(hang["missing_ranks"].empty()) << "the analyzer matched an op Cadre says a rank did not enter: "
+                                               << torch.dump(1);
+    EXPECT_EQ(inside, std::vector<int>({0, 1, 2})) << message;
+  } else {
+    ADD_FAILURE() << "the analyzer's first unmatched op is #" << (*first)["seq"] << ", before Cadre's stalled op #"
+                  << seq << ": " << torch.dump(1);
+  }
+  const nlohmann::json* named = first;
+  std::printf("[hang] Cadre: %s\n[hang] torch %s fr_trace: %d collectives matched; %s\n", message.c_str(),
+              torch["torch"].get<std::string>().c_str(), torch["matched"].get<int>(),
+              named ? ("first unmatched: #" + (*named)["seq"].dump() + " " + (*named)["name"].get<std::string>() +
+                       ", missing " + (*named)["missing_ranks"].dump() + ", states " + (*named)["states"].dump()).c_str()
+                    : "every collective matched");
 }
 
 TEST_F(ObsLive, ASlowedRankIsNamedAsAComputeBoundStraggler) {
