@@ -71,6 +71,8 @@ void run_parity(const ParityCase& pc, const std::string& tag) {
 
   auto py = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/llama_parity.py", dir.path()});
   ASSERT_EQ(py.exit_code, 0) << py.output;
+  ASSERT_NE(py.output.find("ok: torch"), std::string::npos) << py.output;
+  std::printf("[llama parity] %s %s", tag.c_str(), py.output.substr(py.output.find("ok:")).c_str());
   cadre::TensorDict want = cadre::tensor_file_load(dir / "outputs.pt");
   for (const auto& p : model.named_parameters())
     for (const char* prefix : {"grad.", "ref.grad.", "after.", "ref.after."})

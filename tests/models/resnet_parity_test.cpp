@@ -63,6 +63,8 @@ void run_parity(const std::string& model_yaml, int64_t channels, int64_t size, c
   cadre::test::write_text(dir / "case.json", c.dump(2));
   auto py = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/resnet_parity.py", dir.path()});
   ASSERT_EQ(py.exit_code, 0) << py.output;
+  ASSERT_NE(py.output.find("ok: torchvision"), std::string::npos) << py.output;
+  std::printf("[resnet parity] %s %s", tag.c_str(), py.output.substr(py.output.find("ok:")).c_str());
   cadre::TensorDict want = cadre::tensor_file_load(dir / "outputs.pt");
   // PyTorch's float32 runs: from the given inputs and from inputs moved by one ulp (the Python side says why).
   ASSERT_GE(want.at("ulp_runs").item<int64_t>(), 1);

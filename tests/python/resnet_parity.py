@@ -80,7 +80,8 @@ def main(case_dir):
             out["ulp%d.%s" % (k, name)] = t
     out["ulp_runs"] = torch.tensor(ULP_RUNS)
     torch.save(out, os.path.join(case_dir, "outputs.pt"))
-    print("ok: torchvision", len(out), "tensors")
+    import torchvision
+    print(f"ok: torchvision {torchvision.__version__} (torch {torch.__version__}): {len(out)} tensors")
 
 
 if __name__ == "__main__":
