@@ -48,14 +48,11 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/strategy.h"
 #include "shard/flat_param.h"
 #include "shard/placement.h"
 
 namespace cadre {
-
-enum class Strategy { FullShard, ShardGradOp, HybridShard, NoShard, Zero1 };
-Strategy parse_strategy(const std::string& name);  // ConfigError names parallel.strategy
-const char* strategy_name(Strategy strategy);
 
 struct MixedPrecision {
   at::ScalarType param_dtype = at::kFloat;   // dtype of the gathered compute parameters

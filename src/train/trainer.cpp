@@ -26,6 +26,7 @@
 #include "core/json_log.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/strategy.h"
 #include "core/sysinfo.h"
 #include "models/registry.h"
 #include "obs/flight_recorder.h"
@@ -189,7 +190,7 @@ TrainSummary train_run(const Config& config) {
   set_threads(c.train.threads);
   auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
   FullyShardOptions shard_options;
-  shard_options.strategy = parse_strategy(c.parallel.strategy);
+  shard_options.strategy = c.parallel.strategy;
   shard_options.mixed_precision = {dtype(c.parallel.mixed_precision.param_dtype),
                                    dtype(c.parallel.mixed_precision.reduce_dtype)};
   shard_options.prefetch = c.parallel.prefetch;
@@ -283,7 +284,7 @@ TrainSummary train_run(const Config& config) {
   const int64_t samples_per_step = B * accum * dp;
   const int64_t units_per_step = samples_per_step * train_data->sample_len();
   const std::string unit = model->throughput_unit();
-  log::info(str("train: ", model->describe(), ", ", c.parallel.strategy, ", compute ",
+  log::info(str("train: ", model->describe(), ", ", strategy_name(c.parallel.strategy), ", compute ",
                 c.parallel.mixed_precision.param_dtype, ", ", world, " rank(s) (", mesh.describe(), ") x ",
                 c.train.threads, " threads; ",
                 train_data->num_samples(), " train samples; ", units_per_step, " ", unit, " per step"));
@@ -379,7 +380,8 @@ TrainSummary train_run(const Config& config) {
       CheckpointManifest header;
       header.step = step + 1;
       header.world_size = world;
-      header.strategy = c.parallel.tp_size > 1 ? str(c.parallel.strategy, ", tp ", c.parallel.tp_size) : c.parallel.strategy;
+      const std::string strategy = strategy_name(c.parallel.strategy);
+      header.strategy = c.parallel.tp_size > 1 ? str(strategy, ", tp ", c.parallel.tp_size) : strategy;
       header.state = {{"data_position", static_cast<int64_t>(train_data->position())},
                       {"optimizer_steps", optimizer.steps()}};
       header.config_yaml = config_to_yaml(c);
@@ -464,7 +466,7 @@ TrainSummary train_run(const Config& config) {
                       {unit + "_per_s", summary.throughput},
                       {"params", model->param_count()},
                       {"arch", c.model.arch},
-                      {"strategy", c.parallel.strategy},
+                      {"strategy", strategy_name(c.parallel.strategy)},
                       {"memory", memory.to_json()},
                       {"peak_rss_bytes", process_peak_rss_bytes()}};
   if (summary.final_val_accuracy >= 0) s["final_val_accuracy"] = summary.final_val_accuracy;
