@@ -35,7 +35,9 @@
 // that do not require grad are left as they are (full on every rank, not updated).
 //
 // The end of the backward (waiting for reductions, folding them into the shards) runs as an
-// autograd callback, so `loss.backward()` is all a caller writes.
+// autograd callback, so `loss.backward()` is all a caller writes. The implementation is split
+// by phase; shard/fsdp_tree.h lists the files (the schedule of communication is in
+// shard/fsdp_schedule.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
