@@ -190,16 +190,13 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(t.eval_batches >= 0, "train.eval_batches must be >= 0 (0: the whole validation split)");
 
   const auto& p = c.parallel;
-  CADRE_CONFIG_CHECK(p.strategy == "FULL_SHARD" || p.strategy == "SHARD_GRAD_OP" ||
-                         p.strategy == "HYBRID_SHARD" || p.strategy == "NO_SHARD" || p.strategy == "ZERO1",
-                     "parallel.strategy: unknown '", p.strategy,
-                     "' (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD, ZERO1)");
   CADRE_CONFIG_CHECK(p.shard_group_size >= 0, "parallel.shard_group_size must be >= 0");
   CADRE_CONFIG_CHECK(p.tp_size >= 1, "parallel.tp_size must be >= 1 (1: no tensor parallelism), got ", p.tp_size);
   CADRE_CONFIG_CHECK(p.wrap_min_params >= 0, "parallel.wrap_min_params must be >= 0 (0: one unit per block)");
   CADRE_CONFIG_CHECK(p.comm_timeout > 0, "parallel.comm_timeout must be > 0 seconds, got ", p.comm_timeout);
-  CADRE_CONFIG_CHECK(p.strategy == "HYBRID_SHARD" || p.shard_group_size == 0,
-                     "parallel.shard_group_size applies only to HYBRID_SHARD (strategy is ", p.strategy, ")");
+  CADRE_CONFIG_CHECK(p.strategy == Strategy::HybridShard || p.shard_group_size == 0,
+                     "parallel.shard_group_size applies only to HYBRID_SHARD (strategy is ", strategy_name(p.strategy),
+                     ")");
   CADRE_CONFIG_CHECK(is_dtype(p.mixed_precision.param_dtype),
                      "parallel.mixed_precision.param_dtype: '", p.mixed_precision.param_dtype,
                      "' is not float32 or bfloat16");

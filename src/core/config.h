@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/config_fields.h"
+#include "core/strategy.h"
 
 namespace cadre {
 
@@ -65,8 +66,9 @@ struct MixedPrecisionConfig {
 
 struct ParallelConfig {
   // Over the data-parallel dimension: FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD |
-  // ZERO1 (parameters and gradients replicated, optimizer state sharded).
-  std::string strategy = "NO_SHARD";
+  // ZERO1 (parameters and gradients replicated, optimizer state sharded). Parsed from its
+  // name as the config is read (core/strategy.h).
+  Strategy strategy = Strategy::NoShard;
   int64_t shard_group_size = 0;          // HYBRID_SHARD: data-parallel ranks per shard group (0: per node)
   // Tensor-parallel ranks per model replica (consecutive ranks, so inside a node); the data
   // parallel dimension is WORLD_SIZE / tp_size. 1: no tensor parallelism.
@@ -130,7 +132,8 @@ Config config_load(const std::string& path, const std::vector<std::string>& over
 Config config_parse(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides);
 
-// Checks cross-field rules (known strategy, ...). Throws ConfigError.
+// Checks cross-field rules (shard_group_size only with HYBRID_SHARD, ...). Throws ConfigError.
+// The strategy is checked earlier, when its name is parsed.
 void config_validate(const Config& config);
 
 // The resolved configuration as YAML, every key present.

@@ -18,6 +18,8 @@ void field_assign(const Field& field, const std::string& text, const std::string
         using T = std::remove_pointer_t<decltype(ptr)>;
         if constexpr (std::is_same_v<T, std::string>) {
           *ptr = text;
+        } else if constexpr (std::is_same_v<T, Strategy>) {
+          *ptr = parse_strategy(text);  // its ConfigError names the key and the valid names
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text == "true" || text == "True") *ptr = true;
           else if (text == "false" || text == "False") *ptr = false;
@@ -45,6 +47,7 @@ std::string field_text(const Field& field) {
       [](auto* ptr) -> std::string {
         using T = std::remove_pointer_t<decltype(ptr)>;
         if constexpr (std::is_same_v<T, std::string>) return *ptr;
+        else if constexpr (std::is_same_v<T, Strategy>) return strategy_name(*ptr);
         else if constexpr (std::is_same_v<T, bool>) return *ptr ? "true" : "false";
         else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(*ptr);
         else {

@@ -8,9 +8,12 @@
 #include <variant>
 #include <vector>
 
+#include "core/strategy.h"
+
 namespace cadre {
 
-using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*>;
+// A Strategy field reads and writes the strategy's name (core/strategy.h).
+using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, Strategy*>;
 
 struct Field {
   std::string key;  // dotted, e.g. "train.steps"

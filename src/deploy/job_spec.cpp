@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/strategy.h"
 
 namespace cadre::deploy {
 namespace fs = std::filesystem;
@@ -143,7 +144,7 @@ std::pair<int64_t, int64_t> parse_node_range(const std::string& text, const std:
 
 std::vector<std::string> mesh_problems(const Config& c, int64_t min_nodes, int64_t max_nodes, int64_t nproc) {
   std::vector<std::string> problems;
-  if (c.parallel.strategy != "HYBRID_SHARD") return problems;  // the other strategies run on any world size
+  if (c.parallel.strategy != Strategy::HybridShard) return problems;  // the other strategies run on any world size
   for (int64_t n = min_nodes; n <= max_nodes; ++n) {
     int64_t world = n * nproc;
     int64_t group = c.parallel.shard_group_size == 0 ? nproc : c.parallel.shard_group_size;
@@ -190,7 +191,7 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
     for (const auto& p : problems) all += "\n  " + p;
     throw ConfigError(str(option_name("nodes"), " ", v["nodes"], " with ", option_name("nproc_per_node"), " ",
                           s.nproc_per_node, ": the config's parallel layout (parallel.strategy ",
-                          config.parallel.strategy, ") cannot run on", all));
+                          strategy_name(config.parallel.strategy), ") cannot run on", all));
   }
   s.gpus = parse_int("gpus", v["gpus"], 0, 64);
   s.cpu = v["cpu"];

@@ -8,7 +8,6 @@ namespace {
 thread_local double t_comm_wait_s = 0;
 }
 
-double comm_wait_seconds() { return t_comm_wait_s; }
 void comm_wait_add(double seconds) { t_comm_wait_s += seconds; }
 
 void StepTimer::start() {

@@ -7,8 +7,7 @@
 
 namespace cadre::obs {
 
-// Seconds this thread has spent blocked on collectives (since it started).
-double comm_wait_seconds();
+// Adds to this thread's time blocked on collectives (Work::wait calls it); StepTimer reads it.
 void comm_wait_add(double seconds);
 
 struct StepSplit {

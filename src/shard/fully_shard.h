@@ -35,7 +35,9 @@
 // that do not require grad are left as they are (full on every rank, not updated).
 //
 // The end of the backward (waiting for reductions, folding them into the shards) runs as an
-// autograd callback, so `loss.backward()` is all a caller writes.
+// autograd callback, so `loss.backward()` is all a caller writes. The implementation is split
+// by phase; shard/fsdp_tree.h lists the files (the schedule of communication is in
+// shard/fsdp_schedule.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -48,14 +50,11 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/strategy.h"
 #include "shard/flat_param.h"
 #include "shard/placement.h"
 
 namespace cadre {
-
-enum class Strategy { FullShard, ShardGradOp, HybridShard, NoShard, Zero1 };
-Strategy parse_strategy(const std::string& name);  // ConfigError names parallel.strategy
-const char* strategy_name(Strategy strategy);
 
 struct MixedPrecision {
   at::ScalarType param_dtype = at::kFloat;   // dtype of the gathered compute parameters

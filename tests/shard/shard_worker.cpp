@@ -17,6 +17,7 @@
 
 #include "comm/comm.h"
 #include "core/error.h"
+#include "core/strategy.h"
 #include "shard/fully_shard.h"
 #include "shard/parallel_groups.h"
 #include "shard/user_net.h"

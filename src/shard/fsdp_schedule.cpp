@@ -1,0 +1,187 @@
+// The schedule of communication: which collective is issued when, and waited on where. Every
+// hook lands here and decides; the collectives themselves are in fsdp_gather.cpp,
+// fsdp_reduce.cpp, ddp_buckets.cpp and zero1.cpp. In one step:
+//   root's forward        ZeRO-1's stale gradients cleared, buffers broadcast (blocking), the
+//                         root's unit gathered and kept to the end of the backward, the first
+//                         unit of the last forward prefetched
+//   a unit's forward      its gather waited for (issued now if no prefetch did); the unit that
+//                         followed it in the last forward prefetched
+//   after a forward       reshard per strategy; hooks on the outputs that require grad
+//   before its backward   its gather waited for; the unit that ran before it in this forward
+//                         prefetched; its gradient buffer allocated
+//   gradients complete    the reduction issued (NO_SHARD: buckets in index order); finished ones
+//                         folded in and all but the newest waited for, so at most two unsharded
+//                         gradients are alive; reshard per strategy
+//   end of the backward   the remaining reductions waited for and folded in (HYBRID_SHARD's
+//                         replica all-reduce runs inside the fold), compute copies marked stale
+// Collectives must be issued in the same order on every rank: the autograd engine runs nodes in
+// a deterministic order on CPU and the recorded forward order is the same everywhere.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include "core/error.h"
+#include "shard/fsdp_tree.h"
+
+namespace cadre::detail {
+
+void ExecutionOrder::start_forward(size_t units) {
+  if (!current.empty()) previous = std::move(current);
+  current.clear();
+  position.assign(units, -1);
+}
+
+void ExecutionOrder::record(size_t unit) {
+  position[unit] = static_cast<int64_t>(current.size());
+  current.push_back(unit);
+}
+
+void FsdpTree::prefetch_unit(size_t unit) {
+  const int k = units[unit]->flat;
+  if (options.prefetch && k >= 0) gather_start(static_cast<size_t>(k));
+}
+
+void FsdpTree::pre_forward(Unit& u) {
+  if (&u == units.back().get()) {
+    root_pre_forward();
+    return;
+  }
+  CADRE_CHECK(forward_active_, "FSDP unit '", u.name.empty() ? "?" : u.name,
+              "' was called outside the forward of its root module; call the root through cadre::call");
+  if (u.entered++ == 0) order_.record(u.index);
+  if (u.flat < 0) return;
+  gather_wait(static_cast<size_t>(u.flat));
+  // Forward prefetch: the unit that came next in the last forward.
+  const size_t pos = static_cast<size_t>(order_.position[u.index]);
+  if (pos + 1 < order_.previous.size() && units[order_.previous[pos + 1]]->flat != u.flat)
+    prefetch_unit(order_.previous[pos + 1]);
+}
+
+void FsdpTree::root_pre_forward() {
+  ensure_init();
+  forward_active_ = true;  // also after a forward that threw: a new root call starts afresh
+  for (auto& u : units) u->entered = 0;
+  order_.start_forward(units.size());
+  const bool grad = at::GradMode::is_enabled();
+  if (grad) {
+    clear_reduced_zero1_grads();
+    relink_grads();
+    if (options.broadcast_buffers && root_->is_training()) broadcast_buffers();
+  }
+  if (!sharded()) {
+    for (size_t k = 0; k < flats.size(); ++k) gather_wait(k);  // refreshes stale compute copies
+    return;
+  }
+  // The root's parameters are used first and last (an embedding, a head): it stays gathered
+  // from the start of the forward to the end of the backward, as in PyTorch FSDP.
+  int root_flat = units.back()->flat;
+  if (root_flat >= 0) {
+    gather_wait(static_cast<size_t>(root_flat));
+    if (grad) flats[root_flat]->grad_allocate_zero();
+  }
+  if (!order_.previous.empty()) prefetch_unit(order_.previous[0]);
+}
+
+void FsdpTree::post_forward(Unit& u, const std::vector<at::Tensor>& outputs) {
+  const bool grad = at::GradMode::is_enabled();
+  if (&u == units.back().get()) {
+    forward_active_ = false;
+    if (grad) hook_outputs(u.index, outputs);
+    else
+      for (size_t k = 0; k < flats.size(); ++k) reshard(k);  // inference: nothing stays gathered
+    return;
+  }
+  if (grad) hook_outputs(u.index, outputs);
+  // A grouped unit is resharded after the last of its modules.
+  const bool group_done = u.entered % static_cast<int64_t>(u.modules.size()) == 0;
+  if (u.flat >= 0 && group_done && (free_after_forward_ || !grad)) reshard(static_cast<size_t>(u.flat));
+}
+
+// An output's gradient hook fires right before the unit's backward.
+void FsdpTree::hook_outputs(size_t u, const std::vector<at::Tensor>& outputs) {
+  for (const auto& out : outputs)
+    if (out.defined() && out.requires_grad()) out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+}
+
+// Runs when the gradient of one of the unit's outputs is ready, right before its backward.
+void FsdpTree::pre_backward(size_t u) {
+  ensure_final_callback();
+  int k = units[u]->flat;
+  if (k >= 0) {
+    gather_wait(static_cast<size_t>(k));
+    flats[k]->grad_allocate_zero();
+  }
+  // Backward prefetch: the unit that ran before this one in the forward runs next now (after
+  // the root's outputs, the last unit of the forward).
+  const int64_t pos = u + 1 == units.size() ? static_cast<int64_t>(order_.current.size()) : order_.position[u];
+  if (pos > 0) prefetch_unit(order_.current[pos - 1]);
+  note_working_set();
+}
+
+// The end of the backward runs as an autograd callback, so `loss.backward()` is all a caller
+// writes. It is queued from the first hook of a backward, the root's output hook, which fires
+// in the outer graph task before any re-entrant (checkpoint) backward starts.
+void FsdpTree::ensure_final_callback() {
+  if (callback_queued_) return;
+  callback_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+}
+
+// Runs when the last of a flat parameter's gradients was accumulated.
+void FsdpTree::grads_ready(size_t k) {
+  ensure_final_callback();
+  state_[k]->ready = true;
+  note_working_set();
+  if (!sharded()) {
+    launch_ready_buckets();
+    return;
+  }
+  if (reduce_now) {
+    fold_finished_reductions();
+    start_reduce(k);
+  }
+  // During accumulation SHARD_GRAD_OP keeps the unit gathered: no communication at all until
+  // the last micro-batch. FULL_SHARD frees it (it is gathered again for the next forward).
+  if (free_after_forward_ || (free_after_backward_ && reduce_now)) reshard(k);
+}
+
+// Buckets launch in index order on every rank, whatever order they complete in: a bucket
+// that completes early waits for the ones before it.
+void FsdpTree::launch_ready_buckets() {
+  while (reduce_now && next_bucket_ < flats.size() && state_[next_bucket_]->ready) start_reduce(next_bucket_++);
+}
+
+// Bounds the unsharded gradients alive at once: folds in reductions that finished, and waits
+// for all but the newest one (one unit's reduction overlaps the next unit's backward).
+void FsdpTree::fold_finished_reductions() {
+  while (!reducing_.empty() && (reducing_.size() > 1 || state_[reducing_.front()]->reduce_work.done())) {
+    reduce_finish(reducing_.front());
+    reducing_.pop_front();
+  }
+}
+
+void FsdpTree::finish_backward() {
+  if (!callback_queued_) return;  // no backward reached this tree since the last finish
+  callback_queued_ = false;
+  c10::NoGradGuard no_grad;
+  for (size_t k = 0; k < flats.size(); ++k) {
+    FlatParam& f = *flats[k];
+    FlatState& st = *state_[k];
+    CADRE_CHECK(st.ready, "FSDP unit ", f.unit, ": ", st.pending, " of its ", f.params.size(),
+                " parameter gradients never arrived in the backward (first parameter ", f.names[0],
+                "); every parameter that requires grad must take part in the loss");
+    st.ready = false;
+    st.pending = static_cast<int64_t>(f.params.size());
+  }
+  if (!reduce_now) return;  // accumulating: the gradients stay unsharded until the last micro-batch
+  if (!sharded())
+    while (next_bucket_ < flats.size()) start_reduce(next_bucket_++);
+  next_bucket_ = 0;
+  for (size_t k : reducing_) reduce_finish(k);
+  reducing_.clear();
+  // Without a group nothing was in flight; a low-precision reduction still lands in float32.
+  for (size_t k = 0; k < flats.size(); ++k) reduce_finish(k);
+  mark_updated();  // an optimizer step comes next: compute copies refresh at the next gather
+}
+
+}  // namespace cadre::detail

@@ -1,0 +1,68 @@
+// Validation loss and accuracy over the data-parallel ranks (see evaluate.h).
+#include "train/evaluate.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace cadre {
+namespace {
+
+// The sample indices of each batch this rank evaluates.
+std::vector<std::vector<uint64_t>> eval_batches(const BatchSource& val, const Config& c, int rank, int world) {
+  const uint64_t B = static_cast<uint64_t>(c.data.batch_size), W = static_cast<uint64_t>(world);
+  const uint64_t N = val.num_samples(), r = static_cast<uint64_t>(rank);
+  std::vector<std::vector<uint64_t>> batches;
+  if (c.train.eval_batches > 0) {
+    for (int64_t b = 0; b < c.train.eval_batches; ++b) {
+      std::vector<uint64_t> indices;
+      for (uint64_t i = 0; i < B; ++i) indices.push_back((b * B * W + r * B + i) % N);
+      batches.push_back(indices);
+    }
+  } else {
+    const uint64_t lo = N * r / W, hi = N * (r + 1) / W, per_rank = (N + W - 1) / W;
+    for (uint64_t start = lo; batches.size() < (per_rank + B - 1) / B; start += B) {
+      std::vector<uint64_t> indices;
+      for (uint64_t i = start; i < std::min(hi, start + B); ++i) indices.push_back(i);
+      batches.push_back(indices);
+    }
+  }
+  return batches;
+}
+
+}  // namespace
+
+Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
+                    comm::Communicator* group) {
+  c10::NoGradGuard no_grad;
+  model.module().train(false);
+  double total = 0, correct = 0, count = 0;
+  for (const auto& indices : eval_batches(val, c, rank, world)) {
+    LossOutput out = model.loss(val.at(indices.empty() ? std::vector<uint64_t>{0} : indices));
+    if (indices.empty()) continue;
+    const double n = double(indices.size());
+    total += out.loss.item<double>() * n;
+    correct += double(out.correct);
+    count += n;
+  }
+  model.module().train(true);
+  if (group) {
+    at::Tensor sums = at::empty({3}, at::kDouble);
+    sums[0] = total;
+    sums[1] = correct;
+    sums[2] = count;
+    at::Tensor f = sums.to(at::kFloat);  // the communicator reduces float32
+    group->all_reduce(f, comm::ReduceOp::Sum);
+    total = f[0].item<double>();
+    correct = f[1].item<double>();
+    count = f[2].item<double>();
+  }
+  Evaluation e;
+  e.loss = total / count;
+  if (correct >= 0) e.accuracy = correct / count;
+  return e;
+}
+
+}  // namespace cadre

@@ -1,0 +1,61 @@
+// metrics.jsonl after a resume, the memory report and summary.json (see run_records.h).
+#include "train/run_records.h"
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/file_util.h"
+#include "core/strategy.h"
+#include "core/sysinfo.h"
+
+namespace cadre {
+
+void metrics_truncate(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.value("step", int64_t{0}) > step) continue;
+    kept += line + "\n";
+  }
+  file_write_atomic(path, kept);
+}
+
+MemoryReport final_memory_report(RunSetup& run) {
+  int64_t optimizer_bytes = 0;
+  for (const auto& t : run.optimizer->exp_avg()) optimizer_bytes += t.numel() * 4;
+  for (const auto& t : run.optimizer->exp_avg_sq()) optimizer_bytes += t.numel() * 4;
+  const ShardMemory measured = run.sharded.memory();
+  const int64_t compute_bytes = at::elementSize(run.shard_options.mixed_precision.param_dtype);
+  return memory_report(measured, optimizer_bytes, state_formula(run.shard_options.strategy, measured, compute_bytes));
+}
+
+void summary_write(RunSetup& run, const RunOutcome& o) {
+  const TrainSummary& summary = o.summary;
+  const std::string unit = run.model->throughput_unit();
+  nlohmann::json s = {{"steps", summary.steps},
+                      {"resumed_from", o.resumed.path},
+                      {"resumed_step", o.resumed.step},
+                      {"initialised_from", o.initialised_from},
+                      {"checkpoint", summary.checkpoint},
+                      {"world_size", run.world},
+                      {"tp_size", run.mesh->tp_size()},
+                      {"dp_size", run.dp},
+                      {"final_loss", summary.final_loss},
+                      {"final_val_loss", summary.final_val_loss},
+                      {unit + "_per_s", summary.throughput},
+                      {"params", run.model->param_count()},
+                      {"arch", run.c.model.arch},
+                      {"strategy", strategy_name(run.c.parallel.strategy)},
+                      {"memory", o.memory.to_json()},
+                      {"peak_rss_bytes", process_peak_rss_bytes()}};
+  if (summary.final_val_accuracy >= 0) s["final_val_accuracy"] = summary.final_val_accuracy;
+  if (o.identical) s["params_identical_across_ranks"] = *o.identical;
+  std::ofstream(run.c.run.dir + "/summary.json") << s.dump(2) << "\n";
+}
+
+}  // namespace cadre

@@ -1,0 +1,152 @@
+// Building a run before its first step (see run_setup.h), in this order: config and inputs,
+// run directory, threads, sharding options, flight recorder, mesh and groups, the model's
+// weights, parallelization, optimizer, data.
+#include "train/run_setup.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "data/manifest.h"
+#include "models/registry.h"
+#include "obs/flight_recorder.h"
+#include "train/init_from.h"
+
+namespace fs = std::filesystem;
+
+namespace cadre {
+namespace {
+
+// HYBRID_SHARD's shard group, in data-parallel ranks: parallel.shard_group_size, or the
+// data-parallel ranks of one node. It must divide the data-parallel size, and with one node
+// and no size given it would be FULL_SHARD in disguise.
+int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
+  const int64_t tp = c.parallel.tp_size, dp = env.world_size / tp;
+  int64_t size = c.parallel.shard_group_size;
+  if (size == 0) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int64_t per_node = local && *local ? std::atoll(local) : env.world_size;
+    size = std::max<int64_t>(1, per_node / tp);
+    CADRE_CONFIG_CHECK(dp == 1 || size < dp, "parallel.shard_group_size: HYBRID_SHARD needs a shard group size > 0 when all ",
+                       dp, " data-parallel ranks are on one node (LOCAL_WORLD_SIZE=", per_node, ", tp_size ", tp,
+                       "); set it, or use FULL_SHARD");
+  }
+  CADRE_CONFIG_CHECK(size >= 1 && dp % size == 0, "parallel.shard_group_size ", size,
+                     " does not divide the data-parallel size ", dp, " (WORLD_SIZE=", env.world_size, " / tp_size ", tp, ")");
+  return size;
+}
+
+// Inputs the config points at must agree with it before any work starts (exit code 2).
+void check_inputs(const Config& c, const Model& model) {
+  CADRE_CONFIG_CHECK(!c.data.dir.empty(), "data.dir is not set (a directory written by `cadre data prepare`)");
+  CADRE_CONFIG_CHECK(fs::is_directory(c.data.dir), "data.dir '", c.data.dir, "' is not a directory");
+  DatasetManifest m = manifest_read(c.data.dir);
+  try {
+    model.check_data(m);
+  } catch (const ConfigError& e) {
+    throw ConfigError(str("data.dir '", c.data.dir, "': ", e.what()));
+  }
+}
+
+void set_threads(int64_t threads) {
+  at::set_num_threads(static_cast<int>(threads));
+  // Inter-op threads can be set once per process, before any parallel work.
+  static bool interop_set = false;
+  if (!interop_set) {
+    at::set_num_interop_threads(1);
+    interop_set = true;
+  }
+}
+
+FullyShardOptions shard_options_of(const ParallelConfig& p) {
+  auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
+  FullyShardOptions o;
+  o.strategy = p.strategy;
+  o.mixed_precision = {dtype(p.mixed_precision.param_dtype), dtype(p.mixed_precision.reduce_dtype)};
+  o.prefetch = p.prefetch;
+  return o;
+}
+
+// The config, the model and the inputs, checked; the run directory with the resolved config.
+void set_up_inputs(RunSetup& r, const Config& config) {
+  r.c = config;
+  init_from_config(r.c);      // fine-tuning: model keys the config leaves out come from the checkpoint
+  model_config_resolve(r.c);  // the model's keys, checked and complete in config.yaml
+  r.env = comm::JobEnv::from_env();
+  r.model = model_build(r.c);
+  check_inputs(r.c, *r.model);
+  CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,
+                     " does not divide WORLD_SIZE=", r.env.world_size,
+                     " (data parallelism runs over WORLD_SIZE / tp_size)");
+  r.model->check_parallel(r.c.parallel);  // tensor parallelism must divide what it splits
+  r.rank = r.env.rank;
+  r.world = r.env.world_size;
+  r.lead = r.rank == 0;
+  if (r.world > 1) log::set_rank(r.rank);
+  if (r.lead) {
+    fs::create_directories(r.c.run.dir);
+    std::ofstream out(r.c.run.dir + "/config.yaml");
+    out << config_to_yaml(r.c);
+  }
+}
+
+// The ranks as dp x tp: tensor parallelism within consecutive ranks, data parallelism (the
+// strategy's shard and replica groups) across them. Before any communicator: the flight
+// recorder's ring (in the file the agent reads, if given) and where ranks dump it when a
+// collective fails.
+void set_up_mesh(RunSetup& r) {
+  const Config& c = r.c;
+  const int64_t hybrid_size = r.shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, r.env) : 0;
+  const char* recorder_file = std::getenv("CADRE_FLIGHT_RECORDER_FILE");
+  obs::flight_recorder_configure(size_t(c.obs.flight_recorder_entries), recorder_file ? recorder_file : "");
+  obs::flight_recorder_set_dump_dir(c.run.dir + "/flight_recorder");
+  comm::CommOptions comm_options;
+  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.parallel.comm_timeout * 1000));
+  r.mesh = std::make_unique<DeviceMesh>(r.env, c.parallel.tp_size, comm_options);
+  r.groups = make_parallel_groups(r.mesh->dp(), r.shard_options.strategy, hybrid_size);
+  r.shard_options.groups = r.groups.groups;
+  r.group = r.mesh->world();
+  r.dp = r.mesh->dp_size();
+  r.dp_rank = r.mesh->dp_rank();
+}
+
+// Every rank initialises from the same seed; broadcasting makes equality a guarantee. Then
+// tensor parallelism over the mesh's tp ranks and FSDP units over the dp ranks (NO_SHARD is
+// DDP: the same flat buffers, reduced in buckets). The optimizer sees only this rank's
+// float32 shard, so its state shrinks with the data-parallel size.
+void set_up_model(RunSetup& r) {
+  const Config& c = r.c;
+  r.model->init_weights(static_cast<uint64_t>(c.train.seed));
+  if (r.group) {
+    c10::NoGradGuard no_grad;
+    for (auto& p : r.model->module().parameters()) r.group->broadcast(p, 0);
+    for (auto& b : r.model->module().buffers()) r.group->broadcast(b, 0);
+  }
+  r.sharded = r.model->parallelize(*r.mesh, r.shard_options, c.parallel);
+  r.optimizer = std::make_unique<AdamW>(r.sharded.parameters(), r.sharded.decay_mask(),
+                                        AdamWOptions{c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay});
+  r.schedule = LrSchedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
+}
+
+}  // namespace
+
+std::unique_ptr<RunSetup> run_set_up(const Config& config) {
+  auto r = std::make_unique<RunSetup>();
+  set_up_inputs(*r, config);
+  set_threads(r->c.train.threads);
+  r->shard_options = shard_options_of(r->c.parallel);
+  set_up_mesh(*r);
+  set_up_model(*r);
+  r->train_data = BatchSource::open(r->c.data.dir, Split::Train, static_cast<uint64_t>(r->c.train.seed));
+  if (r->c.train.eval_interval > 0) r->val_data = BatchSource::open(r->c.data.dir, Split::Val, 0);
+  return r;
+}
+
+}  // namespace cadre
