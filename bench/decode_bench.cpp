@@ -1,4 +1,5 @@
-// Decode throughput of Cadre's KV-cache decoder (models/llama/decode.h), the figures
+// Decode throughput of Cadre's KV-cache decoder (models/model.h's Decoder; Llama's is
+// models/llama/decode.h), the figures
 // bench/decode_throughput.py sets beside the Python peer's: for each number of concurrent
 // streams B, B prompts are prefilled in one forward, then `--tokens` greedy decoding steps run
 // with one new token per stream per step; tokens/s counts the decoding steps only. Prompts are
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -20,7 +22,7 @@
 
 #include "generate/model_source.h"
 #include "models/batch_invariant_linear.h"
-#include "models/llama/decode.h"
+#include "models/model.h"
 
 namespace {
 
@@ -58,7 +60,9 @@ int main(int argc, char** argv) {
   try {
   cadre::InferenceModel m = cadre::inference_model_load(model_path, "", /*need_tokenizer=*/false);
   const int64_t most = *std::max_element(streams.begin(), streams.end());
-  cadre::LlamaDecoder decoder(*m.llama, {most, prompt_len + tokens, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  std::unique_ptr<cadre::Decoder> decoder_ptr =
+      m.lm().decoder({most, prompt_len + tokens, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  cadre::Decoder& decoder = *decoder_ptr;
   const int64_t V = decoder.vocab_size();
   for (int64_t B : streams) {
     std::vector<double> rates;

@@ -12,6 +12,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/rank_writer.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
@@ -22,8 +23,6 @@ namespace cadre {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 

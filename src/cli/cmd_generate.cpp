@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -14,7 +15,7 @@
 #include "generate/model_source.h"
 #include "generate/sequence.h"
 #include "models/batch_invariant_linear.h"
-#include "models/llama/decode.h"
+#include "models/model.h"
 
 namespace cadre {
 
@@ -56,9 +57,10 @@ int cmd_generate(const Args& args) {
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_load(model, tokenizer_path);
   Tokenizer tokenizer(m.tokenizer);
-  CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.llama->config().vocab_size, "tokenizer '", m.tokenizer, "' has ",
-                     tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.llama->config().vocab_size);
-  LlamaDecoder decoder(*m.llama, {1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
+                     tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
+  std::unique_ptr<Decoder> decoder_ptr = m.lm().decoder({1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  Decoder& decoder = *decoder_ptr;
 
   std::vector<int> ids = {tokenizer.bos_id()};
   const auto text_ids = tokenizer.encode(prompt);

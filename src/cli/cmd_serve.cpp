@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "cli/commands.h"
@@ -19,7 +20,7 @@
 #include "data/tokenizer.h"
 #include "generate/model_source.h"
 #include "models/batch_invariant_linear.h"
-#include "models/llama/decode.h"
+#include "models/model.h"
 #include "serve/chat_template.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
@@ -77,24 +78,24 @@ int cmd_serve(const Args& args) {
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_load(model, tokenizer_path);
   Tokenizer tokenizer(m.tokenizer);
-  CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.llama->config().vocab_size, "tokenizer '", m.tokenizer, "' has ",
-                     tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.llama->config().vocab_size);
-  CADRE_CONFIG_CHECK(context >= 0 && context <= m.llama->config().max_seq_len, "--context must be in 1..",
-                     m.llama->config().max_seq_len, " (the model's max_seq_len)");
+  CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
+                     tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
+  CADRE_CONFIG_CHECK(context >= 0 && context <= m.lm().max_seq_len(), "--context must be in 1..", m.lm().max_seq_len(),
+                     " (the model's max_seq_len)");
   ChatTemplate chat = ChatTemplate::load(chat_template);
-  LlamaDecoder decoder(*m.llama, {max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
-  m.llama.reset();  // the decoder holds its own (packed) copy of the weights
+  std::unique_ptr<Decoder> decoder = m.lm().decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  m.model.reset();  // the decoder holds its own (packed) copy of the weights
   ServeMetrics metrics;
-  Scheduler scheduler(decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
+  Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
   http.port = static_cast<int>(port);
   http.max_body_bytes = max_body_kib * 1024;
   http.model_name = model_name.empty() ? m.name : model_name;
-  http.vocab_size = decoder.vocab_size();
+  http.vocab_size = decoder->vocab_size();
   HttpServer server(http, scheduler, tokenizer, chat, metrics);
   server.bind();
   log::info(str("serve: ", m.source, " as '", http.model_name, "' on http://", http.host, ":", server.bound_port(),
-                " (max batch ", max_batch, ", queue ", max_queue, ", context ", decoder.max_len(), ", ", dtype,
-                " weights ", decoder.weight_bytes() / 1e6, " MB, KV cache ", decoder.cache_bytes() / 1e6, " MB, ",
+                " (max batch ", max_batch, ", queue ", max_queue, ", context ", decoder->max_len(), ", ", dtype,
+                " weights ", decoder->weight_bytes() / 1e6, " MB, KV cache ", decoder->cache_bytes() / 1e6, " MB, ",
                 batch_invariant_linear_isa(), " kernels, ", threads, " threads", http.api_key.empty() ? "" : ", API key required",
                 ")"));
   std::printf("listening on http://%s:%d\n", http.host.c_str(), server.bound_port());

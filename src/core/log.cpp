@@ -12,7 +12,7 @@
 
 namespace cadre::log {
 namespace {
-std::atomic<int> g_level{static_cast<int>(Level::Info)};
+constexpr Level kMinLevel = Level::Info;  // debug lines are compiled in but not written
 std::atomic<int> g_rank{-1};
 
 const char* level_name(Level level) {
@@ -26,11 +26,10 @@ const char* level_name(Level level) {
 }
 }  // namespace
 
-void set_level(Level level) { g_level = static_cast<int>(level); }
 void set_rank(int rank) { g_rank = rank; }
 
 void write(Level level, const std::string& message) {
-  if (static_cast<int>(level) < g_level.load()) return;
+  if (static_cast<int>(level) < static_cast<int>(kMinLevel)) return;
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
   std::tm tm{};

@@ -7,7 +7,6 @@ namespace cadre::log {
 
 enum class Level { Debug = 0, Info = 1, Warn = 2, Error = 3 };
 
-void set_level(Level level);
 void set_rank(int rank);  // -1: not part of a distributed job
 void write(Level level, const std::string& message);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "doctor/doctor.h"
 
@@ -28,10 +29,6 @@ at::Tensor reduced(int64_t numel, int64_t first, int n, ReduceOp op, at::ScalarT
   if (op == ReduceOp::Max) return k.add(n).to(dtype);
   if (op == ReduceOp::Avg) return dtype == at::kLong ? sum.div(n, "trunc") : sum.to(at::kFloat).div(n).to(dtype);
   return sum.to(dtype);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 
 #include <chrono>
 
+#include "core/clock.h"
+
 namespace cadre {
 
-GenerationStats generate_sequence(LlamaDecoder& decoder, int64_t slot, Sequence& sequence,
+GenerationStats generate_sequence(Decoder& decoder, int64_t slot, Sequence& sequence,
                                   const std::function<void(const StepResult&)>& on_step) {
   using Clock = std::chrono::steady_clock;
   decoder.reset(slot);
@@ -25,7 +27,7 @@ GenerationStats generate_sequence(LlamaDecoder& decoder, int64_t slot, Sequence&
   }
   stats.generated_tokens = sequence.generated_tokens();
   stats.prefill_s = std::chrono::duration<double>(t_first - t0).count();
-  stats.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
+  stats.decode_s = seconds_since(t_first);
   return stats;
 }
 

@@ -2,10 +2,11 @@
 // step, handing each step's result to the caller (who streams its text).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "generate/sequence.h"
-#include "models/llama/decode.h"
+#include "models/model.h"
 
 namespace cadre {
 
@@ -16,7 +17,7 @@ struct GenerationStats {
 };
 
 // Runs `sequence` to its end in `slot` of the decoder (reset first).
-GenerationStats generate_sequence(LlamaDecoder& decoder, int64_t slot, Sequence& sequence,
+GenerationStats generate_sequence(Decoder& decoder, int64_t slot, Sequence& sequence,
                                   const std::function<void(const StepResult&)>& on_step);
 
 }  // namespace cadre

@@ -1,4 +1,4 @@
-// Loading a Llama for inference from a checkpoint or a Hugging Face folder.
+// Loading a language model for inference from a checkpoint or a Hugging Face folder.
 #include "generate/model_source.h"
 
 #include <filesystem>
@@ -10,7 +10,6 @@
 #include "ckpt/hf_import.h"
 #include "core/error.h"
 #include "core/shape_text.h"
-#include "models/llama/config.h"
 #include "models/registry.h"
 
 namespace fs = std::filesystem;
@@ -18,26 +17,23 @@ namespace fs = std::filesystem;
 namespace cadre {
 namespace {
 
-std::shared_ptr<Llama> from_hf(const std::string& path, std::string& tokenizer) {
+std::unique_ptr<Model> from_hf(const std::string& path, std::string& tokenizer) {
   HfFolder folder(path);
   HfImportTarget target = model_hf_import_target(folder.config_json(), path + "/config.json");
-  auto llama = std::make_shared<Llama>(llama_config(target.config.model));
-  auto params = llama->named_parameters();
+  std::unique_ptr<Model> model = model_build_causal_lm(target.config, "Hugging Face folder '" + path + "'");
+  auto params = model->module().named_parameters();
   for (const HfPlannedTensor& t : hf_plan(folder, target)) folder.read_float32(*t.source, params[t.name].data_ptr<float>());
   if (fs::is_regular_file(path + "/tokenizer.model")) tokenizer = path + "/tokenizer.model";
-  return llama;
+  return model;
 }
 
-std::shared_ptr<Llama> from_checkpoint(const std::string& path, std::string& tokenizer) {
+std::unique_ptr<Model> from_checkpoint(const std::string& path, std::string& tokenizer) {
   const std::string dir = checkpoint_locate(path);
   try {
     CheckpointReader reader(dir);
     Config config = config_parse(reader.manifest().config_yaml, dir + "/" + kManifestFile, {});
-    model_config_resolve(config);
-    CADRE_CONFIG_CHECK(config.model.arch == "llama", "checkpoint '", dir, "' holds a ", config.model.arch,
-                       " model; generate and serve run Llama models");
-    auto llama = std::make_shared<Llama>(llama_config(config.model));
-    for (auto& p : llama->named_parameters()) {
+    std::unique_ptr<Model> model = model_build_causal_lm(config, "checkpoint '" + dir + "'");
+    for (auto& p : model->module().named_parameters()) {
       const TensorRecord& t = reader.tensor("model." + p.key());
       CADRE_CONFIG_CHECK(t.dtype == "float32" && t.shape == p.value().sizes().vec(), "checkpoint '", dir, "': tensor 'model.",
                          p.key(), "' is ", t.dtype, " ", shape_text(t.shape), ", its config needs float32 ",
@@ -47,7 +43,7 @@ std::shared_ptr<Llama> from_checkpoint(const std::string& path, std::string& tok
     if (fs::is_regular_file(dir + "/tokenizer.model")) tokenizer = dir + "/tokenizer.model";
     else if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
       tokenizer = config.data.dir + "/tokenizer.model";
-    return llama;
+    return model;
   } catch (const CheckpointError& e) {
     throw ConfigError(e.what());  // a damaged checkpoint is bad input here: nothing was started
   }
@@ -60,8 +56,8 @@ InferenceModel inference_model_load(const std::string& path, const std::string& 
                      "' is not a directory (a checkpoint, a run directory or a Hugging Face folder)");
   InferenceModel out;
   const bool hf = hf_folder_detect(path);
-  out.llama = hf ? from_hf(path, out.tokenizer) : from_checkpoint(path, out.tokenizer);
-  out.llama->eval();
+  out.model = hf ? from_hf(path, out.tokenizer) : from_checkpoint(path, out.tokenizer);
+  out.model->module().eval();
   out.source = std::string(hf ? "Hugging Face folder " : "checkpoint ") + path;
   if (!tokenizer.empty()) {
     CADRE_CONFIG_CHECK(fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");

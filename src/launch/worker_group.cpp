@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "launch/child_wait.h"
@@ -21,10 +22,6 @@ extern char** environ;
 
 namespace cadre::launch {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 bool is_executable(const std::string& path) {
   struct stat st{};

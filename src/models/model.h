@@ -1,8 +1,9 @@
-// What the trainer needs from a model, and nothing about which model it is: build and
-// initialise it, parallelize it (tensor parallelism where the model has a plan, FSDP units,
-// activation checkpointing), a loss on a batch,
-// whether a dataset suits it, and how its parameters map to an external format. Each model
-// lives in models/<name>/ and is built by models/registry.h from the config's `model:` section.
+// What the trainer and text generation need from a model, and nothing about which model it
+// is. Training: build and initialise it, parallelize it (tensor parallelism where the model
+// has a plan, FSDP units, activation checkpointing), a loss on a batch, whether a dataset
+// suits it, and how its parameters map to an external format. Generation (generate/, serve/):
+// a language model's limits and its KV-cache Decoder. Each model lives in models/<name>/ and
+// is built by models/registry.h from the config's `model:` section.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
@@ -30,6 +32,55 @@ struct Batch {
 struct LossOutput {
   at::Tensor loss;       // mean over the batch, float32 scalar
   int64_t correct = -1;  // classifiers: correct predictions in the batch; -1 otherwise
+};
+
+struct DecodeOptions {
+  int64_t slots = 1;    // sequences with a cache of their own
+  int64_t max_len = 0;  // cached positions per slot; 0: the model's max_seq_len
+  // float32 reproduces the training forward; bfloat16 stores the matrices in half the bytes
+  // (decode reads every weight once per step, so it is faster where memory bandwidth limits).
+  at::ScalarType weight_dtype = at::kFloat;
+};
+
+// One new token of one sequence: it goes to position length(slot) (plus the rows of that
+// slot earlier in the same call).
+struct DecodeRow {
+  int64_t slot = 0;
+  int64_t token = 0;
+  bool logits = false;  // return this row's next-token logits
+};
+
+// KV-cache decoding (continuous batching): each call feeds new tokens only, any mix of prompt
+// chunks and generated tokens from any slots, each attending to its own slot's cache. A
+// decoder computes every row with shapes that do not depend on the other rows, so a
+// sequence's logits are the same bits alone or batched, and whether its prompt came in one
+// call or token by token: the scheduler's results rest on that.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Appends the rows to their slots' caches and returns the logits of the rows that asked
+  // for them, in row order: [count, vocab] float32. Error when a slot would exceed max_len.
+  virtual at::Tensor forward(const std::vector<DecodeRow>& rows) = 0;
+  virtual void reset(int64_t slot) = 0;  // empties the slot's cache
+  virtual int64_t length(int64_t slot) const = 0;
+  virtual int64_t slots() const = 0;
+  virtual int64_t max_len() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Bytes of weights one decode step reads, and of the caches.
+  virtual int64_t weight_bytes() const = 0;
+  virtual int64_t cache_bytes() const = 0;
+};
+
+// What text generation needs from a language model before decoding: its limits, and a
+// decoder over its current weights.
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_seq_len() const = 0;
+  // A decoder with its own copy of the weights (packed for decoding), so the model can be
+  // freed once it is built. Error for options the model cannot meet (max_len beyond max_seq_len).
+  virtual std::unique_ptr<Decoder> decoder(const DecodeOptions& options) const = 0;
 };
 
 class Model {
@@ -62,6 +113,8 @@ class Model {
   virtual double flops_per_sample(int64_t sample_len) const { return 0; }
   // What one sample counts as in throughput figures: "tokens" (seq_len per sample) or "images".
   virtual const char* throughput_unit() const = 0;
+  // The model's text-generation side; null (the default) for one that does not generate text.
+  virtual const CausalLm* causal_lm() const { return nullptr; }
 };
 
 }  // namespace cadre

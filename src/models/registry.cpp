@@ -34,6 +34,14 @@ std::unique_ptr<Model> model_build(const Config& config) {
   return std::make_unique<ResnetModel>(resnet_config(config.model));
 }
 
+std::unique_ptr<Model> model_build_causal_lm(Config& config, const std::string& source) {
+  model_config_resolve(config);
+  std::unique_ptr<Model> model = model_build(config);
+  CADRE_CONFIG_CHECK(model->causal_lm() != nullptr, source, " holds a ", config.model.arch,
+                     " model; generate and serve run Llama models");
+  return model;
+}
+
 std::unique_ptr<StateDictAdapter> model_state_dict_adapter(const Config& config) {
   check_arch(config.model.arch);
   if (config.model.arch == "llama") return std::make_unique<LlamaHfAdapter>(llama_config(config.model));

@@ -1,5 +1,6 @@
 // The models Cadre knows, by `model.arch`: each parses its own `model:` keys, builds itself,
-// and may bring a state-dict adapter for export. The only place that names every model.
+// may bring a state-dict adapter for export, and a language model its decoder for text
+// generation (Model::causal_lm). The only place that names every model.
 #pragma once
 
 #include <memory>
@@ -23,6 +24,11 @@ void model_config_resolve(Config& config);
 
 // The model config.model describes, uninitialised (call init_weights).
 std::unique_ptr<Model> model_build(const Config& config);
+
+// The model config.model describes, for text generation: as model_build, after
+// model_config_resolve, and ConfigError ("<source> holds a resnet model; ...") when it has
+// no CausalLm side. Its weights are not initialised: the caller loads trained ones.
+std::unique_ptr<Model> model_build_causal_lm(Config& config, const std::string& source);
 
 // Its Hugging Face adapter, or null when it has none.
 std::unique_ptr<StateDictAdapter> model_state_dict_adapter(const Config& config);

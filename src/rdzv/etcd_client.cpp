@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -19,10 +20,6 @@ using json = nlohmann::json;
 
 // Bound on one answer (or one watch line) read from an endpoint.
 constexpr size_t kMaxAnswerBytes = 64u << 20;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void set_timeout(httplib::Client& client, double seconds) {
   auto us = std::chrono::microseconds(static_cast<int64_t>(std::max(seconds, 0.001) * 1e6));

@@ -244,9 +244,4 @@ std::unique_ptr<KvStore> etcd_store_open(const EtcdOptions& options, double sess
   }
 }
 
-int64_t etcd_store_lease(const KvStore& store) {
-  auto* etcd = dynamic_cast<const EtcdStore*>(&store);
-  return etcd ? etcd->lease() : 0;
-}
-
 }  // namespace cadre::rdzv

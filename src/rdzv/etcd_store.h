@@ -14,7 +14,4 @@ namespace cadre::rdzv {
 // session_ttl_s seconds (at least etcd's minimum of 2). Throws Error naming every endpoint tried.
 std::unique_ptr<KvStore> etcd_store_open(const EtcdOptions& options, double session_ttl_s);
 
-// The session lease id of an etcd store (0 for other stores); for tests.
-int64_t etcd_store_lease(const KvStore& store);
-
 }  // namespace cadre::rdzv

@@ -28,16 +28,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/json_number.h"
 #include "core/log.h"
 
 namespace cadre::rdzv {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <random>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "serve/api_error.h"
@@ -18,8 +19,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Compares without an early exit, so the time taken does not reveal how much of a key matched.
 bool same_secret(const std::string& a, const std::string& b) {
@@ -56,9 +55,23 @@ class HttpServer::Impl {
   Impl(HttpOptions o, Scheduler& s, const Tokenizer& t, const ChatTemplate& c, ServeMetrics& m)
       : options(std::move(o)), scheduler(s), tokenizer(t), chat(c), metrics(m) {}
 
+  // A request taken into the scheduler's queue, and how its answer is shaped.
+  struct Accepted {
+    std::shared_ptr<RequestState> state;
+    ResponseContext context;
+    int64_t n = 1;
+    bool stream = false, include_usage = false;
+  };
+
   void routes();
+  // The two generation endpoints: accept (ApiError for anything refused), then answer whole
+  // or as a stream of server-sent events.
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  Accepted accept(const httplib::Request& req, Endpoint endpoint);
+  void answer_whole(const Accepted& accepted, httplib::Response& res);
+  void answer_stream(const Accepted& accepted, httplib::Response& res, const std::string& route, Clock::time_point t0);
   void check_auth(const httplib::Request& req) const;
+  void check_request(const ApiRequest& r) const;  // the model's name, logit_bias within the vocabulary
   std::vector<int> prompt_tokens(const ApiRequest& r) const;
 
   HttpOptions options;
@@ -91,87 +104,124 @@ std::vector<int> HttpServer::Impl::prompt_tokens(const ApiRequest& r) const {
   return ids;
 }
 
+namespace {
+
+// OpenAI's wording for a request that does not fit the context.
+ApiError context_error(Endpoint endpoint, int64_t context, int64_t used, int64_t max_tokens) {
+  const std::string what = endpoint == Endpoint::Chat ? "messages" : "prompt";
+  const int64_t completion = std::max<int64_t>(max_tokens, 0);
+  return ApiError(400,
+                  "This model's maximum context length is " + std::to_string(context) + " tokens. However, you requested " +
+                      std::to_string(used + completion) + " tokens (" + std::to_string(used) + " in the " + what + ", " +
+                      std::to_string(completion) + " in the completion). Please reduce the length of the " + what +
+                      " or completion.",
+                  what, "context_length_exceeded");
+}
+
+}  // namespace
+
+void HttpServer::Impl::check_request(const ApiRequest& r) const {
+  if (r.model != options.model_name)
+    throw ApiError(404, "The model '" + r.model + "' does not exist (this server serves '" + options.model_name + "')",
+                   "model", "model_not_found");
+  for (const auto& [token, bias] : r.params.sampling.logit_bias)
+    if (token >= options.vocab_size)
+      throw ApiError(400, "'logit_bias' names token " + std::to_string(token) + ", beyond the vocabulary of " +
+                              std::to_string(options.vocab_size), "logit_bias");
+}
+
+HttpServer::Impl::Accepted HttpServer::Impl::accept(const httplib::Request& req, Endpoint endpoint) {
+  check_auth(req);
+  const int64_t max_n = scheduler.options().max_batch;
+  ApiRequest r = endpoint == Endpoint::Chat ? parse_chat_request(req.body, max_n) : parse_completion_request(req.body, max_n);
+  check_request(r);
+  std::vector<int> prompt = prompt_tokens(r);
+  const int64_t context = scheduler.context(), used = static_cast<int64_t>(prompt.size());
+  if (r.params.max_tokens < 0) r.params.max_tokens = context - used;  // chat without max_tokens: the rest
+  if (used + r.params.max_tokens > context || used >= context)
+    throw context_error(endpoint, context, used, r.params.max_tokens);
+  const uint64_t seed = r.seeded ? r.params.sampling.seed : random_seed();
+  std::shared_ptr<RequestState> state = scheduler.submit(std::move(prompt), r.params, r.n, seed);
+  if (!state)
+    throw ApiError(429, "The server is at capacity (" + std::to_string(scheduler.options().max_queue) +
+                            " requests queued); retry later", "", "rate_limit_exceeded", "requests");
+  return {state, response_context(endpoint, options.model_name, tokenizer, r.params.logprobs >= 0), r.n, r.stream,
+          r.include_usage};
+}
+
+void HttpServer::Impl::answer_whole(const Accepted& a, httplib::Response& res) {
+  CompletionBuilder builder(a.context, a.n);
+  std::vector<SequenceEvent> events;
+  while (a.state->next(events)) {
+    for (const auto& e : events) builder.add(e);
+    events.clear();
+  }
+  if (!a.state->error().empty()) throw ApiError(500, a.state->error(), "", "internal_error", "server_error");
+  res.set_content(json_text(builder.finish(a.state->prompt_tokens(), a.state->completion_tokens())), "application/json");
+}
+
+namespace {
+
+// One call of the chunked content provider: the events that are there, a keep-alive comment,
+// or the end (an error event or the usage, then [DONE]). False: the client went away.
+bool stream_events(RequestState& state, ChunkBuilder& chunks, bool include_usage, httplib::DataSink& sink) {
+  std::vector<SequenceEvent> events;
+  // A queued request may wait a while: a comment each second keeps the connection and
+  // finds a client that left (the write fails).
+  const bool more = state.next(events, std::chrono::milliseconds(1000));
+  if (more && events.empty()) {
+    const std::string ping = sse_comment("waiting for a decoding slot");
+    return sink.write(ping.data(), ping.size());
+  }
+  for (const auto& e : events) {
+    json chunk = chunks.chunk(e);
+    if (chunk.is_null()) continue;
+    const std::string event = sse_event(json_text(chunk));
+    if (!sink.write(event.data(), event.size())) return false;
+  }
+  if (more) return true;
+  std::string tail;
+  if (!state.error().empty())
+    tail += sse_event(api_error_body(ApiError(500, state.error(), "", "internal_error", "server_error")));
+  else if (include_usage)
+    tail += sse_event(json_text(chunks.usage(state.prompt_tokens(), state.completion_tokens())));
+  tail += sse_done();
+  if (!sink.write(tail.data(), tail.size())) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace
+
+void HttpServer::Impl::answer_stream(const Accepted& a, httplib::Response& res, const std::string& route,
+                                     Clock::time_point t0) {
+  auto chunks = std::make_shared<ChunkBuilder>(a.context, a.n, a.include_usage);
+  std::shared_ptr<RequestState> state = a.state;
+  const bool include_usage = a.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state, chunks, include_usage](size_t, httplib::DataSink& sink) {
+        return stream_events(*state, *chunks, include_usage, sink);
+      },
+      [this, state, route, t0](bool success) {
+        // Called when the response ends: unsuccessfully when the client went away.
+        if (!success) state->cancel();
+        metrics.request_done(route, success ? 200 : 499, seconds_since(t0));
+      });
+}
+
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   const auto t0 = Clock::now();
   const std::string route = endpoint == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
   try {
-    check_auth(req);
-    const int64_t max_n = scheduler.options().max_batch;
-    ApiRequest r = endpoint == Endpoint::Chat ? parse_chat_request(req.body, max_n) : parse_completion_request(req.body, max_n);
-    if (r.model != options.model_name)
-      throw ApiError(404, "The model '" + r.model + "' does not exist (this server serves '" + options.model_name + "')",
-                     "model", "model_not_found");
-    for (const auto& [token, bias] : r.params.sampling.logit_bias)
-      if (token >= options.vocab_size)
-        throw ApiError(400, "'logit_bias' names token " + std::to_string(token) + ", beyond the vocabulary of " +
-                                std::to_string(options.vocab_size), "logit_bias");
-    std::vector<int> prompt = prompt_tokens(r);
-    const int64_t context = scheduler.context(), used = static_cast<int64_t>(prompt.size());
-    if (r.params.max_tokens < 0) r.params.max_tokens = context - used;  // chat without max_tokens: the rest
-    if (used + r.params.max_tokens > context || used >= context)
-      throw ApiError(400,
-                     "This model's maximum context length is " + std::to_string(context) + " tokens. However, you requested " +
-                         std::to_string(used + std::max<int64_t>(r.params.max_tokens, 0)) + " tokens (" + std::to_string(used) +
-                         " in the " + (endpoint == Endpoint::Chat ? "messages" : "prompt") + ", " +
-                         std::to_string(std::max<int64_t>(r.params.max_tokens, 0)) +
-                         " in the completion). Please reduce the length of the " +
-                         (endpoint == Endpoint::Chat ? "messages" : "prompt") + " or completion.",
-                     endpoint == Endpoint::Chat ? "messages" : "prompt", "context_length_exceeded");
-    const uint64_t seed = r.seeded ? r.params.sampling.seed : random_seed();
-    std::shared_ptr<RequestState> state = scheduler.submit(std::move(prompt), r.params, r.n, seed);
-    if (!state)
-      throw ApiError(429, "The server is at capacity (" + std::to_string(scheduler.options().max_queue) +
-                              " requests queued); retry later", "", "rate_limit_exceeded", "requests");
-    ResponseContext context_info = response_context(endpoint, options.model_name, tokenizer, r.params.logprobs >= 0);
-    if (!r.stream) {
-      CompletionBuilder builder(context_info, r.n);
-      std::vector<SequenceEvent> events;
-      while (state->next(events)) {
-        for (const auto& e : events) builder.add(e);
-        events.clear();
-      }
-      if (!state->error().empty()) throw ApiError(500, state->error(), "", "internal_error", "server_error");
-      res.set_content(json_text(builder.finish(state->prompt_tokens(), state->completion_tokens())), "application/json");
+    const Accepted accepted = accept(req, endpoint);
+    if (accepted.stream) {
+      answer_stream(accepted, res, route, t0);  // its end is counted when the stream closes
+    } else {
+      answer_whole(accepted, res);
       metrics.request_done(route, 200, seconds_since(t0));
-      return;
     }
-    auto chunks = std::make_shared<ChunkBuilder>(context_info, r.n, r.include_usage);
-    const bool include_usage = r.include_usage;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [state, chunks, include_usage](size_t, httplib::DataSink& sink) {
-          std::vector<SequenceEvent> events;
-          // A queued request may wait a while: a comment each second keeps the connection and
-          // finds a client that left (the write fails).
-          const bool more = state->next(events, std::chrono::milliseconds(1000));
-          if (more && events.empty()) {
-            const std::string ping = sse_comment("waiting for a decoding slot");
-            if (!sink.write(ping.data(), ping.size())) return false;
-            return true;
-          }
-          for (const auto& e : events) {
-            json chunk = chunks->chunk(e);
-            if (chunk.is_null()) continue;
-            const std::string event = sse_event(json_text(chunk));
-            if (!sink.write(event.data(), event.size())) return false;
-          }
-          if (more) return true;
-          std::string tail;
-          if (!state->error().empty())
-            tail += sse_event(api_error_body(ApiError(500, state->error(), "", "internal_error", "server_error")));
-          else if (include_usage)
-            tail += sse_event(json_text(chunks->usage(state->prompt_tokens(), state->completion_tokens())));
-          tail += sse_done();
-          if (!sink.write(tail.data(), tail.size())) return false;
-          sink.done();
-          return true;
-        },
-        [this, state, route, t0](bool success) {
-          // Called when the response ends: unsuccessfully when the client went away.
-          if (!success) state->cancel();
-          metrics.request_done(route, success ? 200 : 499, seconds_since(t0));
-        });
   } catch (const ApiError& e) {
     send_error(res, e);
     metrics.request_done(route, e.status, seconds_since(t0));

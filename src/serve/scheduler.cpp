@@ -55,7 +55,7 @@ void RequestState::fail(const std::string& error) {
   cv_.notify_all();
 }
 
-Scheduler::Scheduler(LlamaDecoder& decoder, const Tokenizer& tokenizer, SchedulerOptions options, ServeMetrics& metrics)
+Scheduler::Scheduler(Decoder& decoder, const Tokenizer& tokenizer, SchedulerOptions options, ServeMetrics& metrics)
     : decoder_(decoder), tokenizer_(tokenizer), options_(options), metrics_(metrics) {
   CADRE_CHECK(options_.max_batch == decoder_.slots(), "scheduler: max_batch ", options_.max_batch, " != decoder slots ",
               decoder_.slots());

@@ -20,7 +20,7 @@
 
 #include "data/tokenizer.h"
 #include "generate/sequence.h"
-#include "models/llama/decode.h"
+#include "models/model.h"
 #include "serve/metrics.h"
 
 namespace cadre {
@@ -79,7 +79,7 @@ class RequestState {
 
 class Scheduler {
  public:
-  Scheduler(LlamaDecoder& decoder, const Tokenizer& tokenizer, SchedulerOptions options, ServeMetrics& metrics);
+  Scheduler(Decoder& decoder, const Tokenizer& tokenizer, SchedulerOptions options, ServeMetrics& metrics);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -106,7 +106,7 @@ class Scheduler {
   void drop_cancelled();
   void step();
 
-  LlamaDecoder& decoder_;
+  Decoder& decoder_;
   const Tokenizer& tokenizer_;
   SchedulerOptions options_;
   ServeMetrics& metrics_;

@@ -50,6 +50,9 @@ std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// The Llama module an inference model holds (generation itself sees only models/model.h).
+cadre::Llama& llama_of(const cadre::InferenceModel& m) { return dynamic_cast<cadre::Llama&>(m.model->module()); }
+
 double relative_error(const at::Tensor& got, const at::Tensor& want) {
   const double scale = want.abs().max().item<double>();
   return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() / scale;
@@ -139,14 +142,14 @@ TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreed
 
     const cadre::TensorDict ref = cadre::tensor_file_load(hf + "/reference.pt");
     cadre::InferenceModel imported = cadre::inference_model_load(ck), direct = cadre::inference_model_load(hf);
-    EXPECT_EQ(imported.llama->config().tie_embeddings, variant == "f16_tied");
-    EXPECT_EQ(imported.llama->config().n_kv_heads, variant == "f16_tied" ? 4 : 2);
-    EXPECT_EQ(imported.llama->config().rope_theta, variant == "f16_tied" ? 10000.0 : 500000.0);
-    auto direct_params = direct.llama->named_parameters();
-    for (const auto& p : imported.llama->named_parameters())
+    EXPECT_EQ(llama_of(imported).config().tie_embeddings, variant == "f16_tied");
+    EXPECT_EQ(llama_of(imported).config().n_kv_heads, variant == "f16_tied" ? 4 : 2);
+    EXPECT_EQ(llama_of(imported).config().rope_theta, variant == "f16_tied" ? 10000.0 : 500000.0);
+    auto direct_params = llama_of(direct).named_parameters();
+    for (const auto& p : llama_of(imported).named_parameters())
       EXPECT_TRUE(at::equal(p.value(), direct_params[p.key()])) << p.key();
     c10::NoGradGuard no_grad;
-    const at::Tensor logits = imported.llama->forward(ref.at("tokens"));
+    const at::Tensor logits = llama_of(imported).forward(ref.at("tokens"));
     cadre::test::Fp64Judge judge("[hf import] " + variant);
     judge.check("logits", "logits", logits, cadre::test::torch32_runs(ref, "logits"), ref.at("ref.logits"));
     judge.print();
@@ -318,7 +321,7 @@ TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
   auto batches = cadre::BatchSource::open(data(), cadre::Split::Train, static_cast<uint64_t>(resolved.train.seed));
   cadre::Batch batch = batches->next(8, 0, 8);
   c10::NoGradGuard no_grad;
-  const double want = cadre::llama_loss(trained.llama->forward(batch.input), batch.target).item<double>();
+  const double want = cadre::llama_loss(llama_of(trained).forward(batch.input), batch.target).item<double>();
   std::ifstream metrics(ft + "/metrics.jsonl");
   std::string first;
   std::getline(metrics, first);

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "rdzv/endpoint.h"
 #include "rdzv/etcd_store.h"
@@ -27,13 +28,10 @@
 #include "support/process.h"
 
 using namespace cadre::rdzv;
+using cadre::seconds_since;
 using cadre::test::EtcdCluster;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 bool wait_until(const std::function<bool()>& cond, double timeout_s) {
   auto start = std::chrono::steady_clock::now();

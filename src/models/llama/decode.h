@@ -14,43 +14,24 @@
 #include <vector>
 
 #include "models/llama/model.h"
+#include "models/model.h"
 
 namespace cadre {
 
-struct DecodeOptions {
-  int64_t slots = 1;    // sequences with a cache of their own
-  int64_t max_len = 0;  // cached positions per slot; 0: the model's max_seq_len
-  // float32 reproduces the training forward; bfloat16 stores the matrices in half the bytes
-  // (decode reads every weight once per step, so it is faster where memory bandwidth limits).
-  at::ScalarType weight_dtype = at::kFloat;
-};
-
-// One new token of one sequence: it goes to position length(slot) (plus the rows of that
-// slot earlier in the same call).
-struct DecodeRow {
-  int64_t slot = 0;
-  int64_t token = 0;
-  bool logits = false;  // return this row's next-token logits
-};
-
-class LlamaDecoder {
+class LlamaDecoder : public Decoder {
  public:
   // Copies the weights it needs (packed: q, k and v in one matrix, gate and up in another).
   LlamaDecoder(const Llama& model, DecodeOptions options);
 
-  // Appends the rows to their slots' caches and returns the logits of the rows that asked
-  // for them, in row order: [count, vocab] float32. Error when a slot would exceed max_len.
-  at::Tensor forward(const std::vector<DecodeRow>& rows);
-
-  void reset(int64_t slot);  // empties the slot's cache
-  int64_t length(int64_t slot) const { return lengths_.at(static_cast<size_t>(slot)); }
-  int64_t slots() const { return options_.slots; }
-  int64_t max_len() const { return options_.max_len; }
-  int64_t vocab_size() const { return config_.vocab_size; }
+  at::Tensor forward(const std::vector<DecodeRow>& rows) override;
+  void reset(int64_t slot) override;
+  int64_t length(int64_t slot) const override { return lengths_.at(static_cast<size_t>(slot)); }
+  int64_t slots() const override { return options_.slots; }
+  int64_t max_len() const override { return options_.max_len; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
   const LlamaConfig& config() const { return config_; }
-  // Bytes of weights one decode step reads, and of the caches.
-  int64_t weight_bytes() const;
-  int64_t cache_bytes() const;
+  int64_t weight_bytes() const override;
+  int64_t cache_bytes() const override;
 
  private:
   struct Layer {

@@ -2,6 +2,7 @@
 #include "models/llama/llama_model.h"
 
 #include "core/error.h"
+#include "models/llama/decode.h"
 #include "models/llama/parallelize.h"
 #include "models/llama/tensor_parallel.h"
 
@@ -34,6 +35,10 @@ std::string LlamaModel::describe() const {
 }
 
 int64_t LlamaModel::param_count() const { return llama_param_count(config_); }
+
+std::unique_ptr<Decoder> LlamaModel::decoder(const DecodeOptions& options) const {
+  return std::make_unique<LlamaDecoder>(*llama_, options);
+}
 
 double LlamaModel::flops_per_sample(int64_t seq_len) const {
   return llama_flops_per_token(config_, seq_len) * double(seq_len);

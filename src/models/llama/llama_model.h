@@ -1,5 +1,6 @@
 // Llama as the trainer sees it (models/model.h): next-token loss on token batches, FLOPs per
-// token, the dataset's vocabulary and sequence length checked against the model.
+// token, the dataset's vocabulary and sequence length checked against the model; and as text
+// generation sees it (CausalLm): its KV-cache decoder (models/llama/decode.h).
 #pragma once
 
 #include <memory>
@@ -11,7 +12,7 @@
 
 namespace cadre {
 
-class LlamaModel : public Model {
+class LlamaModel : public Model, public CausalLm {
  public:
   explicit LlamaModel(const LlamaConfig& config);
   torch::nn::Module& module() override { return *llama_; }
@@ -25,6 +26,11 @@ class LlamaModel : public Model {
   int64_t param_count() const override;
   double flops_per_sample(int64_t seq_len) const override;
   const char* throughput_unit() const override { return "tokens"; }
+  const CausalLm* causal_lm() const override { return this; }
+
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_seq_len() const override { return config_.max_seq_len; }
+  std::unique_ptr<Decoder> decoder(const DecodeOptions& options) const override;
 
  private:
   LlamaConfig config_;
