@@ -4,10 +4,15 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The retry soak (~11 min) is not part of `make test`: `cd build && ctest -L soak`.
 CTEST_FLAGS ?= -LE soak
 
-.PHONY: setup configure build test fuzz sanitize demo mnist bench clean
+.PHONY: setup setup-torch configure build test test-torch1 test-torch2 fuzz sanitize demo mnist bench clean
 
 setup:
 	@bash scripts/setup.sh
+
+# Also PyPI's torch 2.11 (+ the Python references) into the project venv and the gloo headers
+# for the libtorch 2.x build: ~2.8 GB downloaded on a first run (docs/TORCH2.md).
+setup-torch:
+	@bash scripts/setup.sh --torch
 
 configure: setup
 	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
@@ -15,8 +20,31 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $$(nproc)
 
-test: build
+# Both builds: (1) the whole suite on Debian's libtorch 1.13, then (2) the unit tests and the
+# `torch2` multi-process set on PyPI's libtorch 2.11 with the CUDA code paths compiled (run on the
+# CPU). The second runs even when the first fails; the exit status is 1 if either failed.
+test: setup-torch
+	@failed=""; \
+	$(MAKE) --no-print-directory test-torch1 || failed="$$failed test-torch1"; \
+	$(MAKE) --no-print-directory test-torch2 || failed="$$failed test-torch2"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
+
+test-torch1: build
+	@echo "== libtorch 1.13 (Debian): the whole suite in $(BUILD)/"
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
+
+# libtorch 2.x from the project venv's torch wheel (or your own: TORCH2_PREFIX=<dir holding
+# share/cmake/Torch>), C++20, CADRE_CUDA=ON against the CUDA toolkit and NCCL. No benchmarks or
+# fuzzers. `unit` + `torch2` (the multi-process set named in tests/CMakeLists.txt).
+TORCH2_BUILD ?= build-torch2
+TORCH2_PREFIX ?= $$($(or $(CADRE_VENV),$(HOME)/.cache/cadre/venv)/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+TORCH2_CMAKE_FLAGS ?= -DCADRE_CUDA=ON -DCADRE_BENCH=OFF -DCADRE_FUZZ=OFF
+test-torch2: setup-torch
+	@echo "== libtorch 2.x (PyPI wheel, CADRE_CUDA=ON): unit + torch2 tests in $(TORCH2_BUILD)/"
+	@cmake -S . -B $(TORCH2_BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_PREFIX_PATH="$(TORCH2_PREFIX)" \
+	  $(TORCH2_CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TORCH2_BUILD) -j $$(nproc)
+	@cd $(TORCH2_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|torch2)$$'
 
 # Every libFuzzer target for FUZZ_SECONDS each (`make test` runs them for 4 s each).
 FUZZ_SECONDS ?= 60

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Installs everything Cadre needs on a Debian bookworm machine: Debian's packages and the
 # project venv from PyPI. The data sets are committed under third_party/.
+#   --torch  also the libtorch 2.x build's needs (`make test`, `make test-torch2`): PyPI's torch
+#            2.11 and the Python references (python/requirements-torch.txt) into the same venv,
+#            and the gloo headers matching the gloo inside that torch (see src/comm/CMakeLists.txt).
 # Idempotent: when every package and the venv are present it returns in about a second.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+with_torch=0
+for arg in "$@"; do
+  case "$arg" in
+    --torch) with_torch=1 ;;
+    *) echo "setup: unknown option '$arg' (the only option is --torch)" >&2; exit 2 ;;
+  esac
+done
 
 # The Dockerfile installs the same list (tests/deploy/dockerfile_test.py checks it).
 packages=(
@@ -60,5 +70,8 @@ if ! cmp -s "$requirements" "$venv/.setup-requirements.txt"; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements" ||
     { echo "setup: pip could not install $requirements into $venv (is PyPI reachable?)" >&2; exit 1; }
   cp "$requirements" "$venv/.setup-requirements.txt"
+fi
+if ((with_torch)); then
+  bash "$here/scripts/setup_torch.sh" "$venv"
 fi
 echo "setup: ok"
