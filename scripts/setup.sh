@@ -62,7 +62,10 @@ esac
 # run from it. Kept outside the clone, so a new clone or a second run reuses it.
 venv="${CADRE_VENV:-$HOME/.cache/cadre/venv}"
 requirements="$here/python/requirements.txt"
-if ! cmp -s "$requirements" "$venv/.setup-requirements.txt"; then
+# The pins alone are compared (comments and blank lines are not): branches that only reword the
+# comments must not remake the shared venv, which would also delete the torch of `--torch`.
+pins() { grep -v -E '^[[:space:]]*(#|$)' "$1" 2>/dev/null || true; }
+if [[ ! -f "$venv/.setup-requirements.txt" || "$(pins "$requirements")" != "$(pins "$venv/.setup-requirements.txt")" ]]; then
   python=$(bash "$here/scripts/find_python.sh")
   echo "setup: making the project venv $venv from $python ($("$python" --version 2>&1))"
   rm -rf "$venv"

@@ -60,7 +60,8 @@ check_disk() {
   fi
 }
 
-if ! cmp -s "$requirements" "$stamp"; then
+pins() { grep -v -E '^[[:space:]]*(#|$)' "$1" 2>/dev/null || true; }   # as in setup.sh
+if [[ ! -f "$stamp" || "$(pins "$requirements")" != "$(pins "$stamp")" ]]; then
   check_disk
   echo "setup: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv"
   echo "setup:   a first run downloads 2.65 GB from PyPI (torch 0.53 GB, the nvidia-* CUDA 13 libraries 1.9 GB,"
