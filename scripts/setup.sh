@@ -65,7 +65,10 @@ requirements="$here/python/requirements.txt"
 # The pins alone are compared (comments and blank lines are not): branches that only reword the
 # comments must not remake the shared venv, which would also delete the torch of `--torch`.
 pins() { grep -v -E '^[[:space:]]*(#|$)' "$1" 2>/dev/null || true; }
-if [[ ! -f "$venv/.setup-requirements.txt" || "$(pins "$requirements")" != "$(pins "$venv/.setup-requirements.txt")" ]]; then
+# A venv whose making was interrupted (no pyvenv.cfg: its python would be the base interpreter,
+# and pip would install there) is made again too.
+if [[ ! -f "$venv/.setup-requirements.txt" || ! -f "$venv/pyvenv.cfg" || ! -x "$venv/bin/python" ||
+      "$(pins "$requirements")" != "$(pins "$venv/.setup-requirements.txt")" ]]; then
   python=$(bash "$here/scripts/find_python.sh")
   echo "setup: making the project venv $venv from $python ($("$python" --version 2>&1))"
   rm -rf "$venv"
