@@ -52,7 +52,7 @@ fuzz: build
 	@cd $(BUILD) && FUZZ_SECONDS=$(FUZZ_SECONDS) ctest -L fuzz --output-on-failure --timeout 0
 
 # The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build
-# directory (no benchmarks, no fuzzers). Not part of `make test`: see README ("Sanitizers")
+# directory (no benchmarks, no fuzzers). Not part of `make test`: see docs/testing.md ("Fuzzing and sanitizers")
 # for what it costs.
 SANITIZE_BUILD ?= build-sanitize
 sanitize: setup
