@@ -2,10 +2,11 @@
 // - export -> import -> export gives byte-identical folders (1 process and 2 ranks importing);
 // - folders written by the real transformers (save_pretrained in the project venv,
 //   CADRE_VENV_PYTHON: two safetensors files with an index, bfloat16 / float16, grouped-query /
-//   tied head, transformers 5's rope_parameters instead of rope_theta) import and reproduce
-//   transformers' logits (judged against its float64 run, tests/models/fp64_judge.h), and
-//   `cadre generate --greedy` continues a prompt with exactly the tokens transformers' greedy
-//   decoding picks;
+//   tied head, transformers 5's rope_parameters instead of rope_theta; Llama 3.1's RoPE scaling
+//   in its hub spelling) import and reproduce transformers' logits (judged against its float64
+//   run, tests/models/fp64_judge.h), and `cadre generate --greedy` continues a prompt with
+//   exactly the tokens transformers' greedy decoding picks; the Llama 3.1 one, exported again by
+//   Cadre, loads in transformers with the same logits and greedy tokens;
 // - damaged folders exit 2 naming the tensor or file, and leave no checkpoint behind;
 // - train.init_from on 2 FULL_SHARD ranks starts from the imported weights (its first loss is
 //   the source model's loss on that batch), each rank reading only part of the checkpoint.
@@ -112,6 +113,31 @@ TEST_F(HfImport, ExportImportExportIsByteIdentical) {
   }
 }
 
+// Cadre's export of `ck` (config.json with the RoPE scaling, float32 safetensors, .pt) loaded by
+// transformers reproduces Cadre's logits for `tokens` and its greedy continuation of `prompt`
+// (tests/python/hf_export_check.py).
+void expect_export_loads_in_transformers(const std::string& ck, const std::string& tokenizer, const std::string& prompt,
+                                         const at::Tensor& tokens, const at::Tensor& logits) {
+  const std::string hf = ck + "-hf", pt = ck + ".pt";
+  for (const auto& [format, out] : {std::pair<std::string, std::string>{"hf", hf}, {"pt", pt}}) {
+    auto e = cadre_run({"ckpt", "export", ck, "--format", format, "--out", out});
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+  }
+  const json config = json::parse(read_bytes(hf + "/config.json"));
+  EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3") << config.dump();
+  EXPECT_EQ(config["rope_scaling"]["original_max_position_embeddings"], 64) << config.dump();
+  cadre::tensor_file_save(hf + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", logits}});
+  auto gen = cadre_run({"generate", "--model", hf, "--tokenizer", tokenizer, "--prompt", prompt, "--greedy",
+                        "--ignore-eos", "--max-tokens", "24", "--json", "--quiet"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  std::ofstream(hf + "/cadre_greedy.json") << json::parse(gen.output.substr(gen.output.find('{'))).dump();
+  auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf, pt,
+                                         hf + "/cadre_logits.pt", hf + "/cadre_greedy.json"});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
+  std::printf("bf16_llama3, exported by Cadre: %s", check.output.c_str());
+}
+
 TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreedyDecoding) {
   at::set_num_threads(2);
   cadre::Tokenizer tokenizer(data() + "/tokenizer.model");
@@ -120,17 +146,20 @@ TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreed
   for (int id : tokenizer.encode(prompt)) ids.push_back(id);
   std::string id_list;
   for (int id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
-  for (const std::string variant : {"bf16_gqa_untied", "f16_tied"}) {
+  for (const std::string variant : {"bf16_gqa_untied", "f16_tied", "bf16_llama3"}) {
     SCOPED_TRACE(variant);
     const std::string hf = path("py-" + variant), ck = path("py-ck-" + variant);
     auto py = cadre::test::run_process(
         {CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_sharded_folder.py", hf, variant, id_list, "24"});
     ASSERT_EQ(py.exit_code, 0) << py.output;
     std::printf("%s", py.output.substr(py.output.find("ok:")).c_str());
-    // transformers 5 writes rope_parameters, not rope_theta: the import must read it.
+    // transformers 5 writes rope_parameters, not rope_theta: the import must read it. The Llama
+    // 3.1 folder has the hub's spelling instead: rope_theta and rope_scaling.
+    const bool llama3 = variant == "bf16_llama3";
     const json written = json::parse(read_bytes(hf + "/config.json"));
-    EXPECT_FALSE(written.contains("rope_theta")) << written.dump();
-    EXPECT_TRUE(written.contains("rope_parameters")) << written.dump();
+    EXPECT_EQ(written.contains("rope_theta"), llama3) << written.dump();
+    EXPECT_EQ(written.contains("rope_parameters"), !llama3) << written.dump();
+    EXPECT_EQ(written.contains("rope_scaling"), llama3) << written.dump();
     fs::copy_file(data() + "/tokenizer.model", hf + "/tokenizer.model");
     auto imp = cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck});
     ASSERT_EQ(imp.exit_code, 0) << imp.output;
@@ -145,6 +174,8 @@ TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreed
     EXPECT_EQ(llama_of(imported).config().tie_embeddings, variant == "f16_tied");
     EXPECT_EQ(llama_of(imported).config().n_kv_heads, variant == "f16_tied" ? 4 : 2);
     EXPECT_EQ(llama_of(imported).config().rope_theta, variant == "f16_tied" ? 10000.0 : 500000.0);
+    EXPECT_EQ(llama_of(imported).config().rope_scaling, llama3 ? "llama3" : "none");
+    EXPECT_EQ(llama_of(imported).config().rope_original_max_seq_len, llama3 ? 64 : 8192);
     auto direct_params = llama_of(direct).named_parameters();
     for (const auto& p : llama_of(imported).named_parameters())
       EXPECT_TRUE(at::equal(p.value(), direct_params[p.key()])) << p.key();
@@ -172,6 +203,7 @@ TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreed
       std::printf("%s: cadre generate --greedy from %s: %zu of %zu tokens equal to transformers'\n", variant.c_str(),
                   model == hf ? "the folder" : "the imported checkpoint", matched, want.size());
     }
+    if (llama3) expect_export_loads_in_transformers(ck, data() + "/tokenizer.model", prompt, ref.at("tokens"), logits);
   }
 }
 
@@ -283,12 +315,12 @@ TEST_F(HfImport, DamagedFoldersExit2NamingTheTensorOrFile) {
     index["weight_map"][victim] = "model-00002-of-00002.safetensors";
     cadre::test::write_text(f + "/model.safetensors.index.json", index.dump());
   }, {"model-00002-of-00002.safetensors"});
-  check("rope_scaling", [&](const std::string& f) {
+  check("dynamic rope_scaling", [&](const std::string& f) {
     write_raw_safetensors(f + "/model.safetensors", tensors);
     json c = json::parse(read_bytes(good + "/config.json"));
-    c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
     cadre::test::write_text(f + "/config.json", c.dump());
-  }, {"config.json", "rope_scaling"});
+  }, {"config.json", "rope_scaling.rope_type = \"dynamic\" is not supported"});
   check("no config.json", [&](const std::string& f) {
     write_raw_safetensors(f + "/model.safetensors", tensors);
     fs::remove(f + "/config.json");

@@ -11,7 +11,12 @@ variant "bf16_gqa_untied": bfloat16, grouped-query attention, untied head, rope_
     saved it (Cadre must ignore it);
 variant "f16_tied": float16, full attention, tied head (save_pretrained leaves lm_head out),
     rope_theta 10000 in rope_parameters, and num_key_value_heads removed from config.json
-    (transformers' default, num_attention_heads, applies).
+    (transformers' default, num_attention_heads, applies);
+variant "bf16_llama3": bfloat16, grouped-query attention, untied head, Llama 3.1's RoPE scaling
+    (rope_type llama3, theta 5e5, factor 8, low/high frequency factors 1 and 4) with an original
+    context of 64 so that the tokens' positions reach every band (kept, blended, divided), and
+    config.json rewritten in the spelling of Llama 3.1's hub config (top-level rope_theta and
+    rope_scaling, no rope_parameters), which transformers 5 still reads.
 <prompt_ids>: comma-separated token ids; the greedy continuation of <steps> tokens is computed
 with transformers' KV cache, each step checked in float64 to be clear of a tie by far more than
 float32 rounding. Saves <out_dir>/reference.pt: tokens; logits (float32, the weights as stored),
@@ -34,12 +39,18 @@ from transformers_ref import MIN_GREEDY_GAP, float32_runs, greedy, greedy_gap, l
 ULP_RUNS = 4
 
 
-def write_folder(out_dir, bf16):
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def write_folder(out_dir, variant):
+    bf16 = variant != "f16_tied"
     dtype = torch.bfloat16 if bf16 else torch.float16
+    rope = LLAMA3_ROPE if variant == "bf16_llama3" else {"rope_type": "default",
+                                                          "rope_theta": 500000.0 if bf16 else 10000.0}
     config = LlamaConfig(hidden_size=64, intermediate_size=168, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2 if bf16 else 4, vocab_size=512, max_position_embeddings=128,
-                         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default",
-                                                             "rope_theta": 500000.0 if bf16 else 10000.0},
+                         rms_norm_eps=1e-6, rope_parameters=dict(rope),
                          tie_word_embeddings=not bf16, bos_token_id=1, eos_token_id=2, hidden_act="silu")
     torch.manual_seed(1234)
     model = LlamaForCausalLM(config)
@@ -60,9 +71,15 @@ def write_folder(out_dir, bf16):
 
     cfg_path = os.path.join(out_dir, "config.json")
     cfg = json.load(open(cfg_path))
-    # What this test is about: transformers 5 writes rope_parameters, not rope_theta.
+    # What the first two variants are about: transformers 5 writes rope_parameters, not rope_theta.
     assert "rope_theta" not in cfg and cfg["rope_parameters"]["rope_theta"] == config.rope_parameters["rope_theta"], cfg
-    if bf16:
+    if variant == "bf16_llama3":
+        # Llama 3.1's hub spelling: rope_theta top-level, the scaling in rope_scaling.
+        scaling = dict(cfg.pop("rope_parameters"))
+        cfg["rope_theta"] = scaling.pop("rope_theta")
+        cfg["rope_scaling"] = scaling
+        json.dump(cfg, open(cfg_path, "w"), indent=2)
+    elif bf16:
         name = "model.layers.0.self_attn.rotary_emb.inv_freq"
         first = index["weight_map"]["model.layers.0.self_attn.q_proj.weight"]
         tensors = load_file(os.path.join(out_dir, first))
@@ -79,8 +96,8 @@ def write_folder(out_dir, bf16):
 def main(out_dir, variant, prompt_ids, steps):
     torch.set_num_threads(2)
     transformers.utils.logging.disable_progress_bar()
-    bf16 = variant == "bf16_gqa_untied"
-    files, count = write_folder(out_dir, bf16)
+    assert variant in ("bf16_gqa_untied", "f16_tied", "bf16_llama3"), variant
+    files, count = write_folder(out_dir, variant)
 
     # The reference: transformers on the weights as stored (bf16/f16 values, exact in float32).
     tokens = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(5))

@@ -2,6 +2,8 @@
 (hf_export_check.py, hf_sharded_folder.py): loading a folder in float32 or float64, the float64
 run's exact rotary tables, one-ulp perturbed float32 runs, greedy decoding with transformers'
 KV cache and the float64 check that each greedy step is clear of a tie."""
+import math
+
 import torch
 from transformers import DynamicCache, LlamaForCausalLM
 
@@ -12,12 +14,39 @@ from transformers import DynamicCache, LlamaForCausalLM
 MIN_GREEDY_GAP = 1e-5
 
 
+def exact_inv_freq(model):
+    """The model's RoPE inverse frequencies in float64, scaled as its rope_parameters say
+    (default, linear, llama3: transformers' formulas), checked against transformers' own float32
+    ones so that this float64 version is the same function, not another reading of it."""
+    cfg = model.config
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    rope = cfg.rope_parameters
+    inv = rope["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    kind = rope.get("rope_type", "default")
+    if kind == "linear":
+        inv = inv / rope["factor"]
+    elif kind == "llama3":
+        factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        original = rope["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (original / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv / factor + smooth * inv
+        scaled = torch.where(wavelen > original / low, inv / factor, inv)
+        medium = (wavelen >= original / high) & (wavelen <= original / low)
+        inv = torch.where(medium, blended, scaled)
+    else:
+        assert kind == "default", f"no float64 RoPE for rope_type {kind}"
+    theirs = model.model.rotary_emb.inv_freq.double()
+    # float32 pow and the scaling arithmetic: a few float32 roundings; a wrong formula is off by far more.
+    assert torch.allclose(inv, theirs, rtol=1e-6, atol=0), (kind, inv, theirs)
+    assert getattr(model.model.rotary_emb, "attention_scaling", 1.0) == 1.0, "a scaled attention needs its factor here"
+    return inv
+
+
 def exact_rotary(model):
     """Makes the model's rotary tables float64. transformers computes them in float32 even for a
     float64 model, which would build float32 rounding into the float64 reference."""
-    cfg = model.config
-    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    inv = cfg.rope_parameters["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    inv = exact_inv_freq(model)
 
     def forward(x, position_ids):
         freqs = position_ids[..., None].to(torch.float64) * inv

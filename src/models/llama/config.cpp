@@ -18,9 +18,34 @@ std::vector<Field> llama_fields(LlamaConfig& m) {
       {"model.max_seq_len", &m.max_seq_len},
       {"model.norm_eps", &m.norm_eps},
       {"model.rope_theta", &m.rope_theta},
+      {"model.rope_scaling", &m.rope_scaling},
+      {"model.rope_factor", &m.rope_factor},
+      {"model.rope_low_freq_factor", &m.rope_low_freq_factor},
+      {"model.rope_high_freq_factor", &m.rope_high_freq_factor},
+      {"model.rope_original_max_seq_len", &m.rope_original_max_seq_len},
       {"model.tie_embeddings", &m.tie_embeddings},
       {"model.init_std", &m.init_std},
   };
+}
+
+// The scaling's name and its parameters. A factor with no scaling is a config that meant one.
+void rope_scaling_check(const LlamaConfig& m) {
+  const std::string& s = m.rope_scaling;
+  CADRE_CONFIG_CHECK(s == "none" || s == "linear" || s == "llama3", "model.rope_scaling = '", s,
+                     "' is not one of none, linear, llama3");
+  if (s == "none") {
+    CADRE_CONFIG_CHECK(m.rope_factor == 1.0, "model.rope_factor = ", m.rope_factor,
+                       " has no effect with model.rope_scaling none (set linear or llama3)");
+    return;
+  }
+  CADRE_CONFIG_CHECK(m.rope_factor >= 1.0, "model.rope_factor = ", m.rope_factor,
+                     " must be >= 1 (it stretches the context RoPE was trained on)");
+  if (s == "llama3") {
+    CADRE_CONFIG_CHECK(m.rope_low_freq_factor > 0 && m.rope_high_freq_factor > m.rope_low_freq_factor,
+                       "model.rope_high_freq_factor (", m.rope_high_freq_factor,
+                       ") must exceed model.rope_low_freq_factor (", m.rope_low_freq_factor, ") > 0");
+    CADRE_CONFIG_CHECK(m.rope_original_max_seq_len > 0, "model.rope_original_max_seq_len must be positive");
+  }
 }
 
 }  // namespace
@@ -40,6 +65,7 @@ LlamaConfig llama_config(const ModelSection& section) {
   CADRE_CONFIG_CHECK(m.ffn_dim >= 0 && m.multiple_of > 0, "model.ffn_dim must be >= 0 and model.multiple_of > 0");
   CADRE_CONFIG_CHECK(m.norm_eps > 0 && m.rope_theta > 0 && m.init_std > 0,
                      "model.norm_eps, model.rope_theta and model.init_std must be positive");
+  rope_scaling_check(m);
   return m;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -19,6 +20,15 @@ struct LlamaConfig {
   int64_t max_seq_len = 256;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // RoPE frequency scaling, as transformers' rope_type: "none"; "linear" (every frequency divided
+  // by rope_factor); "llama3" (Llama 3.1's: frequencies whose wavelength exceeds the original
+  // context / low_freq_factor divided by rope_factor, those shorter than original context /
+  // high_freq_factor kept, a smooth blend between). models/llama/rope.h applies it.
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_seq_len = 8192;
   bool tie_embeddings = false;
   double init_std = 0.02;
 };

@@ -2,7 +2,6 @@
 #include "models/llama/hf_adapter.h"
 
 #include <filesystem>
-#include <optional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <tuple>
@@ -11,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
-#include "core/log.h"
+#include "models/llama/hf_rope.h"
 
 namespace fs = std::filesystem;
 
@@ -59,33 +58,6 @@ std::string translate(const std::string& name, bool to_hf) {
   return "";
 }
 
-// RoPE's base. transformers before 5 writes a top-level `rope_theta` (and `rope_scaling`); 5
-// writes `rope_parameters` {"rope_type", "rope_theta", ...} instead. Either is read; both
-// present must agree; a rope_type other than "default" is a scaling Cadre's Llama lacks and is
-// refused. With neither, transformers' own default applies (10000), said in the log.
-double rope_theta_of(const nlohmann::json& j, const std::string& source) {
-  std::optional<double> top, nested;
-  if (j.contains("rope_theta") && !j["rope_theta"].is_null()) {
-    CADRE_CONFIG_CHECK(j["rope_theta"].is_number(), source, ": rope_theta = ", j["rope_theta"].dump(), " is not a number");
-    top = j["rope_theta"].get<double>();
-  }
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    const nlohmann::json& rp = j["rope_parameters"];
-    CADRE_CONFIG_CHECK(rp.is_object(), source, ": rope_parameters = ", rp.dump(), " is not an object");
-    const nlohmann::json type = rp.value("rope_type", nlohmann::json("default"));
-    CADRE_CONFIG_CHECK(type == "default", source, ": rope_parameters.rope_type = ", type.dump(),
-                       " is not supported (Cadre's Llama has unscaled RoPE, rope_type \"default\")");
-    CADRE_CONFIG_CHECK(rp.contains("rope_theta") && rp["rope_theta"].is_number(), source,
-                       ": rope_parameters has no numeric rope_theta: ", rp.dump());
-    nested = rp["rope_theta"].get<double>();
-  }
-  CADRE_CONFIG_CHECK(!top || !nested || *top == *nested, source, ": rope_theta = ", *top,
-                     " and rope_parameters.rope_theta = ", *nested, " disagree");
-  if (top || nested) return top ? *top : *nested;
-  log::info(str(source, ": no rope_theta or rope_parameters; transformers' default rope_theta 10000 applies"));
-  return 10000.0;
-}
-
 }  // namespace
 
 std::string hf_tensor_name(const std::string& n) {
@@ -105,7 +77,6 @@ ModelSection llama_section_from_hf(const std::string& text, const std::string& s
     CADRE_CONFIG_CHECK(!j.contains(field) || j[field] == ok, source, ": ", field, " = ", j[field].dump(),
                        " is not supported (Cadre's Llama has ", field, " = ", ok.dump(), ")");
   };
-  absent_or("rope_scaling", nullptr);
   absent_or("attention_bias", false);
   absent_or("mlp_bias", false);
   absent_or("hidden_act", "silu");
@@ -122,7 +93,6 @@ ModelSection llama_section_from_hf(const std::string& text, const std::string& s
       {"ffn_dim", "intermediate_size", nullptr},
       {"max_seq_len", "max_position_embeddings", 2048},
       {"norm_eps", "rms_norm_eps", 1e-6},
-      {"rope_theta", "rope_theta", rope_theta_of(j, source)},  // or rope_parameters' (transformers 5)
       {"tie_embeddings", "tie_word_embeddings", false},
       {"init_std", "initializer_range", 0.02},
   };
@@ -133,6 +103,7 @@ ModelSection llama_section_from_hf(const std::string& text, const std::string& s
     std::string value = v.is_boolean() ? (v.get<bool>() ? "true" : "false") : v.dump();
     section.keys.push_back({std::string("model.") + key, value, source});
   }
+  for (const auto& [key, value] : rope_keys_from_hf(j, source)) section.keys.push_back({"model." + key, value, source});
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     const auto dim = j.value("hidden_size", int64_t{0}), heads = j.value("num_attention_heads", int64_t{1});
     CADRE_CONFIG_CHECK(j["head_dim"].is_number_integer() && heads > 0 && j["head_dim"].get<int64_t>() * heads == dim,
@@ -169,13 +140,13 @@ std::string LlamaHfAdapter::config_json(int64_t bos_id, int64_t eos_id) const {
                       {"vocab_size", m.vocab_size},
                       {"max_position_embeddings", m.max_seq_len},
                       {"rms_norm_eps", m.norm_eps},
-                      {"rope_theta", m.rope_theta},
                       {"tie_word_embeddings", m.tie_embeddings},
                       {"hidden_act", "silu"},
                       {"initializer_range", m.init_std},
                       {"bos_token_id", bos_id},
                       {"eos_token_id", eos_id},
                       {"torch_dtype", "float32"}};
+  rope_to_hf(m, j);
   return j.dump(2) + "\n";
 }
 

@@ -16,9 +16,8 @@ std::string hf_tensor_name(const std::string& cadre_name);
 
 // The `model:` section (arch llama) that a transformers LlamaConfig (config.json's text)
 // describes; ConfigError naming `source` and the field for a missing or wrong field, or for a
-// feature Cadre's Llama lacks (rope_scaling or a scaled rope_parameters, attention or MLP biases,
-// another activation). RoPE's base comes from rope_theta or, as transformers 5 writes it,
-// rope_parameters.rope_theta.
+// feature Cadre's Llama lacks (a RoPE scaling other than linear and llama3, attention or MLP
+// biases, another activation). RoPE's settings are read in either spelling (models/llama/hf_rope.h).
 ModelSection llama_section_from_hf(const std::string& config_json, const std::string& source);
 
 class LlamaHfAdapter : public StateDictAdapter {

@@ -1,5 +1,6 @@
 // Llama implementation on ATen ops.
 #include "models/llama/model.h"
+#include "models/llama/rope.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
@@ -131,10 +132,10 @@ Llama::Llama(const LlamaConfig& c) : config_(c) {
   norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
   if (!c.tie_embeddings) output = register_module("output", std::make_shared<Projection>(c.dim, c.vocab_size));
 
-  // Rotary tables: frequency theta^(-2i/hd) for i < hd/2, duplicated for the two halves.
+  // Rotary tables: frequency theta^(-2i/hd) for i < hd/2 (scaled as the config says),
+  // duplicated for the two halves.
   const int64_t hd = c.dim / c.n_heads;
-  at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, hd, 2, at::kDouble) / double(hd));
-  at::Tensor angles = at::outer(at::arange(c.max_seq_len, at::kDouble), inv_freq);
+  at::Tensor angles = at::outer(at::arange(c.max_seq_len, at::kDouble), rope_inv_freq(c, hd));
   angles = at::cat({angles, angles}, -1);
   rope_cos_ = angles.cos().to(at::kFloat);
   rope_sin_ = angles.sin().to(at::kFloat);
