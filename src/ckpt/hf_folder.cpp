@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ckpt/safetensors_header.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -23,26 +25,12 @@ namespace {
 
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kSingleFile = "model.safetensors";
-// A header bigger than this is damage, not a model (real ones are a few hundred KB).
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   CADRE_CONFIG_CHECK(in, "cannot read '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Every integer element size safetensors defines, so that sizes can be checked for tensors
-// Cadre never converts.
-int64_t any_dtype_size(const std::string& dtype) {
-  if (int64_t n = hf_float_dtype_size(dtype)) return n;
-  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
-  if (dtype == "I32" || dtype == "U32") return 4;
-  if (dtype == "I16" || dtype == "U16") return 2;
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
-  return 0;
 }
 
 void pread_all(int fd, char* out, uint64_t n, uint64_t offset, const std::string& path, const std::string& what) {
@@ -119,50 +107,13 @@ void HfFolder::open_file(const std::string& name) {
   struct stat st{};
   CADRE_CONFIG_CHECK(::fstat(fd, &st) == 0, "cannot stat '", path, "': ", std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  CADRE_CONFIG_CHECK(size >= 8, "safetensors file '", path, "' is truncated: ", size,
-                     " bytes, the header length alone takes 8");
-  uint64_t n = 0;
-  pread_all(fd, reinterpret_cast<char*>(&n), 8, 0, path, "the header length");  // little-endian host
-  CADRE_CONFIG_CHECK(n <= size - 8, "safetensors file '", path, "': its header claims ", n,
-                     " bytes but the file has only ", size - 8, " after the length (truncated or not safetensors)");
-  CADRE_CONFIG_CHECK(n <= kMaxHeaderBytes, "safetensors file '", path, "': a header of ", n, " bytes is not plausible");
-  std::string text(n, '\0');
-  pread_all(fd, text.data(), n, 8, path, "the header");
-  nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  CADRE_CONFIG_CHECK(header.is_object(), "safetensors file '", path, "': the header is not a JSON object");
-  const uint64_t data = 8 + n;
-  for (const auto& [tname, info] : header.items()) {
-    if (tname == "__metadata__") continue;
-    HfTensor t;
-    t.name = tname;
-    t.file = name;
-    const std::string where = str("safetensors file '", path, "': tensor '", tname, "'");
-    try {
-      t.dtype = info.at("dtype").get<std::string>();
-      t.shape = info.at("shape").get<std::vector<int64_t>>();
-      auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
-      CADRE_CONFIG_CHECK(range.size() == 2, where, ": data_offsets must be [begin, end]");
-      t.begin = range[0];
-      t.end = range[1];
-    } catch (const nlohmann::json::exception& e) {
-      throw ConfigError(str(where, ": malformed header entry (", e.what(), ")"));
-    }
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) {
-      CADRE_CONFIG_CHECK(d >= 0 && !__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel), where,
-                         ": shape has a negative or overflowing dimension");
-    }
-    CADRE_CONFIG_CHECK(t.begin <= t.end && t.end <= size - data, where, " claims bytes ", t.begin, "..", t.end,
-                       " of the data section, but the file holds only ", size - data, " (truncated?)");
-    if (const int64_t elem = any_dtype_size(t.dtype)) {
-      uint64_t bytes = 0;
-      CADRE_CONFIG_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(elem), &bytes) && bytes == t.end - t.begin,
-                         where, ": ", t.end - t.begin, " bytes do not hold its shape of ", numel, " ", t.dtype,
-                         " elements");
-    }
-    t.begin += data;
-    t.end += data;
-    auto [it, fresh] = tensors_.emplace(tname, t);
+  char prefix[8] = {};
+  pread_all(fd, prefix, std::min<uint64_t>(8, size), 0, path, "the header length");
+  std::string text(safetensors_header_length(prefix, size, path), '\0');
+  pread_all(fd, text.data(), text.size(), 8, path, "the header");
+  for (SafetensorsEntry& e : safetensors_parse_header_text(text, size, path)) {
+    const std::string& tname = e.name;
+    auto [it, fresh] = tensors_.emplace(tname, HfTensor{tname, name, std::move(e.dtype), std::move(e.shape), e.begin, e.end});
     CADRE_CONFIG_CHECK(fresh, "tensor '", tname, "' is in both '", it->second.file, "' and '", name, "' of '", dir_, "'");
   }
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/safetensors_header.h"
@@ -26,12 +27,13 @@ const char* dtype_code(at::ScalarType t) {
   }
 }
 
-at::ScalarType dtype_from_code(const std::string& code) {
+std::optional<at::ScalarType> dtype_from_code(const std::string& code) {
   if (code == "F32") return at::kFloat;
   if (code == "BF16") return at::kBFloat16;
   if (code == "F16") return at::kHalf;
   if (code == "I64") return at::kLong;
-  return at::kInt;  // "I32": safetensors_parse_header accepts no other code
+  if (code == "I32") return at::kInt;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -68,7 +70,11 @@ std::map<std::string, at::Tensor> safetensors_read(const std::string& path) {
   std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::map<std::string, at::Tensor> out;
   for (const SafetensorsEntry& e : safetensors_parse_header(blob, path)) {
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(dtype_from_code(e.dtype)));
+    const auto dtype = dtype_from_code(e.dtype);
+    if (!dtype)
+      throw SafetensorsError(str("safetensors file '", path, "': tensor '", e.name, "' has dtype ", e.dtype,
+                                 ", which Cadre does not read (F32, BF16, F16, I64, I32)"));
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(*dtype));
     std::memcpy(t.data_ptr(), blob.data() + e.begin, e.end - e.begin);  // sizes checked by the parser
     out[e.name] = t;
   }

@@ -301,6 +301,13 @@ TEST_F(HfImport, DamagedFoldersExit2NamingTheTensorOrFile) {
       if (x.name == victim) x.dtype = "Q4_K";
     write_raw_safetensors(f + "/model.safetensors", t);
   }, {victim, "Q4_K"});
+  // One parser for every safetensors file: a tensor the model does not use is checked like the
+  // rest (hf_folder.cpp once skipped the size check for dtype codes it did not know).
+  check("unknown dtype in a tensor the model ignores", [&](const std::string& f) {
+    auto extra = tensors;
+    extra.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "Q4_K", {8}, std::string(5, '\0')});
+    write_raw_safetensors(f + "/model.safetensors", extra);
+  }, {"rotary_emb.inv_freq", "unsupported dtype Q4_K", "model.safetensors"});
   check("truncated file", [&](const std::string& f) {
     write_raw_safetensors(f + "/model.safetensors", tensors);
     fs::resize_file(f + "/model.safetensors", fs::file_size(f + "/model.safetensors") - 1000);

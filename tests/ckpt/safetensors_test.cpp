@@ -41,7 +41,7 @@ TEST(Safetensors, DamagedHeadersAreErrorsNamingTheFile) {
   std::string huge_length = ok;
   std::memset(huge_length.data(), 0xff, 8);  // 8 + n wraps around
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {huge_length, "runs past the end"},
+      {huge_length, "header claims"},
       {ok.substr(0, 5), "truncated"},
       // begin and end near 2^64: `8 + header + end` wraps to a small number
       {file_with(R"({"dtype": "F32", "shape": [1], "data_offsets": [18446744073709551608, 18446744073709551612]})", 8),
