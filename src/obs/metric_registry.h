@@ -1,5 +1,6 @@
 // Metric samples in memory and their Prometheus text exposition (format 0.0.4): families of
-// gauges and counters from the catalog, each with labelled samples, written in catalog order.
+// gauges and counters from the catalog, each with labelled samples, written in catalog order
+// through obs/prometheus_text.
 #pragma once
 
 #include <map>
@@ -8,10 +9,9 @@
 #include <vector>
 
 #include "obs/metric_catalog.h"
+#include "obs/prometheus_text.h"
 
 namespace cadre::obs {
-
-using Labels = std::vector<std::pair<std::string, std::string>>;
 
 class MetricRegistry {
  public:
@@ -25,10 +25,5 @@ class MetricRegistry {
   // name -> (rendered label set -> value); the label text is the sample's identity.
   std::map<std::string, std::map<std::string, double>> samples_;
 };
-
-// `{a="1",b="x\"y"}` with Prometheus escaping (backslash, double quote, newline); "" when empty.
-std::string labels_text(const Labels& labels);
-// A sample value as Prometheus writes it: integers without exponent, NaN, +Inf, -Inf.
-std::string sample_value_text(double value);
 
 }  // namespace cadre::obs

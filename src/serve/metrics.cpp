@@ -1,43 +1,24 @@
-// Prometheus exposition of the server's counters, gauges and histograms.
+// The server's counters, gauges and histograms, exposed through obs/prometheus_text.
 #include "serve/metrics.h"
 
-#include <cstdio>
-#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "obs/prometheus_text.h"
 
 namespace cadre {
-namespace {
 
-std::string num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-void header(std::ostringstream& out, const char* name, const char* type, const char* help) {
-  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
-}
-
-}  // namespace
+using obs::family_header;
+using obs::sample_line;
 
 void Histogram::observe(double v) {
   size_t i = 0;
   while (i < bounds_.size() && v > bounds_[i]) ++i;
   ++counts_[i];
   sum_ += v;
-  ++count_;
 }
 
-std::string Histogram::text(const std::string& name) const {
-  std::ostringstream out;
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    out << name << "_bucket{le=\"" << num(bounds_[i]) << "\"} " << cumulative << "\n";
-  }
-  out << name << "_bucket{le=\"+Inf\"} " << count_ << "\n" << name << "_sum " << num(sum_) << "\n"
-      << name << "_count " << count_ << "\n";
-  return out.str();
-}
+std::string Histogram::text(const std::string& name) const { return obs::histogram_lines(name, bounds_, counts_, sum_); }
 
 ServeMetrics::ServeMetrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
@@ -92,33 +73,34 @@ std::string ServeMetrics::text() const {
   while (!recent_.empty() && now - recent_.front().first > std::chrono::seconds(10)) recent_.pop_front();
   int64_t recent_tokens = 0;
   for (const auto& [t, n] : recent_) recent_tokens += n;
-  std::ostringstream out;
-  header(out, "cadre_serve_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
+  std::string out = family_header("cadre_serve_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
   for (const auto& [key, n] : requests_)
-    out << "cadre_serve_requests_total{endpoint=\"" << key.first << "\",status=\"" << key.second << "\"} " << n << "\n";
-  header(out, "cadre_serve_requests_rejected_total", "counter", "Requests refused before running, by reason.");
-  for (const auto& [reason, n] : rejected_) out << "cadre_serve_requests_rejected_total{reason=\"" << reason << "\"} " << n << "\n";
-  header(out, "cadre_serve_requests_cancelled_total", "counter", "Requests whose client went away before the end.");
-  out << "cadre_serve_requests_cancelled_total " << cancelled_ << "\n";
-  header(out, "cadre_serve_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
-  out << "cadre_serve_prompt_tokens_total " << prompt_tokens_ << "\n";
-  header(out, "cadre_serve_generated_tokens_total", "counter", "Tokens generated.");
-  out << "cadre_serve_generated_tokens_total " << generated_tokens_ << "\n";
-  header(out, "cadre_serve_tokens_per_second", "gauge", "Tokens generated per second over the last 10 seconds.");
-  out << "cadre_serve_tokens_per_second " << num(recent_tokens / 10.0) << "\n";
-  header(out, "cadre_serve_queue_depth", "gauge", "Requests waiting for a decoding slot.");
-  out << "cadre_serve_queue_depth " << queued_ << "\n";
-  header(out, "cadre_serve_active_sequences", "gauge", "Sequences being decoded.");
-  out << "cadre_serve_active_sequences " << active_ << "\n";
-  header(out, "cadre_serve_decode_steps_total", "counter", "Decoding steps run.");
-  out << "cadre_serve_decode_steps_total " << steps_ << "\n";
-  header(out, "cadre_serve_time_to_first_token_seconds", "histogram", "From admission to the queue to the first token.");
-  out << ttft_.text("cadre_serve_time_to_first_token_seconds");
-  header(out, "cadre_serve_request_duration_seconds", "histogram", "Successful requests, from arrival to the last byte.");
-  out << duration_.text("cadre_serve_request_duration_seconds");
-  header(out, "cadre_serve_batch_size", "histogram", "Sequences sharing each decoding step.");
-  out << batch_.text("cadre_serve_batch_size");
-  return out.str();
+    out += sample_line("cadre_serve_requests_total", {{"endpoint", key.first}, {"status", std::to_string(key.second)}},
+                       static_cast<double>(n));
+  out += family_header("cadre_serve_requests_rejected_total", "counter", "Requests refused before running, by reason.");
+  for (const auto& [reason, n] : rejected_)
+    out += sample_line("cadre_serve_requests_rejected_total", {{"reason", reason}}, static_cast<double>(n));
+  // (name, type, help, value) of the families with one unlabelled sample.
+  const std::vector<std::tuple<const char*, const char*, const char*, double>> singles = {
+      {"cadre_serve_requests_cancelled_total", "counter", "Requests whose client went away before the end.",
+       static_cast<double>(cancelled_)},
+      {"cadre_serve_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+       static_cast<double>(prompt_tokens_)},
+      {"cadre_serve_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(generated_tokens_)},
+      {"cadre_serve_tokens_per_second", "gauge", "Tokens generated per second over the last 10 seconds.",
+       recent_tokens / 10.0},
+      {"cadre_serve_queue_depth", "gauge", "Requests waiting for a decoding slot.", static_cast<double>(queued_)},
+      {"cadre_serve_active_sequences", "gauge", "Sequences being decoded.", static_cast<double>(active_)},
+      {"cadre_serve_decode_steps_total", "counter", "Decoding steps run.", static_cast<double>(steps_)},
+  };
+  for (const auto& [name, type, help, value] : singles) out += family_header(name, type, help) + sample_line(name, {}, value);
+  const std::vector<std::tuple<const char*, const char*, const Histogram*>> histograms = {
+      {"cadre_serve_time_to_first_token_seconds", "From admission to the queue to the first token.", &ttft_},
+      {"cadre_serve_request_duration_seconds", "Successful requests, from arrival to the last byte.", &duration_},
+      {"cadre_serve_batch_size", "Sequences sharing each decoding step.", &batch_},
+  };
+  for (const auto& [name, help, histogram] : histograms) out += family_header(name, "histogram", help) + histogram->text(name);
+  return out;
 }
 
 }  // namespace cadre

@@ -26,7 +26,6 @@ class Histogram {
   std::vector<double> bounds_;
   std::vector<uint64_t> counts_;
   double sum_ = 0;
-  uint64_t count_ = 0;
 };
 
 class ServeMetrics {
