@@ -58,7 +58,9 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(port >= 0 && port <= 65535, "--port must be in 0..65535");
   CADRE_CONFIG_CHECK(max_batch >= 1 && max_batch <= 1024, "--max-batch must be in 1..1024");
   CADRE_CONFIG_CHECK(batch_wait_ms >= 0 && batch_wait_ms <= 600000, "--batch-wait-ms must be in 0..600000");
-  CADRE_CONFIG_CHECK(max_queue >= 0, "--max-queue must be >= 0");
+  // Every request waits in the queue for the decoding loop to take it, even when a slot is free.
+  CADRE_CONFIG_CHECK(max_queue >= 1, "--max-queue must be >= 1 (every request passes through the queue; 0 would "
+                                     "refuse them all)");
   CADRE_CONFIG_CHECK(step_tokens >= 1, "--step-tokens must be >= 1");
   CADRE_CONFIG_CHECK(max_body_kib >= 1, "--max-body-kib must be >= 1");
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
@@ -106,7 +108,8 @@ int cmd_serve(const Args& args) {
   sigwait(&stop_signals, &received);
   log::info(str("serve: signal ", received, ": draining (new requests get 503)"));
   scheduler.drain();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_timeout);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(drain_timeout));
   std::atomic<bool> idle{false};
   std::thread watch([&] {
     scheduler.wait_idle();
@@ -128,7 +131,14 @@ int cmd_serve(const Args& args) {
     }
   }
   watch.join();
-  server.stop();  // returns once the responses in progress were written
+  // Every token is decoded; the streams may still be writing their tails. Stopping the server
+  // before they close would cut them.
+  if (!server.wait_streams_done(deadline)) {
+    log::warn(str("serve: streams still being written after --drain-timeout ", drain_timeout, " s: stopping"));
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  server.stop();  // returns once the whole responses in progress were written
   listener.join();
   log::info("serve: drained; bye");
   return 0;

@@ -4,6 +4,8 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 
 #include "core/clock.h"
@@ -80,6 +82,10 @@ class HttpServer::Impl {
   const ChatTemplate& chat;
   ServeMetrics& metrics;
   httplib::Server server;
+  // Streamed responses not yet closed (their releaser has not run), for the drain.
+  std::mutex streams_mutex;
+  std::condition_variable streams_closed;
+  int64_t open_streams = 0;
   int64_t created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 };
 
@@ -199,6 +205,10 @@ void HttpServer::Impl::answer_stream(const Accepted& a, httplib::Response& res, 
   std::shared_ptr<RequestState> state = a.state;
   const bool include_usage = a.include_usage;
   res.set_header("Cache-Control", "no-cache");
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    ++open_streams;
+  }
   res.set_chunked_content_provider(
       "text/event-stream",
       [state, chunks, include_usage](size_t, httplib::DataSink& sink) {
@@ -208,6 +218,9 @@ void HttpServer::Impl::answer_stream(const Accepted& a, httplib::Response& res, 
         // Called when the response ends: unsuccessfully when the client went away.
         if (!success) state->cancel();
         metrics.request_done(route, success ? 200 : 499, seconds_since(t0));
+        std::lock_guard<std::mutex> lock(streams_mutex);
+        --open_streams;
+        streams_closed.notify_all();
       });
 }
 
@@ -317,6 +330,11 @@ void HttpServer::bind() {
 }
 
 void HttpServer::run() { impl_->server.listen_after_bind(); }
+
+bool HttpServer::wait_streams_done(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(impl_->streams_mutex);
+  return impl_->streams_closed.wait_until(lock, deadline, [&] { return impl_->open_streams == 0; });
+}
 
 void HttpServer::stop() { impl_->server.stop(); }
 

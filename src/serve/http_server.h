@@ -10,6 +10,7 @@
 // away cancels its request, which frees its decoding slots at the next step.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +41,10 @@ class HttpServer {
   int bound_port() const { return port_; }
   // Serves until stop(); requests in flight complete before it returns.
   void run();
+  // Blocks until every streamed response has written its last chunk (or its client left), or
+  // until `deadline`; false on the deadline. A drain calls it once the scheduler is idle:
+  // stop() would cut a stream whose tail (usage, `data: [DONE]`) is not yet written.
+  bool wait_streams_done(std::chrono::steady_clock::time_point deadline);
   void stop();
 
  private:

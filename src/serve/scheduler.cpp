@@ -100,7 +100,19 @@ std::shared_ptr<RequestState> Scheduler::submit(std::vector<int> prompt, Generat
   return state;
 }
 
-void Scheduler::drain() { draining_ = true; }
+void Scheduler::drain() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    draining_ = true;
+  }
+  cv_.notify_all();  // a batching wait ends at once: nothing more will join the batch
+}
+
+int64_t Scheduler::queued_sequences() const {
+  int64_t n = 0;
+  for (const auto& r : queue_) n += r->n_;
+  return n;
+}
 
 void Scheduler::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -202,7 +214,7 @@ void Scheduler::loop() {
       if (running_.empty() && options_.batch_wait_ms > 0) {
         const auto until = Clock::now() + std::chrono::milliseconds(options_.batch_wait_ms);
         cv_.wait_until(lock, until,
-                       [&] { return stopping_ || static_cast<int64_t>(queue_.size()) >= options_.max_batch; });
+                       [&] { return stopping_ || draining_ || queued_sequences() >= options_.max_batch; });
         if (stopping_) return;
       }
       admit();

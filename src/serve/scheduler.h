@@ -31,8 +31,9 @@ struct SchedulerOptions {
   int64_t step_tokens = 256; // prompt tokens a step may take in besides one token per sequence
   int64_t threads = 2;       // compute threads of the decoding loop
   // An idle server holds its first requests up to this long for a full batch (max_batch
-  // requests queued) before its first step: a dynamic-batching delay, as Triton's
-  // max_queue_delay. 0 (default): decode as soon as anything is queued.
+  // sequences queued, counting each request's n) before its first step: a dynamic-batching
+  // delay, as Triton's max_queue_delay; a drain ends it at once. 0 (default): decode as soon
+  // as anything is queued.
   int64_t batch_wait_ms = 0;
 };
 
@@ -87,7 +88,8 @@ class Scheduler {
   // Queues a request of n sequences (n <= max_batch; the prompt must leave room for at least
   // one token). Null when the queue is full; ApiError(503) once draining.
   std::shared_ptr<RequestState> submit(std::vector<int> prompt, GenerationParams params, int64_t n, uint64_t seed);
-  // From now on submit() refuses; what is queued or running still completes.
+  // From now on submit() refuses; what is queued or running still completes (a batching wait
+  // ends at once).
   void drain();
   bool draining() const { return draining_; }
   // Blocks until nothing is queued or running.
@@ -105,6 +107,7 @@ class Scheduler {
   void admit();       // queued requests into free slots (caller holds mutex_)
   void drop_cancelled();
   void step();
+  int64_t queued_sequences() const;  // caller holds mutex_
 
   Decoder& decoder_;
   const Tokenizer& tokenizer_;

@@ -1,7 +1,8 @@
 // `cadre serve` over real HTTP on loopback, against the tiny model the tiny_model fixture
 // trained: bad requests get OpenAI-shaped 4xx answers and the server stays up; the API key;
 // a full queue answers 429; a client that disconnects frees its slot; SIGTERM drains the
-// requests in flight; /metrics passes promtool. (The OpenAI client and the 32-client load
+// requests in flight (503 for new ones meanwhile) and ends a batching wait; the batching wait
+// counts sequences; /metrics passes promtool. (The OpenAI client and the 32-client load
 // test are pytest tests in python/ beside this file.)
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -67,8 +68,11 @@ struct Server {
 // A streaming request on a raw socket, so the test decides when to read and when to hang up.
 class RawStream {
  public:
-  RawStream(int port, const std::string& path, const std::string& body) {
+  // rcvbuf > 0: this socket's receive buffer (set before connecting, which also turns off the
+  // kernel's growing of it), so that an unread response backs up into the server.
+  RawStream(int port, const std::string& path, const std::string& body, int rcvbuf = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -228,24 +232,71 @@ TEST_F(ServeHttp, ClientDisconnectFreesItsSlot) {
   EXPECT_LT(s.metric("cadre_serve_generated_tokens_total"), 1000);
 }
 
+// SIGTERM: new requests get 503 while the admitted ones finish with every token, the usage and
+// `data: [DONE]`, then the process exits 0. The stream in flight is ~11 MB (32 choices x 300
+// tokens x 20 top log-probabilities) and its client reads nothing until after the 503 check,
+// with an 8 KB receive buffer: more than the server's socket can hold (Linux's tcp_wmem caps a
+// send buffer at 4 MB by default), so the server is still writing it — alive, draining — when
+// the new request arrives, on any machine's speed.
 TEST_F(ServeHttp, SigtermDrainsRequestsInFlight) {
   Server s;
-  RawStream running(s.port, "/v1/completions",
-                    json{{"model", kModel}, {"prompt", "The state of the Union"}, {"max_tokens", 300},
-                         {"logit_bias", {{std::to_string(kEos), -100}}}, {"stream", true},
-                         {"stream_options", {{"include_usage", true}}}}
-                        .dump());
+  const json big = {{"model", kModel},
+                    {"messages", {{{"role", "user"}, {"content", "The state of the Union"}}}},
+                    {"max_tokens", 300},
+                    {"n", 32},
+                    {"logprobs", true},
+                    {"top_logprobs", 20},
+                    {"logit_bias", {{std::to_string(kEos), -100}}},
+                    {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}};
+  RawStream running(s.port, "/v1/chat/completions", big.dump(), 4096);
   ASSERT_TRUE(running.read_until("data: {", 60)) << running.received();
   s.process->signal(SIGTERM);
   EXPECT_FALSE(s.process->wait_for("draining", 30).empty()) << s.process->output();
-  // The request in flight completes with every token and the end marker.
-  ASSERT_TRUE(running.read_until("data: [DONE]", 120)) << running.received().substr(0, 2000);
-  EXPECT_NE(running.received().find("\"completion_tokens\":300"), std::string::npos);
+  // Draining, not gone: new work is refused with 503, and /health says so.
+  expect_error(s.post("/v1/completions", long_completion(2, false)), 503, "", "a request during the drain");
+  auto health = s.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503) << health->body;
+  // The request in flight completes with every token, its usage and the end marker.
+  ASSERT_TRUE(running.read_until("data: [DONE]", 300)) << running.received().substr(0, 2000);
+  EXPECT_GT(running.received().size(), size_t{5} << 20) << "the stream is smaller than the server's socket buffer";
+  EXPECT_NE(running.received().find("\"completion_tokens\":9600"), std::string::npos);
   EXPECT_EQ(s.process->wait_exit(60), 0) << s.process->output();
   EXPECT_NE(s.process->output().find("drained"), std::string::npos) << s.process->output();
-  // Nothing is accepted any more.
-  auto after = s.post("/v1/completions", long_completion(2, false));
-  EXPECT_TRUE(!after || after->status == 503) << (after ? after->body : "");
+}
+
+// A batching wait (--batch-wait-ms, here 10 minutes) ends at once on SIGTERM: the queued request
+// runs and the server exits 0, well inside --drain-timeout.
+TEST_F(ServeHttp, SigtermEndsABatchingWaitAtOnce) {
+  Server s({"--max-batch", "4", "--batch-wait-ms", "600000", "--drain-timeout", "60"});
+  RawStream waiting(s.port, "/v1/completions", long_completion(5, true));
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (s.metric("cadre_serve_queue_depth") != 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(s.metric("cadre_serve_queue_depth"), 1) << "the request is not waiting for a batch";
+  s.process->signal(SIGTERM);
+  ASSERT_TRUE(waiting.read_until("data: [DONE]", 45)) << waiting.received() << s.process->output();
+  EXPECT_EQ(s.process->wait_exit(45), 0) << s.process->output();
+}
+
+// The batching wait counts sequences: one request of n = --max-batch fills the batch by itself.
+TEST_F(ServeHttp, ABatchingWaitCountsSequencesNotRequests) {
+  Server s({"--max-batch", "4", "--batch-wait-ms", "600000"});
+  auto c = s.client();
+  c.set_read_timeout(60, 0);
+  json body = json::parse(long_completion(3, false));
+  body["n"] = 4;
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r) << "no answer within 60 s: the request waited for more requests";
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"].size(), 4u);
+}
+
+TEST_F(ServeHttp, AQueueOfZeroIsRefusedAtStart) {
+  auto r = cadre::test::run_process({CADRE_BIN, "serve", "--model", model_dir(), "--max-queue", "0"}, {}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-queue must be >= 1"), std::string::npos) << r.output;
 }
 
 TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
