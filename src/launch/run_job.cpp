@@ -161,9 +161,6 @@ void check_backend_conf(const RunFlags& f, AgentConfig& cfg) {
   CADRE_CONFIG_CHECK(cfg.store.cert_file.empty() == cfg.store.key_file.empty(),
                      "an etcd TLS client certificate needs both --rdzv-conf cert=.. and key=..");
   cfg.store.session_ttl_s = cfg.rendezvous.heartbeat_timeout_s;
-  if (!cfg.store.user.empty() && !cfg.store.tls)
-    log::warn("etcd credentials go over plain http: anyone on the network path can read the password and the "
-              "token; use https:// endpoints (--rdzv-conf cacert=CA.pem)");
   if (!f.run_id_given && f.run_id == "none")
     log::warn("--rdzv-id not given: every job on this etcd without one shares the id 'none' (and its rounds)");
 }
@@ -181,6 +178,26 @@ void store_location(const RunFlags& f, int64_t max_nodes, rdzv::StoreOptions& st
   } else if (!f.endpoint.empty()) {
     store.endpoint = rdzv::endpoint_parse(f.endpoint, 29500);
   }
+}
+
+bool loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+// What crosses the network to a plain http:// etcd in clear text (known once the endpoints are
+// parsed): its credentials are warned about; a job secret agreed on through it is refused, since
+// whoever reads it can join the job's stores — unless every endpoint is this machine's loopback.
+void check_etcd_transport(const rdzv::StoreOptions& store, const std::string& secret) {
+  if (store.backend != "etcd" || store.tls) return;
+  if (!store.user.empty())
+    log::warn("etcd credentials go over plain http: anyone on the network path can read the password and the "
+              "token; use https:// endpoints (--rdzv-conf cacert=CA.pem)");
+  if (!secret.empty()) return;
+  for (const auto& e : store.endpoints)
+    CADRE_CONFIG_CHECK(loopback_host(e.host), "the job secret would be agreed on through etcd at http://", e.str(),
+                       " in clear text, and whoever reads it can join this job's stores: use https:// etcd "
+                       "endpoints (--rdzv-conf cacert=CA.pem), or give every node the same secret "
+                       "(--job-secret-file FILE, or CADRE_JOB_SECRET_FILE)");
 }
 
 // The job secret: given, generated for one node, or (etcd) agreed on through etcd. The
@@ -255,6 +272,7 @@ int run_job(RunFlags f) {
   check_backend_conf(f, cfg);
   store_location(f, max_nodes, cfg.store);
   cfg.secret = job_secret(f, max_nodes);
+  check_etcd_transport(cfg.store, cfg.secret);
   copy_agent_flags(f, min_nodes, max_nodes, cfg);
   const bool temporary_logs = choose_log_dir(f, cfg);
   log::info(str("cadre run: ", min_nodes == max_nodes ? std::to_string(max_nodes) : f.nnodes, " node(s) x ", f.nproc,

@@ -206,6 +206,7 @@ TEST_F(EtcdRunTest, BadEndpointsAndCredentialsFailWithClearMessages) {
     std::vector<std::string> args;
     int code;
     std::vector<std::string> messages;
+    std::vector<std::string> absent = {};
   };
   // (Endpoint syntax in detail: EtcdStore.BadEndpointSyntaxIsAConfigError.)
   std::vector<Case> cases = {
@@ -219,6 +220,18 @@ TEST_F(EtcdRunTest, BadEndpointsAndCredentialsFailWithClearMessages) {
       {{"--rdzv-conf", "user=root"}, 2, {"needs both user and password"}},
       {{"--rdzv-conf", "heartbeat_timeout=1"}, 2, {"at least 2 s"}},
       {{"--standalone"}, 2, {"cannot be combined with --rdzv-backend etcd"}},
+      // Two nodes and no secret given: it would be agreed on through etcd, in clear text over
+      // http:// to another machine (loopback is allowed: nothing crosses a network).
+      {{"--rdzv-endpoint", "10.255.255.1:2379", "--nnodes", "2"},
+       2,
+       {"job secret would be agreed on through etcd at http://10.255.255.1:2379 in clear text", "--job-secret-file"}},
+      // Credentials over https:// are not warned about as plain http (the warning once came before
+      // the endpoints' scheme was known).
+      {{"--rdzv-endpoint", "https://127.0.0.1:" + std::to_string(dead1), "--rdzv-conf",
+        "store_timeout=1,user=root,password=pw"},
+       1,
+       {"no endpoint answered within 1 s"},
+       {"plain http"}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<std::string> argv = {CADRE_BIN, "run", "--rdzv-backend", "etcd", "--log-dir",
@@ -230,6 +243,8 @@ TEST_F(EtcdRunTest, BadEndpointsAndCredentialsFailWithClearMessages) {
     EXPECT_EQ(p.exit_code(), cases[i].code) << "case " << i << ": " << p.output();
     for (const auto& m : cases[i].messages)
       EXPECT_NE(p.output().find(m), std::string::npos) << "case " << i << " lacks '" << m << "': " << p.output();
+    for (const auto& m : cases[i].absent)
+      EXPECT_EQ(p.output().find(m), std::string::npos) << "case " << i << " says '" << m << "': " << p.output();
   }
 }
 
