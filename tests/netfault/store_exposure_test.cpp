@@ -1,4 +1,4 @@
-// What a single-node job exposes to the network. `cadre run --standalone` trains the tiny model
+// What a job exposes to the network. Single node: `cadre run --standalone` trains the tiny model
 // with 2 workers inside a network namespace that also has a routable address (10.77.0.10):
 // every TCP listener of the job (the agent's rendezvous store, rank 0's store on MASTER_PORT,
 // Gloo's pairs) must be on loopback, and none may answer on 10.77.0.10. c10d's TCPStore
@@ -90,4 +90,49 @@ TEST(StoreExposure, AStandaloneRunListensOnLoopbackOnly) {
   }
   agent.signal(SIGTERM);
   EXPECT_TRUE(agent.wait_exit(60)) << agent.output();
+}
+
+// A two-node job (each node a network namespace host with one routable address and loopback):
+// every listener of either node while it trains — the agents' rendezvous store, rank 0's store
+// — is on that node's job address (where its peers reach it) or on loopback, never on every
+// interface (0.0.0.0 or ::). Gloo's data plane (no authentication of its own) binds its pair
+// listeners to CADRE_COMM_HOST, the same job address the agent hands its workers.
+TEST(StoreExposure, AMultiNodeJobListensOnEachNodesAddressOnly) {
+  ASSERT_TRUE(VirtualHosts::have_privileges()) << "network namespaces need root";
+  cadre::test::TempDir dir("exposure2");
+  const std::string data = cadre::test::prepare_tiny_dataset(dir.path(), 2, 20000);
+  const std::string run = dir / "run";
+  VirtualHosts hosts(2);
+  std::vector<std::unique_ptr<launch_test::Proc>> agents;
+  for (int h = 0; h < 2; ++h) {
+    std::vector<std::string> argv = {CADRE_BIN, "run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+                                     "c10d", "--rdzv-endpoint", hosts.address(0) + ":29400", "--log-dir",
+                                     dir / ("logs" + std::to_string(h)), "--", CADRE_BIN, "train", "--config",
+                                     CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set", "data.dir=" + data, "--set",
+                                     "run.dir=" + run, "--set", "train.steps=100000", "--set", "train.threads=1",
+                                     "--set", "train.eval_interval=0", "--set", "checkpoint.interval=0"};
+    agents.push_back(std::make_unique<launch_test::Proc>(
+        hosts.command(h, argv, {"OMP_NUM_THREADS=1", "CADRE_JOB_SECRET=exposure-job-secret-0123456789"}),
+        dir / ("agent" + std::to_string(h) + ".out")));
+  }
+  ASSERT_TRUE(launch_test::wait_until(
+      [&] { return launch_test::read_file(run + "/metrics.jsonl").find('\n') != std::string::npos; }, 120))
+      << agents[0]->output() << agents[1]->output();
+  for (int h = 0; h < 2; ++h) {
+    size_t on_job_address = 0;
+    for (const auto& l : tcp_listeners(agents[h]->pid())) {
+      std::printf("host %d listening: %s:%d\n", h, l.address.c_str(), l.port);
+      const bool loopback = l.address.rfind("127.", 0) == 0 || l.address == "::1";
+      on_job_address += l.address == hosts.address(h);
+      EXPECT_TRUE(loopback || l.address == hosts.address(h))
+          << "host " << h << ": port " << l.port << " listens on " << l.address << ", not on " << hosts.address(h);
+    }
+    // Node 0 hosts the rendezvous store its peers reach (Gloo's pair listeners close once their
+    // pairs are connected, so node 1 may have none left).
+    if (h == 0) {
+      EXPECT_GE(on_job_address, 1u);
+    }
+  }
+  for (auto& a : agents) a->signal(SIGTERM);
+  for (auto& a : agents) EXPECT_TRUE(a->wait_exit(60)) << a->output();
 }
