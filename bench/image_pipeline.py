@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,7 @@ def main():
     p.add_argument("--images", type=int, default=512)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--batches", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of each; medians are reported")
     a = p.parse_args()
     cadre = os.path.join(a.build, "bin", "cadre")
     if not os.access(cadre, os.X_OK):
@@ -74,13 +76,18 @@ def main():
                        check=True)
         subprocess.run([cadre, "data", "prepare", "--images", "--input", folder, "--out", data], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        out = subprocess.run([cadre, "bench", "images", "--data", data, "--workers", str(a.workers), "--batch",
-                              str(a.batch), "--batches", str(a.batches)], check=True, capture_output=True, text=True)
-        ours = json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"]
-        theirs = torchvision_rate(folder, a.workers, a.batch, a.batches)
+        ours_runs, theirs_runs = [], []
+        for _ in range(a.repeats):  # interleaved, so both see the same load (shared machines drift)
+            out = subprocess.run([cadre, "bench", "images", "--data", data, "--workers", str(a.workers), "--batch",
+                                  str(a.batch), "--batches", str(a.batches)], check=True, capture_output=True, text=True)
+            ours_runs.append(json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"])
+            theirs_runs.append(torchvision_rate(folder, a.workers, a.batch, a.batches))
+        ours, theirs = statistics.median(ours_runs), statistics.median(theirs_runs)
     per_core, peer_per_core = ours / a.workers, theirs / a.workers
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {a.workers} workers; 224x224 from 500x375 JPEGs; "
-          f"{a.batch * a.batches} images timed")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {a.workers} workers; "
+          f"224x224 from 500x375 JPEGs; {a.batch * a.batches} images timed per run; medians of {a.repeats} "
+          f"interleaved runs (Cadre {', '.join(f'{r:.0f}' for r in ours_runs)}; "
+          f"torchvision {', '.join(f'{r:.0f}' for r in theirs_runs)})")
     print("| loader | images/s | images/s per core |")
     print("|---|---|---|")
     print(f"| Cadre (TurboJPEG + DCT scaling, C++ threads) | {ours:.0f} | {per_core:.0f} |")

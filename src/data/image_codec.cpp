@@ -46,12 +46,11 @@ bool is_jpeg(const uint8_t* data, size_t size) { return size >= 3 && data[0] == 
 
 uint32_t big_endian32(const uint8_t* p) { return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]; }
 
-RgbImage decode_jpeg(const uint8_t* data, size_t size, int denom, const std::string& what) {
+void decode_jpeg(const uint8_t* data, size_t size, int denom, const std::string& what, RgbImage& out) {
   tjhandle tj = thread_decompressor();
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &width, &height, &subsamp, &colorspace) != 0)
     throw Error(str("'", what, "': not a readable JPEG (", fail_and_reset(tj), ")"));
-  RgbImage out;
   out.width = scaled_dim(width, denom);
   out.height = scaled_dim(height, denom);
   out.pixels.resize(size_t(out.width) * out.height * 3);
@@ -59,7 +58,6 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, int denom, const std::str
   const int rc = tjDecompress2(tj, data, static_cast<unsigned long>(size), out.pixels.data(), out.width, 0, out.height,
                                TJPF_RGB, 0);
   if (rc != 0) throw Error(str("'", what, "': corrupt JPEG (", fail_and_reset(tj), ")"));
-  return out;
 }
 
 RgbImage decode_png(const uint8_t* data, size_t size, const std::string& what) {
@@ -111,14 +109,21 @@ ImageInfo image_probe(const uint8_t* data, size_t size) {
   return info;
 }
 
-RgbImage image_decode(const uint8_t* data, size_t size, int denom, const std::string& what) {
+void image_decode_into(const uint8_t* data, size_t size, int denom, const std::string& what, RgbImage& out) {
   CADRE_CHECK(denom == 1 || denom == 2 || denom == 4 || denom == 8, "decode scale 1/", denom, " is not 1, 1/2, 1/4 or 1/8");
-  if (is_jpeg(data, size)) return decode_jpeg(data, size, denom, what);
+  if (is_jpeg(data, size)) return decode_jpeg(data, size, denom, what, out);
   if (is_png(data, size)) {
     CADRE_CHECK(denom == 1, "'", what, "': PNGs decode at full size only, not 1/", denom);
-    return decode_png(data, size, what);
+    out = decode_png(data, size, what);
+    return;
   }
   throw Error(str("'", what, "': neither a JPEG nor a PNG"));
+}
+
+RgbImage image_decode(const uint8_t* data, size_t size, int denom, const std::string& what) {
+  RgbImage out;
+  image_decode_into(data, size, denom, what, out);
+  return out;
 }
 
 }  // namespace cadre

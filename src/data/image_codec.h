@@ -34,5 +34,8 @@ inline int scaled_dim(int dim, int denom) { return (dim + denom - 1) / denom; }
 // Throws Error naming `what` (a file, or a shard and record) on corrupt data, warnings included
 // (a truncated JPEG "decodes" with grey rows; Pillow refuses it too).
 RgbImage image_decode(const uint8_t* data, size_t size, int denom, const std::string& what);
+// The same into `out`, reusing its memory (the loader's threads keep one each: a fresh 0.5 MB
+// buffer per image costs page faults and zeroing comparable to the resize).
+void image_decode_into(const uint8_t* data, size_t size, int denom, const std::string& what, RgbImage& out);
 
 }  // namespace cadre

@@ -24,21 +24,32 @@ ResizePlan eval_plan(int height, int width, const ImageTransform& t) {
 
 void finish_sample(const RgbImage& image, const ResizePlan& plan, bool flip, const ImageTransform& t, void* out) {
   const int S = t.size;
-  std::vector<float> hwc(size_t(S) * S * 3);
+  thread_local std::vector<float> hwc;  // reused: see image_decode_into
+  hwc.resize(size_t(S) * S * 3);
   resize_region_aa(image.pixels.data(), image.height, image.width, plan, hwc.data());
   const size_t plane = size_t(S) * S;
-  for (int y = 0; y < S; ++y)
-    for (int x = 0; x < S; ++x) {
-      const float* px = &hwc[(size_t(y) * S + (flip ? S - 1 - x : x)) * 3];
-      const size_t o = size_t(y) * S + x;
-      for (int c = 0; c < 3; ++c) {
-        if (t.uint8_out) {
-          static_cast<uint8_t*>(out)[c * plane + o] = static_cast<uint8_t>(std::lround(std::min(255.0f, std::max(0.0f, px[c]))));
-        } else {
-          static_cast<float*>(out)[c * plane + o] = (px[c] / 255.0f - t.mean[c]) / t.std[c];
+  // (p / 255 - mean) / std as one multiply-add per value.
+  float scale[3], shift[3];
+  for (int c = 0; c < 3; ++c) {
+    scale[c] = 1.0f / (255.0f * t.std[c]);
+    shift[c] = -t.mean[c] / t.std[c];
+  }
+  for (int y = 0; y < S; ++y) {
+    const float* row = &hwc[size_t(y) * S * 3];
+    for (int c = 0; c < 3; ++c) {
+      const size_t base = c * plane + size_t(y) * S;
+      if (t.uint8_out) {
+        uint8_t* o = static_cast<uint8_t*>(out) + base;
+        for (int x = 0; x < S; ++x) {
+          const float v = row[(flip ? S - 1 - x : x) * 3 + c];
+          o[x] = static_cast<uint8_t>(std::lround(std::min(255.0f, std::max(0.0f, v))));
         }
+      } else {
+        float* o = static_cast<float*>(out) + base;
+        for (int x = 0; x < S; ++x) o[x] = row[(flip ? S - 1 - x : x) * 3 + c] * scale[c] + shift[c];
       }
     }
+  }
 }
 
 void transform_image(const uint8_t* bytes, size_t n, const ImageTransform& t, SampleRng& rng, void* out,
@@ -50,7 +61,8 @@ void transform_image(const uint8_t* bytes, size_t n, const ImageTransform& t, Sa
     const CropBox box = random_resized_crop_box(info.height, info.width, t.crop, rng);
     const bool flip = rng.uniform(0, 1) < t.flip_p;
     const int d = jpeg ? dct_denominator(box.height, box.width, t.size) : 1;
-    const RgbImage image = image_decode(bytes, n, d, what);
+    thread_local RgbImage image;
+    image_decode_into(bytes, n, d, what, image);
     // The box in the scaled image's pixels: libjpeg's 1/d decode maps pixel x to x / d.
     const ResizePlan plan{box.top / double(d), box.left / double(d), box.height / double(d), box.width / double(d),
                           t.size, t.size, 0, 0, t.size, t.size};
@@ -58,7 +70,8 @@ void transform_image(const uint8_t* bytes, size_t n, const ImageTransform& t, Sa
   } else {
     const int short_side = std::min(info.height, info.width);
     const int d = jpeg ? dct_denominator(short_side, short_side, t.resize) : 1;
-    const RgbImage image = image_decode(bytes, n, d, what);
+    thread_local RgbImage image;
+    image_decode_into(bytes, n, d, what, image);
     finish_sample(image, eval_plan(image.height, image.width, t), false, t, out);
   }
 }
