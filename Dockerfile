@@ -23,6 +23,7 @@ RUN apt-get update \
       iproute2 iptables \
       prometheus tmux chromium python3-pil \
       libssl-dev \
+      libturbojpeg0-dev libpng-dev \
       clang-14 libclang-rt-14-dev \
       python3-venv \
  && rm -rf /var/lib/apt/lists/*

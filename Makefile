@@ -4,7 +4,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The retry soak (~11 min) is not part of `make test`: `cd build && ctest -L soak`.
 CTEST_FLAGS ?= -LE soak
 
-.PHONY: setup setup-torch configure build test test-torch1 test-torch2 fuzz sanitize demo mnist bench clean
+.PHONY: setup setup-torch configure build test test-torch1 test-torch2 fuzz sanitize demo mnist vision bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -76,6 +76,12 @@ demo: configure
 mnist: configure
 	@cmake --build $(BUILD) -j $$(nproc) --target cadre
 	@bash scripts/mnist.sh $(BUILD)
+
+# Vision on an image folder: a generated JPEG/PNG ImageFolder, encoded shards, a small ResNet
+# with 2 DDP workers decoding and augmenting at load time; prints the accuracy reached.
+vision: configure
+	@cmake --build $(BUILD) -j $$(nproc) --target cadre
+	@bash scripts/vision.sh $(BUILD)
 
 bench: build
 	@/usr/bin/python3 bench/train_throughput.py --build $(BUILD)

@@ -33,6 +33,7 @@ packages=(
   prometheus tmux chromium python3-pil              # obs and serve tests: a real Prometheus, promtool, `cadre top` under
                                                     # tmux, the HTML report rendered and its screenshot read
   libssl-dev                                        # HMAC-SHA256 for the job store's handshake (libcrypto)
+  libturbojpeg0-dev libpng-dev                      # JPEG (TurboJPEG API, DCT-scaled) and PNG decoding of image folders
   clang-14 libclang-rt-14-dev                       # libFuzzer and sanitizer runtimes for tests/fuzz
   python3-venv                                      # Debian's python3.11 can make the project venv
 )

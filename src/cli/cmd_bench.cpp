@@ -1,8 +1,10 @@
 // `cadre bench <what>`: benchmark command group. `collectives` takes the nccl-tests flags
 // (-b -e -f -n -w -c -d -o) and the collectives to time as positional arguments.
+#include <chrono>
 #include <cstdio>
 
 #include "bench/collectives_bench.h"
+#include "data/encoded_image_loader.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
@@ -41,10 +43,41 @@ int bench_collectives(const Args& args) {
 
 }  // namespace
 
+// Images/s of the encoded-image loader alone: train transform (RandomResizedCrop, flip,
+// normalise) at --size, --workers decode threads, one JSON line (bench/image_pipeline.py reads it).
+int bench_images(const Args& args) {
+  std::string data;
+  int64_t workers = 1, size = 224, batch = 64, batches = 20;
+  Flags flags("cadre bench images --data <dir> [--workers N] [--size 224] [--batch 64] [--batches 20]");
+  flags.add("--data", &data, "a dataset `cadre data prepare --images` wrote from an ImageFolder");
+  flags.add("--workers", &workers, "decode threads (default 1)");
+  flags.add("--size", &size, "output side (default 224)");
+  flags.add("--batch", &batch, "images per batch (default 64)");
+  flags.add("--batches", &batches, "batches timed after one warm-up batch (default 20)");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(!data.empty(), "--data is required");
+  CADRE_CONFIG_CHECK(workers >= 1 && size >= 1 && batch >= 1 && batches >= 1, "--workers, --size, --batch and --batches must be positive");
+  EncodedLoaderOptions o;
+  o.workers = static_cast<int>(workers);
+  o.transform.size = static_cast<int>(size);
+  EncodedImageLoader loader(data, Split::Train, 1234, o);
+  const uint64_t B = static_cast<uint64_t>(batch);
+  loader.next(B, 0, B);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < batches; ++i) loader.next(B, 0, B);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double rate = double(B) * double(batches) / seconds;
+  std::printf("{\"images_per_s\": %.1f, \"workers\": %lld, \"size\": %lld, \"images\": %lld, \"seconds\": %.3f}\n", rate,
+              static_cast<long long>(workers), static_cast<long long>(size), static_cast<long long>(batch * batches), seconds);
+  return 0;
+}
+
 int cmd_bench(const Args& args) {
   const char* usage =
       "usage: cadre bench <what> [args...]\n\n"
-      "  collectives   all_reduce / all_gather / reduce_scatter / broadcast timings (nccl-tests layout)\n";
+      "  collectives   all_reduce / all_gather / reduce_scatter / broadcast timings (nccl-tests layout)\n"
+      "  images        images/s of the JPEG/PNG loader (decode + RandomResizedCrop + flip + normalise)\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::fputs(usage, args.empty() ? stderr : stdout);
     if (args.empty()) throw ConfigError("cadre bench needs a benchmark name");
@@ -52,6 +85,7 @@ int cmd_bench(const Args& args) {
   }
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "collectives") return bench_collectives(rest);
+  if (args[0] == "images") return bench_images(rest);
   throw ConfigError(str("unknown benchmark '", args[0], "'\n", usage));
 }
 

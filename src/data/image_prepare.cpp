@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/idx_images.h"
+#include "data/image_folder_prepare.h"
 #include "data/image_shard.h"
 #include "data/permutation.h"
 
@@ -75,6 +76,9 @@ DatasetManifest images_prepare(const ImagePrepareOptions& o) {
   CADRE_CONFIG_CHECK(o.height > 0 && o.width > 0 && o.height * o.width <= (1 << 24), "--height and --width must be positive");
   CADRE_CONFIG_CHECK(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction must be in (0, 1), got ", o.val_fraction);
   CADRE_CONFIG_CHECK(o.shard_samples > 0, "--shard-samples must be positive");
+  if (o.inputs.size() == 1 && fs::is_directory(o.inputs[0]) && idx_pairs_in(o.inputs[0]).empty() &&
+      is_image_folder(o.inputs[0]))
+    return image_folder_prepare(o);
   const ImageShape shape{1, static_cast<uint32_t>(o.height), static_cast<uint32_t>(o.width)};
   Images all;
   for (const auto& dir : o.inputs) {

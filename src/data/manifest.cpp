@@ -41,6 +41,12 @@ void check_shapes(const DatasetManifest& m) {
     if (m.vocab_size <= 0) throw ConfigError(str("vocab_size must be positive, got ", m.vocab_size));
     if (m.token_bytes != 2 && m.token_bytes != 4) throw ConfigError(str("token_bytes must be 2 or 4, got ", m.token_bytes));
     per = static_cast<uint64_t>(m.seq_len) + 1;
+  } else if (m.kind == "encoded_images") {
+    if (m.channels != 3) throw ConfigError(str("channels must be 3, got ", m.channels));
+    if (m.num_classes <= 0 || m.num_classes > (int64_t{1} << 20) || m.classes.size() != static_cast<size_t>(m.num_classes))
+      throw ConfigError(str("num_classes must be in 1..2^20 and match the ", m.classes.size(), " class names, got ",
+                            m.num_classes));
+    per = 1;
   } else {
     for (int64_t d : {m.channels, m.height, m.width, m.num_classes})
       if (d <= 0 || d > (int64_t{1} << 20))
@@ -96,8 +102,13 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
       m.num_classes = json_int(j.at("num_classes"), "num_classes");
       m.pixel_mean = j.at("pixel_mean").get<double>();
       m.pixel_std = j.at("pixel_std").get<double>();
+    } else if (m.kind == "encoded_images") {
+      m.channels = json_int(j.at("channels"), "channels");
+      m.num_classes = json_int(j.at("num_classes"), "num_classes");
+      m.classes = j.at("classes").get<std::vector<std::string>>();
+      m.skipped = count_field(j, "skipped");
     } else {
-      throw ConfigError(str("unknown kind '", m.kind, "' (tokens or images)"));
+      throw ConfigError(str("unknown kind '", m.kind, "' (tokens, images or encoded_images)"));
     }
     m.train = shards_from_json(j.at("train"));
     m.val = shards_from_json(j.at("val"));
@@ -116,6 +127,8 @@ void manifest_write(const std::string& dir, const DatasetManifest& m) {
   if (m.kind == "images") {
     j.update({{"channels", m.channels}, {"height", m.height}, {"width", m.width}, {"num_classes", m.num_classes},
               {"pixel_mean", m.pixel_mean}, {"pixel_std", m.pixel_std}});
+  } else if (m.kind == "encoded_images") {
+    j.update({{"channels", m.channels}, {"num_classes", m.num_classes}, {"classes", m.classes}, {"skipped", m.skipped}});
   } else {
     j.update({{"tokenizer", m.tokenizer}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
               {"token_bytes", m.token_bytes}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id},

@@ -16,7 +16,7 @@ struct ShardEntry {
 
 struct DatasetManifest {
   int version = 1;
-  std::string kind = "tokens";  // "tokens" (token shards) or "images" (image shards)
+  std::string kind = "tokens";  // "tokens" (token shards), "images" (image shards) or "encoded_images"
   // tokens:
   std::string tokenizer;   // relative path of the SentencePiece model
   int64_t vocab_size = 0;
@@ -28,6 +28,11 @@ struct DatasetManifest {
   // num_classes; loaders normalise pixels as (p / 255 - pixel_mean) / pixel_std.
   int64_t channels = 0, height = 0, width = 0, num_classes = 0;
   double pixel_mean = 0, pixel_std = 1;
+  // encoded_images (JPEG/PNG bytes, data/encoded_shard.h): 3 channels, the class names in label
+  // order (an ImageFolder's sorted sub-directories) and how many files prepare skipped as
+  // corrupt; height and width are 0 (the loader's output size is a training setting).
+  std::vector<std::string> classes;
+  uint64_t skipped = 0;
   std::vector<ShardEntry> train, val;
 };
 

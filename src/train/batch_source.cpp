@@ -3,6 +3,13 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "data/encoded_image_loader.h"
+
 #include "data/image_loader.h"
 #include "data/loader.h"
 
@@ -76,10 +83,96 @@ class ImageBatches : public BatchSource {
   ImageLoader loader_;
 };
 
+// "0.485,0.456,0.406": three numbers, named by `key` in errors.
+void parse_triple(const std::string& text, const char* key, float out[3]) {
+  std::stringstream in(text);
+  std::string part;
+  int n = 0;
+  while (std::getline(in, part, ',')) {
+    char* end = nullptr;
+    const double v = std::strtod(part.c_str(), &end);
+    CADRE_CONFIG_CHECK(n < 3 && end != part.c_str() && *end == '\0', key, ": expected three comma-separated numbers, got '",
+                       text, "'");
+    out[n++] = static_cast<float>(v);
+  }
+  CADRE_CONFIG_CHECK(n == 3, key, ": expected three comma-separated numbers, got '", text, "'");
+}
+
+// Decode threads: data.workers, or the cores each local rank has beside its training threads.
+int decode_workers(const DataConfig& data, int64_t train_threads) {
+  if (data.workers > 0) return static_cast<int>(data.workers);
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int64_t ranks = local ? std::max(1L, std::atol(local)) : 1;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<int64_t>(1, cores / ranks - train_threads));
+}
+
+// The pinned-memory hook: host buffers are ATen tensors, so a batch leaves the loader without a
+// copy. Cadre trains on the CPU today (no train.device); when a CUDA device is added, this is
+// where the buffers become page-locked (at::empty(..., at::TensorOptions().pinned_memory(true)))
+// so that the copy to the device can run asynchronously.
+HostBuffer host_buffer_tensor(size_t bytes) {
+  auto tensor = std::make_shared<at::Tensor>(at::empty({static_cast<int64_t>(bytes)}, at::kByte));
+  return {tensor->data_ptr<uint8_t>(), tensor};
+}
+
+class EncodedImageBatches : public BatchSource {
+ public:
+  EncodedImageBatches(const std::string& dir, Split split, uint64_t seed, const DataConfig& data, int64_t train_threads)
+      : loader_(dir, split, seed, options(data, split, train_threads)) {}
+  const DatasetManifest& manifest() const override { return loader_.manifest(); }
+  uint64_t num_samples() const override { return loader_.num_samples(); }
+  int64_t sample_len() const override { return 1; }
+  uint64_t position() const override { return loader_.position(); }
+  void set_position(uint64_t p) override { loader_.set_position(p); }
+  Batch next(uint64_t global, uint64_t first, uint64_t count) override {
+    return to_batch(loader_.next(global, first, count));
+  }
+  Batch at(const std::vector<uint64_t>& indices) const override { return to_batch(loader_.at(indices)); }
+
+ private:
+  static EncodedLoaderOptions options(const DataConfig& data, Split split, int64_t train_threads) {
+    EncodedLoaderOptions o;
+    ImageTransform& t = o.transform;
+    t.train = split == Split::Train;
+    t.size = static_cast<int>(data.image_size);
+    t.resize = static_cast<int>(data.resize_size);
+    t.crop.scale_lo = data.crop_scale_min;
+    parse_triple(data.mean, "data.mean", t.mean);
+    parse_triple(data.stddev, "data.std", t.std);
+    for (float s : t.std) CADRE_CONFIG_CHECK(s > 0, "data.std: every value must be positive, got '", data.stddev, "'");
+    t.uint8_out = data.uint8;
+    o.workers = decode_workers(data, train_threads);
+    o.prefetch = static_cast<int>(data.prefetch);
+    o.window = static_cast<uint64_t>(data.shuffle_window);
+    o.alloc = host_buffer_tensor;
+    return o;
+  }
+  Batch to_batch(ImageBatch b) const {
+    const ImageTransform& t = loader_.options().transform;
+    const int64_t n = static_cast<int64_t>(b.count), S = t.size;
+    at::Tensor flat = *std::static_pointer_cast<at::Tensor>(b.pixels.owner);
+    at::Tensor x;
+    if (t.uint8_out) {
+      // Normalised where the batch is used (the device, once there is one): bytes travel, floats do not.
+      at::Tensor mean = at::tensor(at::ArrayRef<float>(t.mean, 3)).view({1, 3, 1, 1});
+      at::Tensor std = at::tensor(at::ArrayRef<float>(t.std, 3)).view({1, 3, 1, 1});
+      x = (flat.view({n, 3, S, S}).to(at::kFloat) / 255.0 - mean) / std;
+    } else {
+      x = flat.view(at::kFloat).view({n, 3, S, S});
+    }
+    return {x, at::tensor(b.labels, at::kLong)};
+  }
+  mutable EncodedImageLoader loader_;
+};
+
 }  // namespace
 
-std::unique_ptr<BatchSource> BatchSource::open(const std::string& dir, Split split, uint64_t seed) {
-  if (manifest_read(dir).kind == "images") return std::make_unique<ImageBatches>(dir, split, seed);
+std::unique_ptr<BatchSource> BatchSource::open(const std::string& dir, Split split, uint64_t seed, const DataConfig& data,
+                                               int64_t train_threads) {
+  const std::string kind = manifest_read(dir).kind;
+  if (kind == "images") return std::make_unique<ImageBatches>(dir, split, seed);
+  if (kind == "encoded_images") return std::make_unique<EncodedImageBatches>(dir, split, seed, data, train_threads);
   return std::make_unique<TokenBatches>(dir, split, seed);
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "data/manifest.h"
 #include "data/sample_order.h"
 #include "models/model.h"
@@ -17,8 +18,11 @@ namespace cadre {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Opens <dir> (its manifest says the kind); `seed` orders the training split.
-  static std::unique_ptr<BatchSource> open(const std::string& dir, Split split, uint64_t seed);
+  // Opens <dir> (its manifest says the kind); `seed` orders the training split. Encoded images
+  // are decoded and augmented as `data` says, by data.workers threads (0: the cores left per
+  // local rank beside `train_threads`).
+  static std::unique_ptr<BatchSource> open(const std::string& dir, Split split, uint64_t seed,
+                                           const DataConfig& data = DataConfig{}, int64_t train_threads = 1);
 
   virtual const DatasetManifest& manifest() const = 0;
   virtual uint64_t num_samples() const = 0;

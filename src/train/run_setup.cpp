@@ -48,6 +48,7 @@ void check_inputs(const Config& c, const Model& model) {
   CADRE_CONFIG_CHECK(!c.data.dir.empty(), "data.dir is not set (a directory written by `cadre data prepare`)");
   CADRE_CONFIG_CHECK(fs::is_directory(c.data.dir), "data.dir '", c.data.dir, "' is not a directory");
   DatasetManifest m = manifest_read(c.data.dir);
+  if (m.kind == "encoded_images") m.height = m.width = c.data.image_size;  // what the loader crops to
   try {
     model.check_data(m);
   } catch (const ConfigError& e) {
@@ -144,8 +145,9 @@ std::unique_ptr<RunSetup> run_set_up(const Config& config) {
   r->shard_options = shard_options_of(r->c.parallel);
   set_up_mesh(*r);
   set_up_model(*r);
-  r->train_data = BatchSource::open(r->c.data.dir, Split::Train, static_cast<uint64_t>(r->c.train.seed));
-  if (r->c.train.eval_interval > 0) r->val_data = BatchSource::open(r->c.data.dir, Split::Val, 0);
+  r->train_data = BatchSource::open(r->c.data.dir, Split::Train, static_cast<uint64_t>(r->c.train.seed), r->c.data,
+                                    r->c.train.threads);
+  if (r->c.train.eval_interval > 0) r->val_data = BatchSource::open(r->c.data.dir, Split::Val, 0, r->c.data, r->c.train.threads);
   return r;
 }
 

@@ -57,7 +57,16 @@ void dataset_manifests(const fs::path& out, const fs::path& scratch) {
   images.pixel_std = 0.3081;
   images.train = {{"train_00000.bin", 60000, 99}};
   images.val = {{"val_00000.bin", 10000, 98}};
-  for (const auto& [name, m] : {std::pair<std::string, DatasetManifest>{"tokens.json", tokens}, {"images.json", images}}) {
+  DatasetManifest encoded;
+  encoded.kind = "encoded_images";
+  encoded.channels = 3;
+  encoded.num_classes = 2;
+  encoded.classes = {"cat", "dog"};
+  encoded.skipped = 1;
+  encoded.train = {{"train_00000.enc", 900, 97}};
+  encoded.val = {{"val_00000.enc", 100, 96}};
+  for (const auto& [name, m] : {std::pair<std::string, DatasetManifest>{"tokens.json", tokens}, {"images.json", images},
+                                {"encoded_images.json", encoded}}) {
     fs::create_directories(scratch / name);
     manifest_write((scratch / name).string(), m);
     put(out, name, file_read((scratch / name / "manifest.json").string()));

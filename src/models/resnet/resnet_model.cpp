@@ -23,7 +23,8 @@ LossOutput ResnetModel::loss(const Batch& batch) {
 }
 
 void ResnetModel::check_data(const DatasetManifest& m) const {
-  CADRE_CONFIG_CHECK(m.kind == "images", "data.dir holds ", m.kind, "; model.arch resnet trains on images");
+  CADRE_CONFIG_CHECK(m.kind == "images" || m.kind == "encoded_images", "data.dir holds ", m.kind,
+                     "; model.arch resnet trains on images");
   CADRE_CONFIG_CHECK(m.channels == config_.in_channels, "the dataset's images have ", m.channels,
                      " channel(s) but model.in_channels is ", config_.in_channels);
   CADRE_CONFIG_CHECK(m.height == config_.image_size && m.width == config_.image_size, "the dataset's images are ",
