@@ -140,3 +140,31 @@ TEST(Config, SelfReferentialAliasIsAnErrorNotACrash) {
   std::string msg = parse_error("model: &m\n  dim: *m\n");
   EXPECT_NE(msg.find("nested more than"), std::string::npos) << msg;
 }
+
+// optim.name picks the optimizer; each bad SGD setting (what torch.optim.SGD refuses, and
+// momentum >= 1) and a key of the other optimizer name the key at fault.
+TEST(Config, OptimizerKeysAreCheckedAgainstTheChosenOptimizer) {
+  Config c = config_parse("", "t.yaml", {"optim.name=sgd", "optim.momentum=0.9", "optim.nesterov=true"});
+  EXPECT_EQ(c.optim.name, "sgd");
+  EXPECT_DOUBLE_EQ(c.optim.momentum, 0.9);
+  EXPECT_TRUE(c.optim.nesterov);
+  EXPECT_EQ(c.optim.no_decay, "norm_and_bias");
+  EXPECT_EQ(config_parse("", "t.yaml", {}).optim.name, "adamw");  // nothing existing changes
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"optim.name=lamb"}, "optim.name"},
+      {{"optim.no_decay=norms"}, "optim.no_decay"},
+      {{"optim.name=sgd", "optim.momentum=-0.1"}, "optim.momentum"},
+      {{"optim.name=sgd", "optim.momentum=1"}, "optim.momentum"},
+      {{"optim.name=sgd", "optim.dampening=1.5"}, "optim.dampening"},
+      {{"optim.name=sgd", "optim.nesterov=true"}, "optim.nesterov"},  // no momentum
+      {{"optim.name=sgd", "optim.momentum=0.9", "optim.dampening=0.1", "optim.nesterov=true"}, "optim.nesterov"},
+      {{"optim.name=sgd", "optim.momentum=0.9", "optim.weight_decay=-1"}, "optim.weight_decay"},
+      {{"optim.name=sgd", "optim.beta2=0.999"}, "optim.beta2"},  // AdamW's key under sgd
+      {{"optim.momentum=0.9"}, "optim.momentum"},                 // SGD's key under adamw
+      {{"optim.nesterov=true"}, "optim.nesterov"},
+  };
+  for (const auto& [overrides, key] : bad) {
+    std::string msg = parse_error("", overrides);
+    EXPECT_NE(msg.find(key), std::string::npos) << overrides.back() << " gave: '" << msg << "'";
+  }
+}
