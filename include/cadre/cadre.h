@@ -1,7 +1,7 @@
 // Cadre's public API for a program that trains its own libtorch module: the job's ranks and
 // collectives, sharded data parallelism (fully_shard, DDP buckets, ZeRO-1, no_sync, wrap
 // policies, activation checkpointing), the dp x tp mesh and tensor-parallel collectives, and
-// the optimizer. Link Cadre::cadre (find_package(Cadre)) and
+// the optimizers. Link Cadre::cadre (find_package(Cadre)) and
 // launch the program under `cadre run`, which sets RANK, WORLD_SIZE, MASTER_ADDR, ... as
 // torchrun does. See examples/custom_module/ for a complete program.
 #pragma once
@@ -9,6 +9,7 @@
 #include "comm/comm.h"                  // cadre::comm::JobEnv, Communicator
 #include "optim/adamw.h"                // cadre::AdamW over the shard pieces
 #include "optim/lr_schedule.h"          // cadre::LrSchedule (warmup + cosine)
+#include "optim/sgd.h"                  // cadre::Sgd (momentum, Nesterov) over the shard pieces
 #include "shard/activation_checkpoint.h"  // cadre::apply_activation_checkpointing
 #include "shard/device_mesh.h"         // cadre::DeviceMesh: the ranks as dp x tp
 #include "shard/fully_shard.h"          // cadre::fully_shard, FSDPModule, Strategy

@@ -28,13 +28,18 @@ std::vector<Field> config_fields(Config& c) {
       {"data.std", &c.data.stddev},
       {"data.uint8", &c.data.uint8},
       {"data.shuffle_window", &c.data.shuffle_window},
+      {"optim.name", &c.optim.name},
       {"optim.lr", &c.optim.lr},
       {"optim.min_lr", &c.optim.min_lr},
       {"optim.warmup_steps", &c.optim.warmup_steps},
       {"optim.weight_decay", &c.optim.weight_decay},
+      {"optim.no_decay", &c.optim.no_decay},
       {"optim.beta1", &c.optim.beta1},
       {"optim.beta2", &c.optim.beta2},
       {"optim.eps", &c.optim.eps},
+      {"optim.momentum", &c.optim.momentum},
+      {"optim.dampening", &c.optim.dampening},
+      {"optim.nesterov", &c.optim.nesterov},
       {"optim.grad_clip", &c.optim.grad_clip},
       {"optim.grad_accum_steps", &c.optim.grad_accum_steps},
       {"train.steps", &c.train.steps},
@@ -178,6 +183,38 @@ Config config_load(const std::string& path, const std::vector<std::string>& over
   return config_parse(text.str(), path, overrides);
 }
 
+namespace {
+
+// The optimizer's name and the keys that belong to it: a key of the other optimizer set to
+// anything but its default would be silently ignored, so it is refused. The SGD rules are
+// torch.optim.SGD's (which raises on negative momentum, and on Nesterov without momentum or
+// with dampening), plus momentum < 1 and dampening in [0, 1], outside which the buffer grows
+// without bound or flips sign.
+void optim_validate(const OptimConfig& o) {
+  const OptimConfig defaults;
+  CADRE_CONFIG_CHECK(o.name == "adamw" || o.name == "sgd", "optim.name: unknown '", o.name, "' (adamw, sgd)");
+  CADRE_CONFIG_CHECK(o.no_decay == "norm_and_bias" || o.no_decay == "none", "optim.no_decay: unknown '", o.no_decay,
+                     "' (norm_and_bias, none)");
+  if (o.name == "adamw") {
+    CADRE_CONFIG_CHECK(o.momentum == defaults.momentum, "optim.momentum applies to optim.name sgd (this is adamw; "
+                       "its momentum is optim.beta1)");
+    CADRE_CONFIG_CHECK(o.dampening == defaults.dampening, "optim.dampening applies to optim.name sgd (this is adamw)");
+    CADRE_CONFIG_CHECK(o.nesterov == defaults.nesterov, "optim.nesterov applies to optim.name sgd (this is adamw)");
+    return;
+  }
+  CADRE_CONFIG_CHECK(o.beta1 == defaults.beta1, "optim.beta1 applies to optim.name adamw (this is sgd; its momentum "
+                     "is optim.momentum)");
+  CADRE_CONFIG_CHECK(o.beta2 == defaults.beta2, "optim.beta2 applies to optim.name adamw (this is sgd)");
+  CADRE_CONFIG_CHECK(o.eps == defaults.eps, "optim.eps applies to optim.name adamw (this is sgd)");
+  CADRE_CONFIG_CHECK(o.momentum >= 0 && o.momentum < 1, "optim.momentum must be in [0, 1), got ", o.momentum);
+  CADRE_CONFIG_CHECK(o.dampening >= 0 && o.dampening <= 1, "optim.dampening must be in [0, 1], got ", o.dampening);
+  CADRE_CONFIG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+                     "optim.nesterov needs optim.momentum > 0 and optim.dampening = 0 (as torch.optim.SGD), got "
+                     "momentum ", o.momentum, " and dampening ", o.dampening);
+}
+
+}  // namespace
+
 void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(!c.model.arch.empty(), "model.arch must name a model");
   CADRE_CONFIG_CHECK(c.data.batch_size > 0, "data.batch_size must be positive");
@@ -191,6 +228,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(c.data.shuffle_window >= 1, "data.shuffle_window must be >= 1, got ", c.data.shuffle_window);
 
   const auto& o = c.optim;
+  optim_validate(o);
   CADRE_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr");
   CADRE_CONFIG_CHECK(o.warmup_steps >= 0, "optim.warmup_steps must be >= 0");
   CADRE_CONFIG_CHECK(o.weight_decay >= 0, "optim.weight_decay must be >= 0");

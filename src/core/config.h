@@ -39,13 +39,21 @@ struct DataConfig {
 };
 
 struct OptimConfig {
+  std::string name = "adamw";   // adamw | sgd (optim/make_optimizer.h)
   double lr = 3e-4;
   double min_lr = 3e-5;         // cosine decays to this
   int64_t warmup_steps = 100;
-  double weight_decay = 0.1;    // decoupled; applied to matrices only (not norms)
-  double beta1 = 0.9;
+  // adamw: decoupled (p -= lr * wd * p); sgd: L2, added to the gradient as torch.optim.SGD.
+  double weight_decay = 0.1;
+  // Parameters weight decay skips: norm_and_bias (those with fewer than 2 dimensions: norm
+  // scales and shifts, biases) | none (every parameter decays, torch.optim's default).
+  std::string no_decay = "norm_and_bias";
+  double beta1 = 0.9;           // adamw only, as beta2 and eps
   double beta2 = 0.95;
   double eps = 1e-8;
+  double momentum = 0;          // sgd only, as dampening and nesterov (torch.optim.SGD's defaults)
+  double dampening = 0;
+  bool nesterov = false;
   double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
   int64_t grad_accum_steps = 1;
 };

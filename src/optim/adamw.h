@@ -6,25 +6,29 @@
 
 #include <vector>
 
+#include "optim/optimizer.h"
+
 namespace cadre {
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
-class AdamW {
+class AdamW : public Optimizer {
  public:
   // `decay[i]` says whether params[i] gets weight decay. Gradients are read from
   // params[i].grad(); state tensors are float32 like the parameters.
   AdamW(std::vector<at::Tensor> params, std::vector<bool> decay, AdamWOptions options);
 
-  void step(double lr);
-  int64_t steps() const { return step_; }
+  void step(double lr) override;
+  int64_t steps() const override { return step_; }
+  void set_steps(int64_t step) override { step_ = step; }
+  // The moment estimates per parameter: exp_avg, exp_avg_sq (torch.optim.AdamW's names).
+  std::vector<OptimizerState> state() override { return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}}; }
+  int64_t state_bytes_per_param() const override { return 8; }
 
-  // State for checkpoints: moment estimates per parameter and the step count.
   std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
-  void set_steps(int64_t step) { step_ = step; }
 
  private:
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;

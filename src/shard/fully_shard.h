@@ -94,7 +94,7 @@ struct FullyShardOptions {
 struct ShardMemory {
   int64_t params = 0;        // float32 masters (+ compute copies kept resident, e.g. NO_SHARD bf16)
   int64_t grads = 0;         // float32 reduced gradients this rank keeps
-  int64_t optimizer = 0;     // AdamW moments (filled in by the caller)
+  int64_t optimizer = 0;     // optimizer state (filled in by the caller)
   int64_t peak_working = 0;  // peak bytes of gathered parameters + unsharded gradient buffers
   int64_t padded_numel = 0;  // parameters including padding
   int shard_size = 1;        // ranks a unit is sharded over

@@ -6,17 +6,19 @@
 
 namespace cadre {
 
-StateFormula state_formula(Strategy strategy, const ShardMemory& m, int64_t c) {
+StateFormula state_formula(Strategy strategy, const ShardMemory& m, int64_t c, int64_t k) {
   const int64_t psi = m.padded_numel, n = m.shard_size;
   const std::string params = str(double(psi) / 1e6, "M params"), sharded = str(params, ", N = ", n);
+  // Float32 masters 4 and gradients 4, plus the optimizer's k.
+  const int64_t state = 8 + k;
   switch (strategy) {
     case Strategy::NoShard:
-      if (c == 4) return {16 * psi, str("16 x ", params)};
-      return {(16 + c) * psi, str("(16 + ", c, ") x ", params)};
+      if (c == 4) return {state * psi, str(state, " x ", params)};
+      return {(state + c) * psi, str("(", state, " + ", c, ") x ", params)};
     case Strategy::Zero1:
-      if (c == 4) return {8 * psi + 8 * psi / n, str("(8 + 8/N) x ", sharded)};
-      return {2 * c * psi + 12 * psi / n, str("(", 2 * c, " + 12/N) x ", sharded)};
-    default: return {16 * psi / n, str("16/N x ", sharded)};
+      if (c == 4) return {8 * psi + k * psi / n, str("(8 + ", k, "/N) x ", sharded)};
+      return {2 * c * psi + (4 + k) * psi / n, str("(", 2 * c, " + ", 4 + k, "/N) x ", sharded)};
+    default: return {state * psi / n, str(state, "/N x ", sharded)};
   }
 }
 

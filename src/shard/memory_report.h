@@ -1,8 +1,9 @@
 // Per-rank model-state memory against the ZeRO/FSDP formulas. With Ψ parameters on this rank
 // (its tensor-parallel part: Ψ_model / tp for split parameters), N data-parallel ranks in the
-// shard group and c bytes per compute element:
+// shard group, c bytes per compute element and K bytes of optimizer state per parameter
+// (AdamW's two moments 8, SGD's momentum buffer 4, plain SGD 0); with AdamW:
 //   FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD  16Ψ/N: float32 masters 4, gradients 4, AdamW's
-//                                            two moments 8, each sharded
+//                                            two moments 8, each sharded ((8 + K)Ψ/N)
 //   NO_SHARD                                 16Ψ, plus cΨ for a compute copy in another dtype
 //   ZERO1                                    2cΨ + 12Ψ/N: compute parameters and gradients
 //                                            whole, master and moments sharded; 4 + 12/N bytes
@@ -23,7 +24,8 @@ struct StateFormula {
 };
 
 // The formula for `measured` (Ψ = its padded_numel, N = its shard_size).
-StateFormula state_formula(Strategy strategy, const ShardMemory& measured, int64_t compute_bytes_per_param);
+StateFormula state_formula(Strategy strategy, const ShardMemory& measured, int64_t compute_bytes_per_param,
+                           int64_t optimizer_bytes_per_param = 8);
 
 struct MemoryReport {
   ShardMemory measured;

@@ -7,7 +7,9 @@
 
 #include <cstring>
 #include <mutex>
+#include <set>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/shape_text.h"
 
@@ -55,6 +57,35 @@ std::string buffer_dtype(const at::Tensor& t, const std::string& name) {
   }
 }
 
+// The optimizer's state kinds must be exactly the checkpoint's optim.<state>.* ones: another
+// optimizer's state (AdamW's moments for SGD) cannot continue it. The checkpoint's config
+// names its optimizer, so the message can say what to set.
+void check_optimizer_fits(const CheckpointReader& reader, Optimizer& optimizer) {
+  std::set<std::string> stored, expected;
+  for (const auto& [name, record] : reader.manifest().tensors) {
+    if (name.rfind("optim.", 0) != 0) continue;
+    const size_t dot = name.find('.', 6);
+    stored.insert(name.substr(6, dot == std::string::npos ? std::string::npos : dot - 6));
+  }
+  for (const OptimizerState& s : optimizer.state()) expected.insert(s.name);
+  if (stored == expected) return;
+  auto list = [](const std::set<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  std::string written_with;
+  try {
+    const Config c = config_parse(reader.manifest().config_yaml, reader.dir(), {});
+    written_with = str(" (it was written with optim.name ", c.optim.name, ", optim.momentum ", c.optim.momentum, ")");
+  } catch (const ConfigError& e) {
+    written_with = str(" (its config does not parse here: ", e.what(), ")");
+  }
+  throw ConfigError(str("checkpoint '", reader.dir(), "' holds optimizer state ", list(stored), written_with,
+                        " but this run's optimizer keeps ", list(expected),
+                        ": set optim.* as that run did, or start from its weights with train.init_from"));
+}
+
 at::Tensor rng_state() {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -63,10 +94,11 @@ at::Tensor rng_state() {
 
 }  // namespace
 
-void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, int rank) {
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
+  const std::vector<OptimizerState> state = optimizer.state();
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
     // A shard that several replicas hold is written once; units are spread over the replicas
@@ -75,8 +107,8 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, 
     if (!writes_tensor_parallel_copy(where, tp)) continue;
     const GlobalPlace place = global_place(where, tp);
     stage_float(snapshot, "model." + where.name, where, place, pieces[k]);
-    stage_float(snapshot, "optim.exp_avg." + where.name, where, place, optimizer.exp_avg()[k]);
-    stage_float(snapshot, "optim.exp_avg_sq." + where.name, where, place, optimizer.exp_avg_sq()[k]);
+    for (const OptimizerState& s : state)
+      stage_float(snapshot, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
   }
   // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   if (rank == 0)
@@ -91,7 +123,7 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, 
   std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
 }
 
-void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bool optimizer) {
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer) {
   // Global shapes: a tensor-parallel part is checked as the tensor it is part of.
   std::map<std::string, std::vector<int64_t>> expected;
   const TensorParallelLayout* tp = model.tensor_parallel();
@@ -101,9 +133,13 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bo
       expected[unit->names[i]] = p ? p->global_shape : unit->params[i].sizes().vec();
     }
   const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
+  std::vector<std::string> prefixes{"model."};
+  if (optimizer) {
+    check_optimizer_fits(reader, *optimizer);
+    for (const OptimizerState& s : optimizer->state()) prefixes.push_back("optim." + s.name + ".");
+  }
   for (const auto& [name, shape] : expected) {
-    for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."}) {
-      if (!optimizer && std::string(prefix) != "model.") continue;
+    for (const std::string& prefix : prefixes) {
       auto it = reader.manifest().tensors.find(prefix + name);
       CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor '", prefix, name, "'");
       CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", prefix, name,
@@ -145,18 +181,20 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
   model.mark_updated();
 }
 
-void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& optimizer, int rank) {
+void load_train_state(const CheckpointReader& reader, FSDPModule& model, Optimizer& optimizer, int rank) {
   load_model_state(reader, model);
   {
     const auto& layout = model.piece_layout();
     const TensorParallelLayout* tp = model.tensor_parallel();
+    const std::vector<OptimizerState> state = optimizer.state();
     c10::NoGradGuard no_grad;
     for (size_t k = 0; k < layout.size(); ++k) {
       const ShardPiece& where = layout[k];
       const Box part = global_place(where, tp).part;
-      const int64_t n = optimizer.exp_avg()[k].numel();
-      reader.read("optim.exp_avg." + where.name, part, where.start, n, optimizer.exp_avg()[k].data_ptr());
-      reader.read("optim.exp_avg_sq." + where.name, part, where.start, n, optimizer.exp_avg_sq()[k].data_ptr());
+      for (const OptimizerState& s : state) {
+        at::Tensor& t = (*s.tensors)[k];
+        reader.read("optim." + s.name + "." + where.name, part, where.start, t.numel(), t.data_ptr());
+      }
     }
   }
   const auto& state = reader.manifest().state;

@@ -1,5 +1,6 @@
 // What a training checkpoint holds and how the trainer's state maps onto it:
-//   model.<param>, optim.exp_avg.<param>, optim.exp_avg_sq.<param>  float32, global shapes
+//   model.<param>, optim.<state>.<param>                            float32, global shapes
+//     (<state>: the optimizer's, AdamW exp_avg and exp_avg_sq, SGD momentum_buffer)
 //   buffer.<name>             buffers (BatchNorm statistics) and frozen parameters, from rank 0
 //   rng.cpu.rank<r>                                                  uint8, CPU generator state
 //   state: data_position (global samples consumed), optimizer_steps
@@ -16,18 +17,18 @@
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/snapshot.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "shard/fully_shard.h"
 
 namespace cadre {
 
 // Copies this rank's part of the model, optimizer and RNG state into `snapshot`.
-void stage_train_state(Snapshot& snapshot, FSDPModule& model, AdamW& optimizer, int rank);
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank);
 
 // Checks that the checkpoint was written for this model (every parameter present with the
-// same shape, nothing extra; with `optimizer`, the AdamW moments too): ConfigError naming the
-// first difference otherwise.
-void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, bool optimizer = true);
+// same shape, nothing extra; with `optimizer`, that optimizer's state too, and no other
+// optimizer's): ConfigError naming the first difference otherwise.
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer);
 
 // Reads this rank's part of model.* and the buffers into the model's shard (fine-tuning from
 // another run's or an imported checkpoint). CheckpointError when it is damaged.
@@ -36,6 +37,6 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model);
 // Reads this rank's part into the model's shard, the optimizer and the RNG; the model's
 // compute copies are refreshed at the next gather. CheckpointError when the checkpoint is
 // damaged (then the state is partly overwritten: load another checkpoint or stop).
-void load_train_state(const CheckpointReader& reader, FSDPModule& model, AdamW& optimizer, int rank);
+void load_train_state(const CheckpointReader& reader, FSDPModule& model, Optimizer& optimizer, int rank);
 
 }  // namespace cadre

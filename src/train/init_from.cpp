@@ -48,7 +48,7 @@ std::string init_from_load(const Config& c, FSDPModule& model, int rank, comm::C
   std::string error;
   try {
     CheckpointReader reader(path);
-    check_checkpoint_fits(reader, model, /*optimizer=*/false);  // ConfigError: the same on every rank
+    check_checkpoint_fits(reader, model, /*optimizer=*/nullptr);  // ConfigError: the same on every rank
     load_model_state(reader, model);
     log::info(str("init_from: rank ", rank, " read ", reader.bytes_read(), " of ", reader.bytes_total(), " bytes of ",
                   path));

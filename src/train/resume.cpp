@@ -33,7 +33,7 @@ void refuse_newer_checkpoints(const std::string& dir, const std::string& path, i
 
 }  // namespace
 
-Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, AdamW& optimizer,
+Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, Optimizer& optimizer,
                         BatchSource& train_data, int rank, comm::Communicator* group) {
   const auto t0 = std::chrono::steady_clock::now();
   // A crash mid-save leaves partial directories; only the lead removes them, and nobody
@@ -68,7 +68,7 @@ Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& mod
     int64_t step = 0, position = 0;
     try {
       CheckpointReader reader(path);
-      check_checkpoint_fits(reader, model);  // ConfigError: the same on every rank, so all stop
+      check_checkpoint_fits(reader, model, &optimizer);  // ConfigError: the same on every rank, so all stop
       const auto& m = reader.manifest();
       if (mode != "auto") refuse_newer_checkpoints(dir, path, m.step);
       CADRE_CONFIG_CHECK(m.step <= c.train.steps, "checkpoint '", path, "' is at step ", m.step, ", beyond train.steps ",

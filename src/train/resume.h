@@ -14,7 +14,7 @@
 #include "comm/comm.h"
 #include "core/config.h"
 #include "train/batch_source.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "shard/fully_shard.h"
 
 namespace cadre {
@@ -26,7 +26,7 @@ struct Resumed {
   int64_t skipped = 0;       // damaged checkpoints passed over
 };
 
-Resumed resume_training(const Config& config, const std::string& checkpoint_dir, FSDPModule& model, AdamW& optimizer,
+Resumed resume_training(const Config& config, const std::string& checkpoint_dir, FSDPModule& model, Optimizer& optimizer,
                         BatchSource& train_data, int rank, comm::Communicator* group);
 
 }  // namespace cadre

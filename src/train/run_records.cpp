@@ -26,12 +26,11 @@ void metrics_truncate(const std::string& path, int64_t step) {
 }
 
 MemoryReport final_memory_report(RunSetup& run) {
-  int64_t optimizer_bytes = 0;
-  for (const auto& t : run.optimizer->exp_avg()) optimizer_bytes += t.numel() * 4;
-  for (const auto& t : run.optimizer->exp_avg_sq()) optimizer_bytes += t.numel() * 4;
+  const int64_t optimizer_bytes = run.optimizer->state_bytes();
   const ShardMemory measured = run.sharded.memory();
   const int64_t compute_bytes = at::elementSize(run.shard_options.mixed_precision.param_dtype);
-  return memory_report(measured, optimizer_bytes, state_formula(run.shard_options.strategy, measured, compute_bytes));
+  return memory_report(measured, optimizer_bytes, state_formula(run.shard_options.strategy, measured, compute_bytes,
+                                                                 run.optimizer->state_bytes_per_param()));
 }
 
 void summary_write(RunSetup& run, const RunOutcome& o) {

@@ -17,6 +17,7 @@
 #include "data/manifest.h"
 #include "models/registry.h"
 #include "obs/flight_recorder.h"
+#include "optim/make_optimizer.h"
 #include "train/init_from.h"
 
 namespace fs = std::filesystem;
@@ -131,8 +132,7 @@ void set_up_model(RunSetup& r) {
     for (auto& b : r.model->module().buffers()) r.group->broadcast(b, 0);
   }
   r.sharded = r.model->parallelize(*r.mesh, r.shard_options, c.parallel);
-  r.optimizer = std::make_unique<AdamW>(r.sharded.parameters(), r.sharded.decay_mask(),
-                                        AdamWOptions{c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay});
+  r.optimizer = make_optimizer(c.optim, r.sharded.parameters(), r.sharded.decay_mask());
   r.schedule = LrSchedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
 }
 

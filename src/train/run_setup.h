@@ -10,7 +10,7 @@
 #include "comm/comm.h"
 #include "core/config.h"
 #include "models/model.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "shard/device_mesh.h"
 #include "shard/fully_shard.h"
@@ -32,7 +32,7 @@ struct RunSetup {
   comm::Communicator* group = nullptr;  // every rank (null on one rank)
   int dp = 1, dp_rank = 0;              // data-parallel size and this rank's index
   FSDPModule sharded;                   // the model's FSDP (or DDP, ZeRO-1) handle
-  std::unique_ptr<AdamW> optimizer;     // over this rank's float32 shard
+  std::unique_ptr<Optimizer> optimizer;  // optim.name's, over this rank's float32 shard
   LrSchedule schedule{};
   std::unique_ptr<BatchSource> train_data;
   std::unique_ptr<BatchSource> val_data;  // null when train.eval_interval is 0

@@ -159,8 +159,11 @@ void Trainer::start_observing() {
   int64_t shard_numel = 0;
   for (const auto& p : run_->sharded.parameters()) shard_numel += p.numel();
   const ShardMemory shard_memory = run_->sharded.memory();
-  observer_->set_model_state_bytes(shard_memory.params + shard_memory.grads + 8 * shard_numel);  // + AdamW moments
-  observer_->started(resumed_.step, resumed_.path, resumed_.load_s, resumed_.path.empty() ? 0 : 12 * shard_numel);
+  const int64_t optimizer_bytes = run_->optimizer->state_bytes_per_param() * shard_numel;
+  observer_->set_model_state_bytes(shard_memory.params + shard_memory.grads + optimizer_bytes);
+  // A resume reads the float32 masters and the optimizer's state.
+  observer_->started(resumed_.step, resumed_.path, resumed_.load_s,
+                     resumed_.path.empty() ? 0 : 4 * shard_numel + optimizer_bytes);
   summary_.run_dir = c_.run.dir;
   summary_.lead = run_->lead;
   summary_.resumed_from = resumed_.path;

@@ -222,6 +222,43 @@ TEST_F(Resume, TwoRankFullShardCheckpointContinuesOnOneThreeAndFourRanks) {
               whole);
 }
 
+// SGD's momentum buffers are checkpointed as optim.momentum_buffer.<param>, sharded like the
+// parameters: a 2-rank FULL_SHARD checkpoint at step 20 continues on 1 NO_SHARD rank and on 3
+// ZERO1 ranks as the straight 40-step run does (1e-5 relative), and a run configured for AdamW
+// is refused that checkpoint, naming the optimizer it was written with.
+TEST_F(Resume, SgdCheckpointContinuesOnOneAndThreeRanksAndRefusesAdamW) {
+  const std::vector<std::string> sgd = {"optim.name=sgd", "optim.momentum=0.9", "optim.nesterov=true",
+                                        "optim.lr=0.05"};
+  auto two = sgd;
+  two.insert(two.end(), kTwoRanks.begin(), kTwoRanks.end());
+  const auto& whole = straight("sgd-straight2", 2, two);
+  ASSERT_EQ(whole.size(), 40u);
+  auto first = two;
+  first.push_back("train.stop_at=20");
+  Outcome a = train("sgd-source", 2, first);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string checkpoint = path("sgd-source") + "/checkpoints/step-00000020";
+  std::ifstream in(checkpoint + "/manifest.json");
+  const std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(manifest.find("\"optim.momentum_buffer.layers.0.attention.wq.weight\""), std::string::npos);
+  EXPECT_EQ(manifest.find("optim.exp_avg"), std::string::npos);
+
+  auto on = [&](std::vector<std::string> layout) {
+    layout.insert(layout.begin(), sgd.begin(), sgd.end());
+    return layout;
+  };
+  continue_on(this, checkpoint, "sgd-reshard",
+              {{1, on({"parallel.strategy=NO_SHARD", "data.batch_size=12"})},
+               {3, on({"parallel.strategy=ZERO1", "data.batch_size=4"})}},
+              whole);
+
+  Outcome adamw = train("sgd-as-adamw", 1, {"data.batch_size=12", "--resume", checkpoint});
+  EXPECT_EQ(adamw.exit_code, 2) << adamw.output;
+  EXPECT_NE(adamw.output.find("holds optimizer state momentum_buffer (it was written with optim.name sgd"),
+            std::string::npos)
+      << adamw.output;
+}
+
 // dp 2 x tp 2 with 6 samples per data-parallel rank reads the same 12-sample global batches
 // as 2 FULL_SHARD ranks ("straight2"): its steps, and those of every layout continuing from
 // its checkpoint, follow that run to float32 rounding (sums change order: 1e-5 relative,

@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "models/llama/config.h"
+#include "models/resnet/config.h"
 #include "models/registry.h"
 
 using cadre::Config;
@@ -139,4 +140,54 @@ TEST(Config, NonScalarKeysAndValuesAreConfigErrors) {
 TEST(Config, SelfReferentialAliasIsAnErrorNotACrash) {
   std::string msg = parse_error("model: &m\n  dim: *m\n");
   EXPECT_NE(msg.find("nested more than"), std::string::npos) << msg;
+}
+
+// optim.name picks the optimizer; each bad SGD setting (what torch.optim.SGD refuses, and
+// momentum >= 1) and a key of the other optimizer name the key at fault.
+TEST(Config, OptimizerKeysAreCheckedAgainstTheChosenOptimizer) {
+  Config c = config_parse("", "t.yaml", {"optim.name=sgd", "optim.momentum=0.9", "optim.nesterov=true"});
+  EXPECT_EQ(c.optim.name, "sgd");
+  EXPECT_DOUBLE_EQ(c.optim.momentum, 0.9);
+  EXPECT_TRUE(c.optim.nesterov);
+  EXPECT_EQ(c.optim.no_decay, "norm_and_bias");
+  EXPECT_EQ(config_parse("", "t.yaml", {}).optim.name, "adamw");  // nothing existing changes
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"optim.name=lamb"}, "optim.name"},
+      {{"optim.no_decay=norms"}, "optim.no_decay"},
+      {{"optim.name=sgd", "optim.momentum=-0.1"}, "optim.momentum"},
+      {{"optim.name=sgd", "optim.momentum=1"}, "optim.momentum"},
+      {{"optim.name=sgd", "optim.dampening=1.5"}, "optim.dampening"},
+      {{"optim.name=sgd", "optim.nesterov=true"}, "optim.nesterov"},  // no momentum
+      {{"optim.name=sgd", "optim.momentum=0.9", "optim.dampening=0.1", "optim.nesterov=true"}, "optim.nesterov"},
+      {{"optim.name=sgd", "optim.momentum=0.9", "optim.weight_decay=-1"}, "optim.weight_decay"},
+      {{"optim.name=sgd", "optim.beta2=0.999"}, "optim.beta2"},  // AdamW's key under sgd
+      {{"optim.momentum=0.9"}, "optim.momentum"},                 // SGD's key under adamw
+      {{"optim.nesterov=true"}, "optim.nesterov"},
+  };
+  for (const auto& [overrides, key] : bad) {
+    std::string msg = parse_error("", overrides);
+    EXPECT_NE(msg.find(key), std::string::npos) << overrides.back() << " gave: '" << msg << "'";
+  }
+}
+
+// The recipe of issue 28 (docs/training.md, "ImageNet-style training with SGD") parses and
+// validates as written.
+TEST(Config, Resnet50ImageFolderRecipeLoads) {
+  Config c = cadre::config_load(CADRE_SOURCE_DIR "/configs/resnet50_imagefolder.yaml", {});
+  cadre::model_config_resolve(c);
+  EXPECT_EQ(c.model.arch, "resnet");
+  const cadre::ResnetConfig m = cadre::resnet_config(c.model);
+  EXPECT_EQ(m.depth, 50);
+  EXPECT_EQ(m.width, 64);
+  EXPECT_EQ(m.image_size, 224);
+  EXPECT_EQ(m.stem, "imagenet");
+  EXPECT_DOUBLE_EQ(m.label_smoothing, 0.1);
+  EXPECT_EQ(c.optim.name, "sgd");
+  EXPECT_DOUBLE_EQ(c.optim.momentum, 0.9);
+  EXPECT_TRUE(c.optim.nesterov);
+  EXPECT_DOUBLE_EQ(c.optim.weight_decay, 1e-4);
+  EXPECT_EQ(c.optim.no_decay, "norm_and_bias");
+  EXPECT_EQ(c.data.dir, "data/imagefolder");
+  // torchvision's linear scaling: lr 0.1 per 256 images of global batch, here on 8 ranks.
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.1 * double(c.data.batch_size * 8 * c.optim.grad_accum_steps) / 256.0);
 }

@@ -203,6 +203,28 @@ TEST_F(Fsdp, ShardedStateShrinksWithWorldSize) {
   std::fflush(stdout);
 }
 
+// SGD (Nesterov momentum 0.9, weight decay off the 1-d parameters): its momentum buffer is
+// sharded like AdamW's moments, so 2 FULL_SHARD ranks, 2 NO_SHARD (DDP) ranks, 3 ZERO1 ranks,
+// 2 SHARD_GRAD_OP ranks and 4 HYBRID_SHARD ranks (groups of 2) follow one rank as AdamW does
+// (float32: 1e-5 relative at every step), and each rank's state is the formula's (8 + 4)Ψ/N:
+// masters 4, gradients 4, one buffer 4.
+TEST_F(Fsdp, SgdMatchesOneRankUnderEveryStrategy) {
+  const std::vector<std::string> sgd = {"optim.name=sgd", "optim.momentum=0.9", "optim.nesterov=true",
+                                        "optim.lr=0.05", "optim.weight_decay=1e-3"};
+  const std::string full_shard = expect_same_trajectory(2, "FULL_SHARD", sgd, kFp32);
+  expect_same_trajectory(2, "NO_SHARD", sgd, kFp32);
+  expect_same_trajectory(3, "ZERO1", sgd, kFp32);
+  expect_same_trajectory(2, "SHARD_GRAD_OP", sgd, kFp32);
+  auto hybrid = sgd;
+  hybrid.push_back("parallel.shard_group_size=2");
+  expect_same_trajectory(4, "HYBRID_SHARD", hybrid, kFp32);
+  // The same runs under AdamW take other steps: the option reached the optimizer.
+  EXPECT_NE(losses(single(sgd)).back(), losses(single({})).back());
+  const nlohmann::json m = summary(full_shard)["memory"];
+  EXPECT_NEAR(m["state_bytes"].get<double>(), m["formula_state_bytes"].get<double>(), 4.0 * 3 * 2) << m.dump();
+  EXPECT_NEAR(m["optimizer_bytes"].get<double>(), m["param_bytes"].get<double>(), 4.0 * 3 * 2) << m.dump();
+}
+
 TEST_F(Fsdp, InvalidCombinationsAreConfigErrors) {
   // HYBRID_SHARD on one node without a group size, and a group size that does not divide.
   for (std::string size : {"0", "3"}) {

@@ -110,6 +110,18 @@ TEST_F(TensorParallel, DataTimesTensorParallelMatchesOneRank) {
   }
 }
 
+// SGD's momentum buffer is per parameter part like AdamW's moments: tp 2 and dp 2 x tp 2
+// (FULL_SHARD over dp) follow one rank to float32 rounding, as AdamW does.
+TEST_F(TensorParallel, SgdTensorAndDataTimesTensorParallelMatchOneRank) {
+  const std::vector<std::string> sgd = {"optim.name=sgd", "optim.momentum=0.9", "optim.nesterov=true",
+                                        "optim.lr=0.3", "optim.weight_decay=1e-3"};
+  const TrainRun one = train(1, 1, sgd);
+  expect_same_losses(one, train(2, 2, sgd), kFp32, "SGD tp 2 vs 1 rank");
+  auto mesh = sgd;
+  mesh.push_back("parallel.strategy=FULL_SHARD");
+  expect_same_losses(one, train(4, 2, mesh), kFp32, "SGD dp 2 x tp 2 FULL_SHARD vs 1 rank");
+}
+
 // ZeRO-1 is data parallelism with a sharded optimizer: in float32 the same sums as NO_SHARD
 // (an average of 2 ranks' gradients), so it follows it to rounding. In bf16 ZeRO-1 keeps and
 // reduces gradients in bf16 (unit roundoff 2^-9) where NO_SHARD accumulates them in float32;

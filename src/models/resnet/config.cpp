@@ -15,6 +15,7 @@ std::vector<Field> resnet_fields(ResnetConfig& m) {
       {"model.image_size", &m.image_size},
       {"model.stem", &m.stem},
       {"model.zero_init_residual", &m.zero_init_residual},
+      {"model.label_smoothing", &m.label_smoothing},
   };
 }
 
@@ -40,6 +41,8 @@ ResnetConfig resnet_config(const ModelSection& section) {
   CADRE_CONFIG_CHECK(m.width > 0, "model.width must be positive, got ", m.width);
   CADRE_CONFIG_CHECK(m.in_channels > 0, "model.in_channels must be positive, got ", m.in_channels);
   CADRE_CONFIG_CHECK(m.num_classes > 1, "model.num_classes must be at least 2, got ", m.num_classes);
+  CADRE_CONFIG_CHECK(m.label_smoothing >= 0 && m.label_smoothing <= 1, "model.label_smoothing must be in [0, 1], got ",
+                     m.label_smoothing);
   CADRE_CONFIG_CHECK(m.stem == "imagenet" || m.stem == "small", "model.stem: unknown '", m.stem, "' (imagenet, small)");
   // Four stages halve the resolution three times after the stem (which quarters it for imagenet).
   const int64_t min_size = m.stem == "imagenet" ? 32 : 8;

@@ -19,6 +19,9 @@ struct ResnetConfig {
   // 3x3 stride-1 convolution and no pool, for small images such as 28x28 digits.
   std::string stem = "imagenet";
   bool zero_init_residual = false;  // start each block's last BatchNorm scale at zero
+  // Of the training loss (models/classification_loss.h): 0 is plain cross-entropy; the
+  // ImageNet recipes use 0.1. Validation loss is reported with the same smoothing.
+  double label_smoothing = 0;
 };
 
 // Parses and validates the section's keys (ConfigError naming the key and its source).

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "models/classification_loss.h"
 #include "models/resnet/parallelize.h"
 
 namespace cadre {
@@ -17,7 +18,7 @@ FSDPModule ResnetModel::parallelize(const DeviceMesh&, FullyShardOptions options
 LossOutput ResnetModel::loss(const Batch& batch) {
   at::Tensor logits = call(net_, batch.input);
   LossOutput out;
-  out.loss = at::cross_entropy_loss(logits.to(at::kFloat), batch.target);
+  out.loss = classification_loss(logits, batch.target, config_.label_smoothing);
   out.correct = logits.argmax(1).eq(batch.target).sum().item<int64_t>();
   return out;
 }
