@@ -26,7 +26,7 @@ const std::vector<DeployOption>& deploy_options() {
       {"namespace", "default", "Kubernetes namespace", true, false},
       {"cpu", "", "CPU per node (request = limit), a Kubernetes quantity such as 8", true, true},
       {"memory", "", "memory per node (request = limit), such as 32Gi", true, true},
-      {"gpus", "0", "nvidia.com/gpu per node", true, true},
+      {"gpus", "", "nvidia.com/gpu per node (default: nproc_per_node when train.device is cuda, else 0)", true, true},
       {"efa", "0", "vpc.amazonaws.com/efa devices per node (AWS Elastic Fabric Adapter)", true, false},
       {"shm_size", "1Gi", "size of the in-memory /dev/shm", true, false},
       {"volume_claim", "", "existing PersistentVolumeClaim for data, runs and checkpoints (default: write <name>-data)", true, false},
@@ -193,7 +193,10 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
                           s.nproc_per_node, ": the config's parallel layout (parallel.strategy ",
                           strategy_name(config.parallel.strategy), ") cannot run on", all));
   }
-  s.gpus = parse_int("gpus", v["gpus"], 0, 64);
+  // A CUDA job wants one GPU per local rank (each worker takes LOCAL_RANK's); set explicitly, the
+  // count is taken as given.
+  s.gpus = v["gpus"].empty() ? (config.train.device == "cuda" ? s.nproc_per_node : 0)
+                             : parse_int("gpus", v["gpus"], 0, 64);
   s.cpu = v["cpu"];
   s.memory = v["memory"];
   if (!s.cpu.empty()) check_quantity("cpu", s.cpu);

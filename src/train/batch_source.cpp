@@ -9,9 +9,22 @@
 namespace cadre {
 namespace {
 
+// Host memory the loaders fill: pinned (page-locked, from libtorch's caching host allocator)
+// when the batch goes to a GPU, so that the copy below can be asynchronous.
+at::TensorOptions host_options(at::ScalarType dtype, const c10::Device& device) {
+  return at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
+}
+
+// Host to device without waiting (pinned source); on the CPU the tensor itself.
+at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
+  if (device.is_cpu()) return host;
+  return host.to(device, /*non_blocking=*/true);
+}
+
 class TokenBatches : public BatchSource {
  public:
-  TokenBatches(const std::string& dir, Split split, uint64_t seed) : loader_(dir, split, seed) {}
+  TokenBatches(const std::string& dir, Split split, uint64_t seed, c10::Device device)
+      : loader_(dir, split, seed), device_(device) {}
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return loader_.seq_len(); }
@@ -19,16 +32,16 @@ class TokenBatches : public BatchSource {
   void set_position(uint64_t p) override { loader_.set_position(p); }
 
   Batch next(uint64_t global, uint64_t first, uint64_t count) override {
-    at::Tensor tokens = at::empty({static_cast<int64_t>(count), loader_.seq_len() + 1}, at::kLong);
+    at::Tensor tokens = at::empty({static_cast<int64_t>(count), loader_.seq_len() + 1}, host_options(at::kLong, device_));
     loader_.next(global, first, count, tokens.data_ptr<int64_t>());
-    return split(tokens);
+    return split(to_device(tokens, device_));
   }
 
   Batch at(const std::vector<uint64_t>& indices) const override {
     const int64_t per = loader_.seq_len() + 1;
-    at::Tensor tokens = at::empty({static_cast<int64_t>(indices.size()), per}, at::kLong);
+    at::Tensor tokens = at::empty({static_cast<int64_t>(indices.size()), per}, host_options(at::kLong, device_));
     for (size_t i = 0; i < indices.size(); ++i) loader_.sample(indices[i], tokens.data_ptr<int64_t>() + i * per);
-    return split(tokens);
+    return split(to_device(tokens, device_));
   }
 
  private:
@@ -37,11 +50,13 @@ class TokenBatches : public BatchSource {
     return {tokens.narrow(1, 0, T), tokens.narrow(1, 1, T)};
   }
   TokenLoader loader_;
+  c10::Device device_;
 };
 
 class ImageBatches : public BatchSource {
  public:
-  ImageBatches(const std::string& dir, Split split, uint64_t seed) : loader_(dir, split, seed) {}
+  ImageBatches(const std::string& dir, Split split, uint64_t seed, c10::Device device)
+      : loader_(dir, split, seed), device_(device) {}
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return 1; }
@@ -66,21 +81,24 @@ class ImageBatches : public BatchSource {
   std::pair<at::Tensor, at::Tensor> buffers(uint64_t count) const {
     const ImageShape s = loader_.shape();
     const int64_t n = static_cast<int64_t>(count);
-    return {at::empty({n, s.channels, s.height, s.width}, at::kByte), at::empty({n}, at::kByte)};
+    return {at::empty({n, s.channels, s.height, s.width}, host_options(at::kByte, device_)),
+            at::empty({n}, host_options(at::kByte, device_))};
   }
   Batch to_batch(const at::Tensor& pixels, const at::Tensor& labels) const {
     const DatasetManifest& m = loader_.manifest();
-    at::Tensor x = (pixels.to(at::kFloat) / 255.0 - m.pixel_mean) / m.pixel_std;
-    return {x, labels.to(at::kLong)};
+    at::Tensor x = (to_device(pixels, device_).to(at::kFloat) / 255.0 - m.pixel_mean) / m.pixel_std;
+    return {x, to_device(labels, device_).to(at::kLong)};
   }
   ImageLoader loader_;
+  c10::Device device_;
 };
 
 }  // namespace
 
-std::unique_ptr<BatchSource> BatchSource::open(const std::string& dir, Split split, uint64_t seed) {
-  if (manifest_read(dir).kind == "images") return std::make_unique<ImageBatches>(dir, split, seed);
-  return std::make_unique<TokenBatches>(dir, split, seed);
+std::unique_ptr<BatchSource> BatchSource::open(const std::string& dir, Split split, uint64_t seed,
+                                               c10::Device device) {
+  if (manifest_read(dir).kind == "images") return std::make_unique<ImageBatches>(dir, split, seed, device);
+  return std::make_unique<TokenBatches>(dir, split, seed, device);
 }
 
 }  // namespace cadre

@@ -1,7 +1,10 @@
 // Batches as tensors from a prepared dataset, whatever its kind: token sequences with their
 // shifted targets, or normalised images with their labels. Wraps the data loaders (which know
-// no tensors) and keeps their position semantics for resume.
+// no tensors) and keeps their position semantics for resume. Batches land on the training
+// device: for a GPU the loaders fill pinned host memory and the copy is asynchronous.
 #pragma once
+
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -17,8 +20,10 @@ namespace cadre {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Opens <dir> (its manifest says the kind); `seed` orders the training split.
-  static std::unique_ptr<BatchSource> open(const std::string& dir, Split split, uint64_t seed);
+  // Opens <dir> (its manifest says the kind); `seed` orders the training split; batches are
+  // returned on `device`.
+  static std::unique_ptr<BatchSource> open(const std::string& dir, Split split, uint64_t seed,
+                                           c10::Device device = c10::Device(c10::kCPU));
 
   virtual const DatasetManifest& manifest() const = 0;
   virtual uint64_t num_samples() const = 0;

@@ -485,6 +485,17 @@ def test_trainjob_elastic_2_to_4_nodes_gpus_and_efa(work):
     assert not [e["name"] for e in job["spec"]["trainer"].get("env") or [] if e["name"].startswith("PET_")]
 
 
+def test_cuda_device_defaults_gpus_to_the_workers_per_node(work):
+    # train.device: cuda and no --gpus: one nvidia.com/gpu per local rank; CPU jobs ask for none.
+    d = deployed(work, "tiny-g", ["--set", "data.dir=data/tiny", "train.device=cuda", "--nproc-per-node", "2",
+                                  "--image", "registry.example/cadre:0.1"])
+    check_deployment(d, nnodes="1", nproc=2, claim="tiny-g-data", claim_written=True, limits={"nvidia.com/gpu": "2"})
+    cpu = deployed(work, "tiny-c", ["--set", "data.dir=data/tiny", "--nproc-per-node", "2",
+                                    "--image", "registry.example/cadre:0.1"])
+    for o in cpu.objects:
+        assert "nvidia.com/gpu" not in json.dumps(o), f"{o['kind']} asks for a GPU on a CPU job"
+
+
 def test_pytorchjob_elastic_policy_on_existing_claim_in_another_namespace(work):
     d = deployed(work, "tiny-b", ["--api", "pytorchjob", "--set", "data.dir=/mnt/fsx/data/tiny", "run.dir=runs/b",
                                   "checkpoint.dir=/mnt/fsx/ckpt/b", "--nodes", "1:3", "--max-restarts", "5",
