@@ -11,8 +11,7 @@
 # in that build), plus what those -dev packages depend on, two levels down (their shared
 # libraries), and pkg-config.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"
-grep -qx '/.dev/' .git/info/exclude 2>/dev/null || echo '/.dev/' >> "$(git rev-parse --git-common-dir)/info/exclude"
+root=$(cd "$(dirname "$0")/.." && pwd); cd "$root"   # .dev/ is in .gitignore
 skip=" libtorch-dev libgloo-dev libbenchmark-dev libclang-rt-14-dev "
 list=$(sed -n '/^packages=(/,/^)/p' scripts/setup.sh | sed 's/#.*//' | tr ' ' '\n' | grep -- '-dev$' || true)
 wanted=()
@@ -29,7 +28,9 @@ all=$(printf '%s\n' "${wanted[@]}" $level1 $level2 pkgconf pkgconf-bin libpkgcon
 rm -rf .dev/debs; mkdir -p .dev/debs
 (cd .dev/debs && apt-get download -q $all 2>&1 | grep -v '^W:' | tail -1)
 echo "gpu_bundle: $(ls .dev/debs | wc -l) packages for ${wanted[*]}"
-gloo=$(compgen -G "$HOME/.cache/cadre/gloo-*" | head -1 || true)
-[[ -n $gloo ]] || { echo "gpu_bundle: no gloo sources under ~/.cache/cadre (run scripts/setup.sh --torch here first)" >&2; exit 1; }
+# The gloo sources the libtorch 2.x build uses by default (src/comm/CMakeLists.txt), which
+# `scripts/setup.sh --torch` unpacks; GLOO_SOURCE_DIR names another.
+gloo=${GLOO_SOURCE_DIR:-$HOME/.cache/cadre/gloo-0.0~git20250912.d97133a}
+[[ -f $gloo/gloo/config.h.in ]] || { echo "gpu_bundle: no gloo sources at $gloo (run scripts/setup.sh --torch here first)" >&2; exit 1; }
 rm -rf .dev/gloo-*; cp -r "$gloo" .dev/
 du -sh .dev

@@ -57,6 +57,9 @@ else
     || { tail -30 "$logs/build.log"; exit 1; }
 fi
 cadre="$build/bin/cadre"
+# Libraries unpacked from .dev/ by scripts/gpu_build.sh (a machine without Debian's packages).
+[[ -d $root/.dev/root/usr/lib/x86_64-linux-gnu ]] &&
+  export LD_LIBRARY_PATH=$root/.dev/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 [[ -x $cadre ]] || { echo "gpu-check: no $cadre after the build" >&2; exit 1; }
 
 # --- 3. the cuda-labelled tests ----------------------------------------------------------------
