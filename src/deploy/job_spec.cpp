@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -158,6 +160,18 @@ std::vector<std::string> mesh_problems(const Config& c, int64_t min_nodes, int64
   return problems;
 }
 
+// NCCL's settings (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) as set where deploy runs.
+static std::vector<std::pair<std::string, std::string>> nccl_environment() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (entry.rfind("NCCL_", 0) == 0 && eq != std::string::npos) out.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string, std::string>& flag_values,
                                Target target) {
   // Config section first, flags over it; unknown keys in the section are typos.
@@ -197,6 +211,7 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
   // count is taken as given.
   s.gpus = v["gpus"].empty() ? (config.train.device == "cuda" ? s.nproc_per_node : 0)
                              : parse_int("gpus", v["gpus"], 0, 64);
+  s.nccl_env = nccl_environment();
   s.cpu = v["cpu"];
   s.memory = v["memory"];
   if (!s.cpu.empty()) check_quantity("cpu", s.cpu);
