@@ -1,10 +1,12 @@
 # The two commands: `make demo` and `make test`. Both install what is missing first.
 BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
-# The retry soak (~11 min) is not part of `make test`: `cd build && ctest -L soak`.
-CTEST_FLAGS ?= -LE soak
+# The retry soak (~11 min) is not part of `make test`: `cd build && ctest -L soak`. Nor are the
+# `cuda` tests (they need a GPU: `make gpu-check` runs them); the `gpucheck` rehearsal runs in
+# the libtorch 2.x part only.
+CTEST_FLAGS ?= -LE '^(soak|cuda|gpucheck)$$'
 
-.PHONY: setup setup-torch configure build test test-torch1 test-torch2 fuzz sanitize demo mnist vision bench clean
+.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz sanitize demo mnist vision bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -45,6 +47,14 @@ test-torch2: setup-torch
 	  $(TORCH2_CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TORCH2_BUILD) -j $$(nproc)
 	@cd $(TORCH2_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|torch2)$$'
+
+# On a machine with a GPU (docs/gpu.md): build with CUDA, the `cuda` tests, the small and 0.9B
+# Llama against PyTorch eager and compiled, CPU/GPU parity and checkpoint round trip, a table.
+# Exits 1 saying so when there is no GPU; `make gpu-check GPU_CHECK_FLAGS="--device cpu --tiny"`
+# is the CPU rehearsal. Needs no registry (scripts/gpu_bundle.sh prepares .dev/ beforehand).
+GPU_CHECK_FLAGS ?=
+gpu-check:
+	@bash scripts/gpu_check.sh $(GPU_CHECK_FLAGS)
 
 # Every libFuzzer target for FUZZ_SECONDS each (`make test` runs them for 4 s each).
 FUZZ_SECONDS ?= 60

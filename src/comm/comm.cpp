@@ -111,6 +111,9 @@ struct Work::State {
   std::condition_variable cv;
   bool finished = false;
   std::exception_ptr error;
+  // A NCCL op finishes on the communication thread once it is enqueued on NCCL's stream; this
+  // then makes the waiting thread's current stream wait for it (nccl_group.h). Empty on CPU.
+  std::function<void()> stream_wait;
   void finish(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mu);
     finished = true;
@@ -129,6 +132,12 @@ void Work::wait() {
     obs::comm_wait_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->stream_wait) {
+    auto stream_wait = std::move(state_->stream_wait);
+    state_->stream_wait = nullptr;
+    lock.unlock();
+    stream_wait();
+  }
 }
 
 bool Work::done() const {
@@ -136,6 +145,16 @@ bool Work::done() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->finished;
 }
+
+namespace {
+// The op running on this communication thread (set around each task by Impl::submit): where a
+// NCCL op leaves the stream wait for the thread that waits on its Work. Set before finish(),
+// whose lock hands it over to that thread.
+thread_local Work::State* current_work = nullptr;
+void set_stream_wait(std::function<void()> wait) {
+  if (current_work) current_work->stream_wait = std::move(wait);
+}
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Implementation
@@ -275,9 +294,12 @@ struct Communicator::Impl {
       std::lock_guard<std::mutex> lock(queue_mu);
       queue.push_back([state, body = std::move(body)] {
         try {
+          current_work = state.get();
           body();
+          current_work = nullptr;
           state->finish(nullptr);
         } catch (...) {
+          current_work = nullptr;
           state->finish(std::current_exception());
         }
       });
@@ -521,7 +543,7 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, tensor, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (tensor.is_cuda()) return impl->nccl_group().all_reduce(tensor, op);
+      if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().all_reduce(tensor, op));
       const int n = impl->size, r = impl->rank;
       const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
       if (numel == 0) return;
@@ -557,7 +579,7 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, output, input, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (input.is_cuda()) return impl->nccl_group().all_gather(output, input);
+      if (input.is_cuda()) return set_stream_wait(impl->nccl_group().all_gather(output, input));
       const size_t block_bytes = input.numel() * input.element_size();
       if (block_bytes == 0) return;
       ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
@@ -577,7 +599,7 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, output, input, op, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (input.is_cuda()) return impl->nccl_group().reduce_scatter(output, input, op);
+      if (input.is_cuda()) return set_stream_wait(impl->nccl_group().reduce_scatter(output, input, op));
       const int64_t block = output.numel();
       if (block == 0) return;
       const at::ScalarType dtype = input.scalar_type();
@@ -596,7 +618,7 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   sig.record = impl->record_issue(sig);
   return impl->submit([impl, tensor, root, sig] {
     impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (tensor.is_cuda()) return impl->nccl_group().broadcast(tensor, root);
+      if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().broadcast(tensor, root));
       ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
     });
   });

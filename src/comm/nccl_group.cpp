@@ -19,6 +19,12 @@ struct NcclGroup::Impl {
 };
 
 namespace {
+// c10d's wait() on a NCCL work is the stream wait (an event recorded on NCCL's stream, waited
+// on by the current stream); it blocks the host only under TORCH_NCCL_BLOCKING_WAIT.
+NcclGroup::StreamWait on_caller(c10::intrusive_ptr<c10d::Work> work) {
+  return [work = std::move(work)] { work->wait(); };
+}
+
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return c10d::ReduceOp::SUM;
@@ -38,28 +44,28 @@ NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size, 
   impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 }
 
-void NcclGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
+NcclGroup::StreamWait NcclGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  impl_->group->allreduce(tensors, options)->wait();
+  return on_caller(impl_->group->allreduce(tensors, options));
 }
 
-void NcclGroup::all_gather(at::Tensor output, at::Tensor input) {
-  impl_->group->_allgather_base(output, input)->wait();
+NcclGroup::StreamWait NcclGroup::all_gather(at::Tensor output, at::Tensor input) {
+  return on_caller(impl_->group->_allgather_base(output, input));
 }
 
-void NcclGroup::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op) {
+NcclGroup::StreamWait NcclGroup::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op) {
   c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
-  impl_->group->_reduce_scatter_base(output, input, options)->wait();
+  return on_caller(impl_->group->_reduce_scatter_base(output, input, options));
 }
 
-void NcclGroup::broadcast(at::Tensor tensor, int root) {
+NcclGroup::StreamWait NcclGroup::broadcast(at::Tensor tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  impl_->group->broadcast(tensors, options)->wait();
+  return on_caller(impl_->group->broadcast(tensors, options));
 }
 
 #else  // CADRE_CUDA=OFF
@@ -71,10 +77,10 @@ bool NcclGroup::usable() { return false; }
 NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds) {
   throw Error("this build of Cadre has no CUDA code paths (CADRE_CUDA=OFF): CUDA tensors cannot be communicated");
 }
-void NcclGroup::all_reduce(at::Tensor, ReduceOp) {}
-void NcclGroup::all_gather(at::Tensor, at::Tensor) {}
-void NcclGroup::reduce_scatter(at::Tensor, at::Tensor, ReduceOp) {}
-void NcclGroup::broadcast(at::Tensor, int) {}
+NcclGroup::StreamWait NcclGroup::all_reduce(at::Tensor, ReduceOp) { return {}; }
+NcclGroup::StreamWait NcclGroup::all_gather(at::Tensor, at::Tensor) { return {}; }
+NcclGroup::StreamWait NcclGroup::reduce_scatter(at::Tensor, at::Tensor, ReduceOp) { return {}; }
+NcclGroup::StreamWait NcclGroup::broadcast(at::Tensor, int) { return {}; }
 
 #endif
 

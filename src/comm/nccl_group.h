@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "comm/comm.h"
@@ -20,11 +21,17 @@ class NcclGroup {
   NcclGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout);
   ~NcclGroup();
 
-  // Blocking from the caller's view (c10d work waited); tensors on the current CUDA device.
-  void all_reduce(at::Tensor tensor, ReduceOp op);
-  void all_gather(at::Tensor output, at::Tensor input);
-  void reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op);
-  void broadcast(at::Tensor tensor, int root);
+  // Each op is enqueued on NCCL's stream, after the work already on the issuing thread's current
+  // stream (c10d orders it so), and returns without waiting. The returned function, called on
+  // the thread that uses the result, makes that thread's current stream wait for the op (a CUDA
+  // event, no host synchronisation): compute issued before it overlaps the op. c10d keeps the
+  // tensors (recordStream, or a stash until the event) so the caching allocator never hands out
+  // their memory while NCCL still reads or writes it.
+  using StreamWait = std::function<void()>;
+  StreamWait all_reduce(at::Tensor tensor, ReduceOp op);
+  StreamWait all_gather(at::Tensor output, at::Tensor input);
+  StreamWait reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op);
+  StreamWait broadcast(at::Tensor tensor, int root);
 
  private:
   struct Impl;

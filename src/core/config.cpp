@@ -45,6 +45,7 @@ std::vector<Field> config_fields(Config& c) {
       {"train.steps", &c.train.steps},
       {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads},
+      {"train.device", &c.train.device},
       {"train.log_interval", &c.train.log_interval},
       {"train.eval_interval", &c.train.eval_interval},
       {"train.eval_batches", &c.train.eval_batches},
@@ -240,6 +241,8 @@ void config_validate(const Config& c) {
   const auto& t = c.train;
   CADRE_CONFIG_CHECK(t.steps >= 1, "train.steps must be >= 1");
   CADRE_CONFIG_CHECK(t.threads >= 1, "train.threads must be >= 1");
+  CADRE_CONFIG_CHECK(t.device == "cpu" || t.device == "cuda" || t.device == "auto", "train.device: '", t.device,
+                     "' is not cpu, cuda or auto");
   CADRE_CONFIG_CHECK(t.log_interval >= 1, "train.log_interval must be >= 1");
   CADRE_CONFIG_CHECK(t.eval_interval >= 0, "train.eval_interval must be >= 0");
   CADRE_CONFIG_CHECK(t.eval_batches >= 0, "train.eval_batches must be >= 0 (0: the whole validation split)");

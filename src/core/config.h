@@ -62,6 +62,9 @@ struct TrainConfig {
   int64_t steps = 1000;
   int64_t seed = 1234;
   int64_t threads = 2;          // intra-op threads per process
+  // cpu | cuda | auto (cuda when this build has CUDA and a GPU is visible, else cpu). Under
+  // `cadre run` the GPU is LOCAL_RANK's (core/device.h).
+  std::string device = "cpu";
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables validation
   int64_t eval_batches = 8;     // global batches per evaluation; 0: the whole validation split

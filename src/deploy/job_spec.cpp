@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -26,7 +28,7 @@ const std::vector<DeployOption>& deploy_options() {
       {"namespace", "default", "Kubernetes namespace", true, false},
       {"cpu", "", "CPU per node (request = limit), a Kubernetes quantity such as 8", true, true},
       {"memory", "", "memory per node (request = limit), such as 32Gi", true, true},
-      {"gpus", "0", "nvidia.com/gpu per node", true, true},
+      {"gpus", "", "nvidia.com/gpu per node (default: nproc_per_node when train.device is cuda, else 0)", true, true},
       {"efa", "0", "vpc.amazonaws.com/efa devices per node (AWS Elastic Fabric Adapter)", true, false},
       {"shm_size", "1Gi", "size of the in-memory /dev/shm", true, false},
       {"volume_claim", "", "existing PersistentVolumeClaim for data, runs and checkpoints (default: write <name>-data)", true, false},
@@ -158,6 +160,18 @@ std::vector<std::string> mesh_problems(const Config& c, int64_t min_nodes, int64
   return problems;
 }
 
+// NCCL's settings (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) as set where deploy runs.
+static std::vector<std::pair<std::string, std::string>> nccl_environment() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (entry.rfind("NCCL_", 0) == 0 && eq != std::string::npos) out.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string, std::string>& flag_values,
                                Target target) {
   // Config section first, flags over it; unknown keys in the section are typos.
@@ -193,7 +207,11 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
                           s.nproc_per_node, ": the config's parallel layout (parallel.strategy ",
                           strategy_name(config.parallel.strategy), ") cannot run on", all));
   }
-  s.gpus = parse_int("gpus", v["gpus"], 0, 64);
+  // A CUDA job wants one GPU per local rank (each worker takes LOCAL_RANK's); set explicitly, the
+  // count is taken as given.
+  s.gpus = v["gpus"].empty() ? (config.train.device == "cuda" ? s.nproc_per_node : 0)
+                             : parse_int("gpus", v["gpus"], 0, 64);
+  s.nccl_env = nccl_environment();
   s.cpu = v["cpu"];
   s.memory = v["memory"];
   if (!s.cpu.empty()) check_quantity("cpu", s.cpu);

@@ -35,6 +35,9 @@ struct DeploySpec {
   int64_t max_restarts = 3;   // cadre run --max-restarts (and the cluster's own retry budget)
   std::string image;
   std::string cpu, memory;    // per node, Kubernetes quantities; empty: not set
+  // NCCL_* variables of the environment `cadre deploy` runs in (sorted by name), given to the
+  // Kubernetes workers as written; an sbatch job inherits its submitter's environment anyway.
+  std::vector<std::pair<std::string, std::string>> nccl_env;
   int64_t gpus = 0, efa = 0;  // per node: nvidia.com/gpu, vpc.amazonaws.com/efa
   std::string shm_size;
   std::string volume_claim;   // the PersistentVolumeClaim holding data, runs and checkpoints

@@ -59,6 +59,7 @@ Manifest worker_container(const DeploySpec& s, const std::string& name, bool wit
       {{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
       {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
   });
+  for (const auto& [key, value] : s.nccl_env) c["env"].push_back({{"name", key}, {"value", value}});
   c["ports"] = Manifest::array({{{"name", "metrics"}, {"containerPort", s.metrics_port}, {"protocol", "TCP"}}});
   if (with_resources) {
     Manifest r = worker_resources(s);

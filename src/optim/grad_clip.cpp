@@ -7,14 +7,17 @@
 namespace cadre {
 
 double grad_sq_norm(const std::vector<at::Tensor>& grads) {
-  double total = 0;
+  // Per-tensor norms, combined in float64, as PyTorch does; bf16 gradients (ZeRO-1 keeps them
+  // in the compute dtype) are summed in float32. The norms are computed where the gradients
+  // live and read back together: one host synchronisation on a GPU, not one per tensor.
+  std::vector<at::Tensor> norms;
   for (const auto& g : grads)
-    if (g.defined() && g.numel() > 0) {
-      // Per-tensor norms, combined in float64, as PyTorch does; bf16 gradients (ZeRO-1 keeps
-      // them in the compute dtype) are summed in float32.
-      double n = at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).item<double>();
-      total += n * n;
-    }
+    if (g.defined() && g.numel() > 0) norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat));
+  if (norms.empty()) return 0;
+  const at::Tensor host = at::stack(norms).to(at::kCPU);
+  const float* n = host.data_ptr<float>();
+  double total = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) total += double(n[i]) * double(n[i]);
   return total;
 }
 

@@ -2,7 +2,7 @@
 #include "shard/flat_param.h"
 
 #include <ATen/ATen.h>
-#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 
@@ -13,8 +13,22 @@ namespace {
 
 bool storage_allocated(const at::Tensor& t) { return t.storage().nbytes() > 0; }
 
+// Frees or re-materialises a storage on whatever device it lives, through the storage's own
+// allocator (CPU's, or CUDA's caching allocator under a guard for the storage's device). The
+// contents are not kept: a full buffer is always regathered and a gradient zeroed after this.
+// On CUDA a freed block may be reused at once by work on the current stream; the collectives
+// that read or write these buffers are ordered before that work (comm/nccl_group.cpp), so
+// the caching allocator never hands out memory a collective still uses.
 void storage_resize(const at::Tensor& t, int64_t bytes) {
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (bytes == 0) {
+    storage->set_data_ptr_noswap(c10::DataPtr(nullptr, storage->device()));
+    storage->set_nbytes(0);
+    return;
+  }
+  c10::OptionalDeviceGuard guard(storage->device());
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(static_cast<size_t>(bytes)));
+  storage->set_nbytes(static_cast<size_t>(bytes));
 }
 
 }  // namespace
@@ -34,7 +48,9 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   shard_offset = shard_numel * group_rank;
 
   // The full float32 values first (padding zero), then this rank's shard of them.
-  at::Tensor values = at::zeros({padded}, at::kFloat);
+  // On the parameters' device (the model was moved there before it was sharded).
+  const at::TensorOptions on_device = at::TensorOptions().device(params.front().device());
+  at::Tensor values = at::zeros({padded}, on_device.dtype(at::kFloat));
   for (size_t i = 0; i < params.size(); ++i)
     values.narrow(0, offsets[i], numels[i]).copy_(params[i].reshape({-1}));
   if (group_size == 1 && compute == at::kFloat) {
@@ -50,7 +66,7 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   for (size_t i = 0; i < params.size(); ++i)
     params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
 
-  grad_full = at::zeros({padded}, replicated ? compute : at::kFloat);
+  grad_full = at::zeros({padded}, on_device.dtype(replicated ? compute : at::kFloat));
   // Autograd accumulates into a gradient that already exists in place, so these views stay
   // the gradients' storage for the whole run.
   for (size_t i = 0; i < params.size(); ++i) {
@@ -59,7 +75,7 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   }
   if (group_size == 1) grad_shard = grad_full;
   else if (replicated) grad_shard = grad_full.narrow(0, shard_offset, shard_numel);  // reduce-scattered in place
-  else grad_shard = at::zeros({shard_numel}, at::kFloat);
+  else grad_shard = at::zeros({shard_numel}, on_device.dtype(at::kFloat));
 }
 
 bool FlatParam::full_allocated() const { return storage_allocated(full); }

@@ -50,7 +50,7 @@ bool FsdpTree::replicas_identical() {
   for (auto& f : flats) {
     at::Tensor full = f->master;
     if (options.groups.shard) {
-      full = at::empty({f->padded}, at::kFloat);
+      full = at::empty({f->padded}, f->master.options().dtype(at::kFloat));
       options.groups.shard->all_gather(full, f->master.contiguous());
     }
     // Every rank's values equal the maximum over all ranks exactly when all agree.

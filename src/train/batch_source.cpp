@@ -16,9 +16,22 @@
 namespace cadre {
 namespace {
 
+// Host memory the loaders fill: pinned (page-locked, from libtorch's caching host allocator)
+// when the batch goes to a GPU, so that the copy below can be asynchronous.
+at::TensorOptions host_options(at::ScalarType dtype, const c10::Device& device) {
+  return at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
+}
+
+// Host to device without waiting (pinned source); on the CPU the tensor itself.
+at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
+  if (device.is_cpu()) return host;
+  return host.to(device, /*non_blocking=*/true);
+}
+
 class TokenBatches : public BatchSource {
  public:
-  TokenBatches(const std::string& dir, Split split, uint64_t seed) : loader_(dir, split, seed) {}
+  TokenBatches(const std::string& dir, Split split, uint64_t seed, c10::Device device)
+      : loader_(dir, split, seed), device_(device) {}
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return loader_.seq_len(); }
@@ -26,16 +39,16 @@ class TokenBatches : public BatchSource {
   void set_position(uint64_t p) override { loader_.set_position(p); }
 
   Batch next(uint64_t global, uint64_t first, uint64_t count) override {
-    at::Tensor tokens = at::empty({static_cast<int64_t>(count), loader_.seq_len() + 1}, at::kLong);
+    at::Tensor tokens = at::empty({static_cast<int64_t>(count), loader_.seq_len() + 1}, host_options(at::kLong, device_));
     loader_.next(global, first, count, tokens.data_ptr<int64_t>());
-    return split(tokens);
+    return split(to_device(tokens, device_));
   }
 
   Batch at(const std::vector<uint64_t>& indices) const override {
     const int64_t per = loader_.seq_len() + 1;
-    at::Tensor tokens = at::empty({static_cast<int64_t>(indices.size()), per}, at::kLong);
+    at::Tensor tokens = at::empty({static_cast<int64_t>(indices.size()), per}, host_options(at::kLong, device_));
     for (size_t i = 0; i < indices.size(); ++i) loader_.sample(indices[i], tokens.data_ptr<int64_t>() + i * per);
-    return split(tokens);
+    return split(to_device(tokens, device_));
   }
 
  private:
@@ -44,11 +57,13 @@ class TokenBatches : public BatchSource {
     return {tokens.narrow(1, 0, T), tokens.narrow(1, 1, T)};
   }
   TokenLoader loader_;
+  c10::Device device_;
 };
 
 class ImageBatches : public BatchSource {
  public:
-  ImageBatches(const std::string& dir, Split split, uint64_t seed) : loader_(dir, split, seed) {}
+  ImageBatches(const std::string& dir, Split split, uint64_t seed, c10::Device device)
+      : loader_(dir, split, seed), device_(device) {}
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return 1; }
@@ -73,14 +88,16 @@ class ImageBatches : public BatchSource {
   std::pair<at::Tensor, at::Tensor> buffers(uint64_t count) const {
     const ImageShape s = loader_.shape();
     const int64_t n = static_cast<int64_t>(count);
-    return {at::empty({n, s.channels, s.height, s.width}, at::kByte), at::empty({n}, at::kByte)};
+    return {at::empty({n, s.channels, s.height, s.width}, host_options(at::kByte, device_)),
+            at::empty({n}, host_options(at::kByte, device_))};
   }
   Batch to_batch(const at::Tensor& pixels, const at::Tensor& labels) const {
     const DatasetManifest& m = loader_.manifest();
-    at::Tensor x = (pixels.to(at::kFloat) / 255.0 - m.pixel_mean) / m.pixel_std;
-    return {x, labels.to(at::kLong)};
+    at::Tensor x = (to_device(pixels, device_).to(at::kFloat) / 255.0 - m.pixel_mean) / m.pixel_std;
+    return {x, to_device(labels, device_).to(at::kLong)};
   }
   ImageLoader loader_;
+  c10::Device device_;
 };
 
 // "0.485,0.456,0.406": three numbers, named by `key` in errors.
@@ -107,19 +124,20 @@ int decode_workers(const DataConfig& data, int64_t train_threads) {
   return static_cast<int>(std::max<int64_t>(1, cores / ranks - train_threads));
 }
 
-// The pinned-memory hook: host buffers are ATen tensors, so a batch leaves the loader without a
-// copy. Cadre trains on the CPU today (no train.device); when a CUDA device is added, this is
-// where the buffers become page-locked (at::empty(..., at::TensorOptions().pinned_memory(true)))
-// so that the copy to the device can run asynchronously.
-HostBuffer host_buffer_tensor(size_t bytes) {
-  auto tensor = std::make_shared<at::Tensor>(at::empty({static_cast<int64_t>(bytes)}, at::kByte));
-  return {tensor->data_ptr<uint8_t>(), tensor};
+// The loader's host buffers: ATen tensors, so a batch leaves the loader without a copy; pinned
+// (host_options) when the batch goes to a GPU, so that its copy there is asynchronous.
+HostBufferAlloc host_buffer_tensor(const c10::Device& device) {
+  return [device](size_t bytes) {
+    auto tensor = std::make_shared<at::Tensor>(at::empty({static_cast<int64_t>(bytes)}, host_options(at::kByte, device)));
+    return HostBuffer{tensor->data_ptr<uint8_t>(), tensor};
+  };
 }
 
 class EncodedImageBatches : public BatchSource {
  public:
-  EncodedImageBatches(const std::string& dir, Split split, uint64_t seed, const DataConfig& data, int64_t train_threads)
-      : loader_(dir, split, seed, options(data, split, train_threads)) {}
+  EncodedImageBatches(const std::string& dir, Split split, uint64_t seed, const DataConfig& data, int64_t train_threads,
+                      c10::Device device)
+      : loader_(dir, split, seed, options(data, split, train_threads, device)), device_(device) {}
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return 1; }
@@ -131,7 +149,8 @@ class EncodedImageBatches : public BatchSource {
   Batch at(const std::vector<uint64_t>& indices) const override { return to_batch(loader_.at(indices)); }
 
  private:
-  static EncodedLoaderOptions options(const DataConfig& data, Split split, int64_t train_threads) {
+  static EncodedLoaderOptions options(const DataConfig& data, Split split, int64_t train_threads,
+                                      const c10::Device& device) {
     EncodedLoaderOptions o;
     ImageTransform& t = o.transform;
     t.train = split == Split::Train;
@@ -145,35 +164,37 @@ class EncodedImageBatches : public BatchSource {
     o.workers = decode_workers(data, train_threads);
     o.prefetch = static_cast<int>(data.prefetch);
     o.window = static_cast<uint64_t>(data.shuffle_window);
-    o.alloc = host_buffer_tensor;
+    o.alloc = host_buffer_tensor(device);
     return o;
   }
   Batch to_batch(ImageBatch b) const {
     const ImageTransform& t = loader_.options().transform;
     const int64_t n = static_cast<int64_t>(b.count), S = t.size;
-    at::Tensor flat = *std::static_pointer_cast<at::Tensor>(b.pixels.owner);
+    const at::Tensor flat = to_device(*std::static_pointer_cast<at::Tensor>(b.pixels.owner), device_);
     at::Tensor x;
     if (t.uint8_out) {
-      // Normalised where the batch is used (the device, once there is one): bytes travel, floats do not.
-      at::Tensor mean = at::tensor(at::ArrayRef<float>(t.mean, 3)).view({1, 3, 1, 1});
-      at::Tensor std = at::tensor(at::ArrayRef<float>(t.std, 3)).view({1, 3, 1, 1});
+      // Normalised where the batch is used (on the device): bytes travel, floats do not.
+      at::Tensor mean = at::tensor(at::ArrayRef<float>(t.mean, 3)).view({1, 3, 1, 1}).to(device_);
+      at::Tensor std = at::tensor(at::ArrayRef<float>(t.std, 3)).view({1, 3, 1, 1}).to(device_);
       x = (flat.view({n, 3, S, S}).to(at::kFloat) / 255.0 - mean) / std;
     } else {
       x = flat.view(at::kFloat).view({n, 3, S, S});
     }
-    return {x, at::tensor(b.labels, at::kLong)};
+    return {x, to_device(at::tensor(b.labels, at::kLong), device_)};
   }
   mutable EncodedImageLoader loader_;
+  c10::Device device_;
 };
 
 }  // namespace
 
 std::unique_ptr<BatchSource> BatchSource::open(const std::string& dir, Split split, uint64_t seed, const DataConfig& data,
-                                               int64_t train_threads) {
+                                               int64_t train_threads, c10::Device device) {
   const std::string kind = manifest_read(dir).kind;
-  if (kind == "images") return std::make_unique<ImageBatches>(dir, split, seed);
-  if (kind == "encoded_images") return std::make_unique<EncodedImageBatches>(dir, split, seed, data, train_threads);
-  return std::make_unique<TokenBatches>(dir, split, seed);
+  if (kind == "images") return std::make_unique<ImageBatches>(dir, split, seed, device);
+  if (kind == "encoded_images")
+    return std::make_unique<EncodedImageBatches>(dir, split, seed, data, train_threads, device);
+  return std::make_unique<TokenBatches>(dir, split, seed, device);
 }
 
 }  // namespace cadre

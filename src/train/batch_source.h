@@ -1,7 +1,10 @@
 // Batches as tensors from a prepared dataset, whatever its kind: token sequences with their
 // shifted targets, or normalised images with their labels. Wraps the data loaders (which know
-// no tensors) and keeps their position semantics for resume.
+// no tensors) and keeps their position semantics for resume. Batches land on the training
+// device: for a GPU the loaders fill pinned host memory and the copy is asynchronous.
 #pragma once
+
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -18,11 +21,12 @@ namespace cadre {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Opens <dir> (its manifest says the kind); `seed` orders the training split. Encoded images
-  // are decoded and augmented as `data` says, by data.workers threads (0: the cores left per
-  // local rank beside `train_threads`).
+  // Opens <dir> (its manifest says the kind); `seed` orders the training split; batches are
+  // returned on `device`. Encoded images are decoded and augmented as `data` says, by
+  // data.workers threads (0: the cores left per local rank beside `train_threads`).
   static std::unique_ptr<BatchSource> open(const std::string& dir, Split split, uint64_t seed,
-                                           const DataConfig& data = DataConfig{}, int64_t train_threads = 1);
+                                           const DataConfig& data = DataConfig{}, int64_t train_threads = 1,
+                                           c10::Device device = c10::Device(c10::kCPU));
 
   virtual const DatasetManifest& manifest() const = 0;
   virtual uint64_t num_samples() const = 0;

@@ -36,8 +36,23 @@ bool writes_tensor_parallel_copy(const ShardPiece& where, const TensorParallelLa
   return (p && !p->replicated) || tp->group->rank() == 0;
 }
 
+// A device tensor is staged through host memory (checkpoints are host files); a CPU tensor is
+// read in place. The copy waits for the device: checkpoint steps are off the hot path.
+at::Tensor on_host(const at::Tensor& t) { return t.device().is_cpu() ? t : t.to(at::kCPU); }
+
+// Reads a checkpoint range into `t` wherever it lives: directly into CPU memory, through a
+// host buffer for a device tensor (so a checkpoint saved on one device loads on another).
+void read_into(const CheckpointReader& reader, const std::string& name, const Box& part, int64_t start,
+               const at::Tensor& t) {
+  if (t.device().is_cpu()) return reader.read(name, part, start, t.numel(), t.data_ptr());
+  at::Tensor host = at::empty({t.numel()}, t.options().device(at::kCPU));
+  reader.read(name, part, start, t.numel(), host.data_ptr());
+  t.view({-1}).copy_(host);
+}
+
 void stage_float(Snapshot& snapshot, const std::string& name, const ShardPiece& where, const GlobalPlace& place,
-                 const at::Tensor& values) {
+                 const at::Tensor& device_values) {
+  const at::Tensor values = on_host(device_values);
   CADRE_CHECK(values.scalar_type() == at::kFloat && values.is_contiguous(), "checkpoint: '", name,
               "' is not a contiguous float32 tensor");
   const char* from = static_cast<const char*>(values.data_ptr());
@@ -113,7 +128,7 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
   // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   if (rank == 0)
     for (const auto& [name, t] : model.unsharded_state()) {
-      at::Tensor values = t.contiguous();
+      at::Tensor values = on_host(t).contiguous();
       const std::string dtype = buffer_dtype(values, name);
       char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), box_whole(values.sizes().vec()), 0});
       std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
@@ -167,14 +182,13 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
   c10::NoGradGuard no_grad;
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
-    reader.read("model." + where.name, global_place(where, tp).part, where.start, pieces[k].numel(),
-                pieces[k].data_ptr());
+    read_into(reader, "model." + where.name, global_place(where, tp).part, where.start, pieces[k]);
   }
   for (auto& [name, t] : model.unsharded_state()) {
     const TensorRecord& r = reader.tensor("buffer." + name);
     CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name), "checkpoint '", reader.dir(), "': buffer '", name, "' is ",
                        r.dtype, " there and ", buffer_dtype(t, name), " here");
-    at::Tensor values = at::empty(t.sizes(), t.options());
+    at::Tensor values = at::empty(t.sizes(), t.options().device(at::kCPU));
     reader.read("buffer." + name, 0, t.numel(), values.data_ptr());
     t.copy_(values);
   }
@@ -191,10 +205,8 @@ void load_train_state(const CheckpointReader& reader, FSDPModule& model, Optimiz
     for (size_t k = 0; k < layout.size(); ++k) {
       const ShardPiece& where = layout[k];
       const Box part = global_place(where, tp).part;
-      for (const OptimizerState& s : state) {
-        at::Tensor& t = (*s.tensors)[k];
-        reader.read("optim." + s.name + "." + where.name, part, where.start, t.numel(), t.data_ptr());
-      }
+      for (const OptimizerState& s : state)
+        read_into(reader, "optim." + s.name + "." + where.name, part, where.start, (*s.tensors)[k]);
     }
   }
   const auto& state = reader.manifest().state;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/file_util.h"
 #include "core/strategy.h"
 #include "core/sysinfo.h"
@@ -51,7 +52,12 @@ void summary_write(RunSetup& run, const RunOutcome& o) {
                       {"arch", run.c.model.arch},
                       {"strategy", strategy_name(run.c.parallel.strategy)},
                       {"memory", o.memory.to_json()},
-                      {"peak_rss_bytes", process_peak_rss_bytes()}};
+                      {"peak_rss_bytes", process_peak_rss_bytes()},
+                      {"device", device_describe(run.device)},
+                      {"libtorch", libtorch_version()},
+                      {"cuda", cuda_runtime_version()},
+                      {"peak_device_bytes", device_peak_bytes(run.device)},
+                      {"host_syncs_per_step", summary.host_syncs_per_step}};
   if (summary.final_val_accuracy >= 0) s["final_val_accuracy"] = summary.final_val_accuracy;
   if (o.identical) s["params_identical_across_ranks"] = *o.identical;
   std::ofstream(run.c.run.dir + "/summary.json") << s.dump(2) << "\n";

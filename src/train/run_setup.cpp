@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/manifest.h"
@@ -82,6 +83,7 @@ void set_up_inputs(RunSetup& r, const Config& config) {
   init_from_config(r.c);      // fine-tuning: model keys the config leaves out come from the checkpoint
   model_config_resolve(r.c);  // the model's keys, checked and complete in config.yaml
   r.env = comm::JobEnv::from_env();
+  r.device = device_select(r.c.train.device, "train.device");
   r.model = model_build(r.c);
   check_inputs(r.c, *r.model);
   CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,
@@ -119,8 +121,10 @@ void set_up_mesh(RunSetup& r) {
   r.dp_rank = r.mesh->dp_rank();
 }
 
-// Every rank initialises from the same seed; broadcasting makes equality a guarantee. Then
-// tensor parallelism over the mesh's tp ranks and FSDP units over the dp ranks (NO_SHARD is
+// Every rank initialises from the same seed on the CPU (the same values whatever the device,
+// so a GPU run starts where a CPU run does); broadcasting makes equality a guarantee. The
+// model then moves to the training device, so that flat shards, gradients and optimizer
+// state are made there. Then tensor parallelism over the mesh's tp ranks and FSDP units over the dp ranks (NO_SHARD is
 // DDP: the same flat buffers, reduced in buckets). The optimizer sees only this rank's
 // float32 shard, so its state shrinks with the data-parallel size.
 void set_up_model(RunSetup& r) {
@@ -131,6 +135,7 @@ void set_up_model(RunSetup& r) {
     for (auto& p : r.model->module().parameters()) r.group->broadcast(p, 0);
     for (auto& b : r.model->module().buffers()) r.group->broadcast(b, 0);
   }
+  if (!r.device.is_cpu()) r.model->module().to(r.device);
   r.sharded = r.model->parallelize(*r.mesh, r.shard_options, c.parallel);
   r.optimizer = make_optimizer(c.optim, r.sharded.parameters(), r.sharded.decay_mask());
   r.schedule = LrSchedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
@@ -146,8 +151,9 @@ std::unique_ptr<RunSetup> run_set_up(const Config& config) {
   set_up_mesh(*r);
   set_up_model(*r);
   r->train_data = BatchSource::open(r->c.data.dir, Split::Train, static_cast<uint64_t>(r->c.train.seed), r->c.data,
-                                    r->c.train.threads);
-  if (r->c.train.eval_interval > 0) r->val_data = BatchSource::open(r->c.data.dir, Split::Val, 0, r->c.data, r->c.train.threads);
+                                    r->c.train.threads, r->device);
+  if (r->c.train.eval_interval > 0)
+    r->val_data = BatchSource::open(r->c.data.dir, Split::Val, 0, r->c.data, r->c.train.threads, r->device);
   return r;
 }
 

@@ -23,6 +23,7 @@ namespace cadre {
 struct RunSetup {
   Config c;  // completed: train.init_from's model keys and the model's defaults filled in
   comm::JobEnv env;
+  c10::Device device{c10::kCPU};  // train.device resolved (under `cadre run`, LOCAL_RANK's GPU)
   std::unique_ptr<Model> model;
   int rank = 0, world = 1;
   bool lead = true;  // rank 0 writes the run directory and shows progress

@@ -16,6 +16,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_saver.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/json_log.h"
 #include "core/log.h"
@@ -89,6 +90,8 @@ class Trainer {
   std::string unit_;
   std::unique_ptr<JsonLog> metrics_;
   std::vector<double> rates_;
+  std::unique_ptr<HostSyncCounter> host_syncs_;  // on the training thread, from the first step
+  std::vector<double> syncs_per_step_;
   std::unique_ptr<Progress> progress_;
   std::string progress_text_;
   std::optional<StopSignal> stop_signal_;
@@ -184,7 +187,8 @@ void Trainer::start() {
   samples_per_step_ = c_.data.batch_size * c_.optim.grad_accum_steps * run_->dp;
   units_per_step_ = samples_per_step_ * run_->train_data->sample_len();
   unit_ = run_->model->throughput_unit();
-  log::info(str("train: ", run_->model->describe(), ", ", strategy_name(c_.parallel.strategy), ", compute ",
+  log::info(str("train: ", run_->model->describe(), " on ", device_describe(run_->device), ", ",
+                strategy_name(c_.parallel.strategy), ", compute ",
                 c_.parallel.mixed_precision.param_dtype, ", ", run_->world, " rank(s) (", run_->mesh->describe(),
                 ") x ", c_.train.threads, " threads; ", run_->train_data->num_samples(), " train samples; ",
                 units_per_step_, " ", unit_, " per step"));
@@ -194,11 +198,13 @@ void Trainer::start() {
     progress_ = std::make_unique<Progress>("train: step", end_step_, "step", 0.5, resumed_.step);
   }
   stop_signal_.emplace();
+  host_syncs_ = std::make_unique<HostSyncCounter>(run_->device);
 }
 
 // --- one step -------------------------------------------------------------------------------
 
 void Trainer::run_step(int64_t step) {
+  const int64_t syncs_before = host_syncs_->count();
   timer_.start();
   StepFigures f = forward_backward();
   stopping_ = stop_signal_->received();
@@ -208,6 +214,11 @@ void Trainer::run_step(int64_t step) {
   const int64_t done = step + 1;
   if (evaluation_due(done)) evaluate_into(record, done);
   if (checkpoint_due(done) || stopping_) stage_checkpoint(record, done);
+  if (syncs_before >= 0) {
+    const int64_t syncs = host_syncs_->count() - syncs_before;
+    record["host_syncs"] = syncs;
+    if (step > resumed_.step) syncs_per_step_.push_back(double(syncs));
+  }
   report(f, record, done);
 }
 
@@ -215,6 +226,9 @@ StepFigures Trainer::forward_backward() {
   const int64_t B = c_.data.batch_size, accum = c_.optim.grad_accum_steps;
   run_->sharded.zero_grad();
   StepFigures f;
+  // Summed where the loss lives, in float64 as on the host, and read once per step: on a GPU
+  // one host synchronisation instead of one per micro-batch.
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_->device));
   for (int64_t micro = 0; micro < accum; ++micro) {
     // Each data-parallel rank takes its slice of the global micro-batch (tensor-parallel
     // ranks the same one); together they read what one rank with dp * B samples would.
@@ -227,9 +241,10 @@ StepFigures Trainer::forward_backward() {
     if (micro + 1 < accum) accumulate.emplace(&run_->sharded.tree());
     LossOutput out = run_->model->loss(batch);
     (out.loss / double(accum)).backward();
-    f.loss_sum += out.loss.item<double>();
+    loss_sum += out.loss.detach().to(at::kDouble);
     f.correct += double(out.correct);
   }
+  f.loss_sum = loss_sum.item<double>();
   return f;
 }
 
@@ -335,6 +350,8 @@ TrainSummary Trainer::completed(const SaveStats& saved) {
                   " MB from this rank, written in ", saved.write_s, " s)"));
   std::sort(rates_.begin(), rates_.end());
   summary_.throughput = rates_.empty() ? 0 : rates_[rates_.size() / 2];
+  std::sort(syncs_per_step_.begin(), syncs_per_step_.end());
+  if (!syncs_per_step_.empty()) summary_.host_syncs_per_step = syncs_per_step_[syncs_per_step_.size() / 2];
   summary_.steps = end_step_;
   summary_.checkpoint = saved.step > 0 ? checkpoint_path(saved.step) : "";
   char line[160];

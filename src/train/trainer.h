@@ -20,6 +20,9 @@ struct TrainSummary {
   std::string checkpoint;     // the last checkpoint written (or resumed from)
   bool nothing_to_train = false;  // resumed at or past the step to stop at
   int stopped_by_signal = 0;      // SIGTERM/SIGINT: stopped early after checkpointing `steps`
+  // On a GPU, host synchronisations per step (median; CUDA's sync-debug mode counts them); -1
+  // on the CPU.
+  double host_syncs_per_step = -1;
 };
 
 // Checks the configuration against the data (ConfigError before any work), then trains,

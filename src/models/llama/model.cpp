@@ -48,7 +48,7 @@ at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
 // build) runs several times slower than one BLAS gemm per matrix, so float32 loops over the
 // batch; bfloat16 bmm goes through oneDNN and is fast as it is.
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != at::kFloat) return at::bmm(a, b);
+  if (a.scalar_type() != at::kFloat || !a.device().is_cpu()) return at::bmm(a, b);
   // unbind, not a[i]: its backward is one stack, where indexing would build a full-size
   // zero gradient per matrix.
   std::vector<at::Tensor> as = a.unbind(0), bs = b.unbind(0), parts;
@@ -141,7 +141,13 @@ Llama::Llama(const LlamaConfig& c) : config_(c) {
   rope_sin_ = angles.sin().to(at::kFloat);
 }
 
-Rope Llama::rope_for(int64_t seq_len, at::ScalarType dtype) {
+Rope Llama::rope_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device) {
+  // The tables are plain members, not buffers (Module::to leaves them): they follow the
+  // tokens' device once, so a GPU forward copies nothing from the host.
+  if (rope_cos_.device() != device) {
+    rope_cos_ = rope_cos_.to(device);
+    rope_sin_ = rope_sin_.to(device);
+  }
   return {rope_cos_.narrow(0, 0, seq_len).to(dtype), rope_sin_.narrow(0, 0, seq_len).to(dtype)};
 }
 
@@ -153,8 +159,10 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   const at::ScalarType dtype = tok_embeddings->weight.scalar_type();
   at::Tensor h = tp_group ? vocab_parallel_embedding(tok_embeddings->weight, tokens, vocab_start, *tp_group)
                           : at::embedding(tok_embeddings->weight, tokens);
-  Rope rope = rope_for(T, dtype);
-  at::Tensor mask = at::full({T, T}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(dtype)).triu(1);
+  Rope rope = rope_for(T, dtype, tokens.device());
+  at::Tensor mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
+                             at::TensorOptions().dtype(dtype).device(tokens.device()))
+                        .triu(1);
   for (auto& block : layers->blocks) h = call(block, h, rope, mask);
   h = norm->forward(h);
   if (tp_group) h = copy_to_tp_region(h, *tp_group);  // the head is column-parallel over the vocabulary

@@ -107,7 +107,7 @@ class Llama : public torch::nn::Module {
   int64_t vocab_start = 0;                 // first vocabulary row this rank holds
 
  private:
-  Rope rope_for(int64_t seq_len, at::ScalarType dtype);
+  Rope rope_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device);
 
   LlamaConfig config_;
   at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, head_dim], float32

@@ -485,6 +485,48 @@ def test_trainjob_elastic_2_to_4_nodes_gpus_and_efa(work):
     assert not [e["name"] for e in job["spec"]["trainer"].get("env") or [] if e["name"].startswith("PET_")]
 
 
+def test_cuda_device_defaults_gpus_to_the_workers_per_node(work):
+    # train.device: cuda and no --gpus: one nvidia.com/gpu per local rank; CPU jobs ask for none.
+    d = deployed(work, "tiny-g", ["--set", "data.dir=data/tiny", "train.device=cuda", "--nproc-per-node", "2",
+                                  "--image", "registry.example/cadre:0.1"])
+    check_deployment(d, nnodes="1", nproc=2, claim="tiny-g-data", claim_written=True, limits={"nvidia.com/gpu": "2"})
+    cpu = deployed(work, "tiny-c", ["--set", "data.dir=data/tiny", "--nproc-per-node", "2",
+                                    "--image", "registry.example/cadre:0.1"])
+    for o in cpu.objects:
+        assert "nvidia.com/gpu" not in json.dumps(o), f"{o['kind']} asks for a GPU on a CPU job"
+
+
+def test_nccl_environment_of_the_deploying_shell_reaches_the_workers(work):
+    out = os.path.join(work, "tiny-n")
+    env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"}
+    r = subprocess.run([CADRE, "deploy", "k8s", "--config", TINY_CONFIG, "--name", "tiny-n", "--out", out,
+                        "--set", "data.dir=data/tiny", "train.device=cuda", "--image", "registry.example/cadre:0.1"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    objects = [o for f in sorted(os.listdir(out)) for o in read_manifests(os.path.join(out, f))]
+    # The training workers (the rendezvous etcd needs no NCCL).
+    workers = [c for o in objects for c in json_find(o, "containers") if c["name"] != "etcd"]
+    assert workers, "no worker containers in the manifests"
+    for c in workers:
+        env_of = {e["name"]: e.get("value") for e in c.get("env", [])}
+        assert env_of.get("NCCL_DEBUG") == "INFO" and env_of.get("NCCL_SOCKET_IFNAME") == "eth0", c["name"]
+
+
+def json_find(node, key):
+    """Every list under `key` anywhere in a manifest, flattened."""
+    found = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key and isinstance(v, list):
+                found += v
+            else:
+                found += json_find(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            found += json_find(v, key)
+    return found
+
+
 def test_pytorchjob_elastic_policy_on_existing_claim_in_another_namespace(work):
     d = deployed(work, "tiny-b", ["--api", "pytorchjob", "--set", "data.dir=/mnt/fsx/data/tiny", "run.dir=runs/b",
                                   "checkpoint.dir=/mnt/fsx/ckpt/b", "--nodes", "1:3", "--max-restarts", "5",
