@@ -1,18 +1,45 @@
 // `cadre run`: torchrun-compatible flags, handed to the launcher (launch/run_job.h), which
 // applies its rules (Slurm's environment under srun, the rendezvous backends, the job secret,
 // the log directory) and runs the agent (launch/agent.cpp).
+#include <cstdlib>
 #include <utility>
 
 #include "cli/argv_scrub.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "launch/exit_code_file.h"
 #include "launch/run_job.h"
 
 namespace cadre {
 
+namespace {
+
+// run_job's exit code, also written to --exit-code-file (when given) however the agent ends:
+// 2 for bad input it finds (ConfigError), 1 for any other error.
+int run_job_recording_exit(launch::RunFlags f, const std::string& exit_code_file) {
+  if (exit_code_file.empty()) return launch::run_job(std::move(f));
+  const std::string path =
+      launch::exit_code_file_path(exit_code_file, f.node_rank_given ? f.node_rank : -1, [](const char* n) { return std::getenv(n); });
+  int code = 1;
+  try {
+    code = launch::run_job(std::move(f));
+  } catch (const ConfigError&) {
+    launch::exit_code_file_write(path, 2);
+    throw;
+  } catch (...) {
+    launch::exit_code_file_write(path, 1);
+    throw;
+  }
+  launch::exit_code_file_write(path, code);
+  return code;
+}
+
+}  // namespace
+
 int cmd_run(const Args& args) {
   launch::RunFlags f;
+  std::string exit_code_file;
   Flags flags("cadre run [flags] -- PROGRAM ARGS...   (torchrun-compatible elastic launcher)");
   flags.add("--nnodes", &f.nnodes, "number of nodes, N or MIN:MAX (default 1)");
   flags.add("--nproc-per-node", &f.nproc, "workers per node (default 1)");
@@ -43,9 +70,15 @@ int cmd_run(const Args& args) {
   flags.add("--stall-timeout", &f.stall_timeout,
             "seconds a worker may go without collective activity (stuck in one, or starting none) before the "
             "agent dumps the flight recorders and names the rank the others wait for (default 30; 0: off)");
+  flags.add("--stall-action", &f.stall_action,
+            "what follows a stall's dumps: restart (stop the group and restart it from its last checkpoint, as "
+            "after a crash, counted against --max-restarts; default) or dump (only the dumps and the diagnosis)");
   flags.add("--job-secret-file", &f.secret_file,
             "file holding the secret that every store connection must prove (the same on every node; default: "
             "env CADRE_JOB_SECRET_FILE or CADRE_JOB_SECRET; generated for single-node jobs, and with etcd)");
+  flags.add("--exit-code-file", &exit_code_file,
+            "write this agent's exit code there when it ends (for batch scripts; %n becomes the node's id in the "
+            "Slurm job, else --node-rank, else the hostname)");
   f.program = flags.parse(args);
   CADRE_CONFIG_CHECK(!f.program.empty(), "no program given\n", flags.usage());
   f.nnodes_given = flags.given("--nnodes");
@@ -54,7 +87,7 @@ int cmd_run(const Args& args) {
   f.run_id_given = flags.given("--rdzv-id");
   f.hide_secret = argv_hide;
   f.train_run_dir = train_run_dir;
-  return launch::run_job(std::move(f));
+  return run_job_recording_exit(std::move(f), exit_code_file);
 }
 
 }  // namespace cadre

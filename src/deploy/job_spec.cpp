@@ -35,7 +35,8 @@ const std::vector<DeployOption>& deploy_options() {
       {"volume_size", "100Gi", "size of the claim written when volume_claim is empty", true, false},
       {"storage_class", "", "storage class of that claim (it must offer ReadWriteMany)", true, false},
       {"mount_path", "/workspace", "where the shared volume is mounted; the working directory, so relative config paths land on it", true, false},
-      {"metrics_port", "9464", "port the pods expose for Prometheus (scrape annotations)", true, false},
+      {"metrics_port", "9464", "port of each node's /metrics for Prometheus (Kubernetes: the pods' scrape annotations; "
+       "Slurm: on every address of the node, 0 for any free port, each node's URL in its log)", true, true},
       {"grace_period", "120", "seconds between SIGTERM and SIGKILL for a pod; workers checkpoint in that time", true, false},
       {"etcd_image", "quay.io/coreos/etcd:v3.5.17", "image of the 3-member etcd StatefulSet", true, false},
       {"rdzv_id", "", "rendezvous id (default: <name>-<8 random hex digits>, unique per deployment)", true, false},
@@ -273,6 +274,8 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
                        s.signal_before_s, " s) must be shorter than ", option_name("time"), " (", s.time, " = ",
                        s.time_limit_s, " s)");
     s.max_requeues = parse_int("max_requeues", v["max_requeues"], 0, 1000);
+    // Slurm nodes may be shared by jobs: 0 (any free port) keeps two of them from colliding.
+    s.metrics_port = parse_int("metrics_port", v["metrics_port"], 0, 65535);
     s.cadre = v["cadre"];
     if (s.cadre.empty()) {
       std::error_code ec;

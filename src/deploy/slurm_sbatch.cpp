@@ -14,6 +14,10 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
+std::string metrics_port_text(const DeploySpec& s) {
+  return s.metrics_port == 0 ? std::string("any free one, in each node's log") : std::to_string(s.metrics_port);
+}
+
 }  // namespace
 
 std::string sbatch_script(const DeploySpec& s, const std::string& config_path, const std::string& log_dir) {
@@ -64,11 +68,17 @@ std::string sbatch_script(const DeploySpec& s, const std::string& config_path, c
     << "\n"
     << "# One agent per node; under srun `cadre run` takes the node count, its node rank and the\n"
     << "# rendezvous endpoint (the allocation's first node, port 29500 + job id % 1000) from SLURM_*.\n"
-    << "# A node's agent that dies ends the step (--kill-on-bad-exit); worker crashes restart in place.\n"
+    << "# A node's agent that dies ends the step (--kill-on-bad-exit); worker crashes and stalls restart\n"
+    << "# in place. Each agent serves /metrics on every address of its node (port " << metrics_port_text(s)
+    << ")\n"
+    << "# and writes its exit code to codes/node<N>: srun's status is one number for all nodes, where\n"
+    << "# --kill-on-bad-exit makes the other nodes' 143.\n"
+    << "codes=\"$logs/job-$SLURM_JOB_ID/attempt-$attempt/exit-codes\"\n"
     << "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --open-mode=append --output=\"$logs/%x-%j-node%n.out\" \\\n"
     << "  \"$cadre\" run --nproc-per-node " << s.nproc_per_node << " --max-restarts " << s.max_restarts
     << " --rdzv-id \"" << s.name << "-$SLURM_JOB_ID-$attempt\" \\\n"
-    << "    --log-dir \"$logs/job-$SLURM_JOB_ID/attempt-$attempt\" \\\n"
+    << "    --log-dir \"$logs/job-$SLURM_JOB_ID/attempt-$attempt\" --exit-code-file \"$codes/node%n\" \\\n"
+    << "    --metrics-addr 0.0.0.0 --metrics-port " << s.metrics_port << " \\\n"
     << "    -- \"$cadre\" train --config \"$config\" --resume auto &\n"
     << "step=$!\n"
     << "wait \"$step\"\n"
@@ -76,7 +86,11 @@ std::string sbatch_script(const DeploySpec& s, const std::string& config_path, c
     << "if ((time_limit)); then wait \"$step\"; rc=$?; fi  # the trap interrupted the first wait\n"
     << "\n"
     << "if ((rc == 0)); then echo \"$(date -Is) finished\"; exit 0; fi\n"
-    << "# Exit 2 is bad input (config, flags, files): another attempt would fail the same way.\n"
+    << "# Exit 2 is bad input (config, flags, files): another attempt would fail the same way. Any\n"
+    << "# node's agent may have found it; an agent that wrote nothing was killed (a crash: requeue).\n"
+    << "for code in \"$codes\"/node*; do\n"
+    << "  if [[ -f $code && $(<\"$code\") == 2 ]]; then rc=2; fi\n"
+    << "done\n"
     << "if ((rc == 2)); then echo \"$(date -Is) bad input (exit 2, see the node logs): not requeueing\"; exit 2; fi\n"
     << "if ((attempt < max_requeues)); then\n"
     << "  echo \"$(date -Is) step ended with $rc (time limit: $time_limit); requeueing, attempt $((attempt + 1)) of $max_requeues\"\n"

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
@@ -115,7 +116,7 @@ int agent_run(const AgentConfig& cfg) {
   auto interrupted = [] { return signals_received() != 0; };
   int64_t last_round_size = 1;
   obs::AgentObserver observer({cfg.rendezvous.run_id, me.hostname, cfg.metrics_addr, int(cfg.metrics_port),
-                               cfg.stall_timeout_s, cfg.error_file, cfg.log_dir});
+                               cfg.stall_timeout_s, cfg.stall_restarts, cfg.error_file, cfg.log_dir});
 
   // Every exit path announces itself; the store host waits for its peers (the store dies with it).
   auto leave = [&](int code, bool linger) {
@@ -131,6 +132,7 @@ int agent_run(const AgentConfig& cfg) {
     std::string failure = rendezvous.last_failure();
     std::string message = str("workers failed ", rendezvous.restart_count(), " times with --max-restarts ",
                               cfg.max_restarts, "; giving up");
+    const int code = failure_exit_code(failure);
     log::error(message + "\n" + failure_summary(failure));
     error_file_write(cfg.error_file, message, cfg.max_restarts, failure);
     observer.annotate_error_file();  // a hang found in the last round goes with the root cause
@@ -140,7 +142,8 @@ int agent_run(const AgentConfig& cfg) {
     } catch (const Error& e) {
       log::warn(str("marking the job as failed in the rendezvous store: ", e.what()));
     }
-    return leave(1, true);
+    if (code != 1) log::error(str("exiting with ", code, " as the failed worker did (bad input: no retry can help)"));
+    return leave(code, true);
   };
   auto on_signal = [&] {
     int sig = signals_received();
@@ -246,6 +249,24 @@ int agent_run(const AgentConfig& cfg) {
                                group.specs()[failed.local_rank].error_file_path};
         std::string failure = failure_to_json(failed, group.stderr_tail(failed.local_rank), context);
         rendezvous.end_round(round, str("rank ", failed.global_rank, " failed with ", failed.describe()), true, failure);
+        break;
+      }
+      if (observer.restart_due()) {
+        // A hang is a failure like a crash: the group restarts from its last checkpoint within
+        // --max-restarts. The stuck rank cannot checkpoint (its peers would wait for it): a short grace.
+        const std::string reason = "stall: " + observer.stall_reason();
+        log::error(reason + "; restarting the group (--stall-action restart)");
+        group.stop(SIGTERM, lost_peer_grace_s(cfg));
+        const int rank = observer.stalled_rank();
+        const WorkerSpec* spec = nullptr;
+        for (const auto& s : group.specs())
+          if (s.global_rank == rank) spec = &s;
+        FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count,
+                               spec ? spec->error_file_path : ""};
+        const int64_t local_rank = spec ? spec->local_rank : -1;
+        const std::string hang = observer.last_hang() ? observer.last_hang()->to_json().dump() : "";
+        std::string failure = stall_failure_to_json(rank, local_rank, spec ? group.pid(local_rank) : 0, reason, hang, context);
+        rendezvous.end_round(round, reason, true, failure);
         break;
       }
       if (!status.dead.empty()) {

@@ -25,10 +25,12 @@ struct AgentConfig {
   std::string local_addr;       // address peers reach this node at ("" = route towards the store)
   std::vector<std::string> program;  // argv; program[0] resolved
   // Observability (obs/agent_observer.h): /metrics on metrics_addr:metrics_port (-1: off, 0: any
-  // free port), and the hang diagnosis after stall_timeout_s seconds stuck (0: off).
+  // free port), and the hang diagnosis after stall_timeout_s seconds stuck (0: off), after which
+  // the group is restarted as after a worker failure when stall_restarts (--stall-action restart).
   std::string metrics_addr = "127.0.0.1";
   int64_t metrics_port = -1;
   double stall_timeout_s = 30;
+  bool stall_restarts = true;
   // The job secret (store/secret.h); store.secret is the same. Empty with etcd: the agents
   // then generate one and agree on it through etcd. Workers get it as CADRE_JOB_SECRET_FD.
   std::string secret;

@@ -15,13 +15,22 @@
 
 namespace cadre::launch {
 
-std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
-                            const FailureContext& c) {
+namespace {
+
+std::string utc_stamp() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return stamp;
+}
+
+}  // namespace
+
+std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
+                            const FailureContext& c) {
+  const std::string stamp = utc_stamp();
   nlohmann::json j{{"rank", exit.global_rank}, {"local_rank", exit.local_rank}, {"pid", exit.pid},
                    {"hostname", c.hostname}, {"group_rank", c.group_rank}, {"round", c.round},
                    {"restart_count", c.restart_count}, {"time", stamp}, {"stderr_tail", stderr_tail},
@@ -40,6 +49,23 @@ std::string failure_to_json(const WorkerExit& exit, const std::vector<std::strin
   else
     j["exit_code"] = exit.exit_code;
   return json_dump_lenient(j);
+}
+
+std::string stall_failure_to_json(int64_t rank, int64_t local_rank, pid_t pid, const std::string& reason,
+                                  const std::string& hang_json, const FailureContext& c) {
+  nlohmann::json j{{"rank", rank}, {"local_rank", local_rank}, {"pid", pid}, {"hostname", c.hostname},
+                   {"group_rank", c.group_rank}, {"round", c.round}, {"restart_count", c.restart_count},
+                   {"time", utc_stamp()}, {"reason", reason}};
+  auto hang = nlohmann::json::parse(hang_json, nullptr, /*allow_exceptions=*/false);
+  if (!hang_json.empty() && !hang.is_discarded()) j["hang"] = hang;
+  return json_dump_lenient(j);
+}
+
+int failure_exit_code(const std::string& failure_json) {
+  auto j = nlohmann::json::parse(failure_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return 1;
+  auto code = j.find("exit_code");
+  return code != j.end() && code->is_number_integer() && code->get<int64_t>() == 2 ? 2 : 1;
 }
 
 std::string json_dump_lenient(const nlohmann::json& j, int indent) {

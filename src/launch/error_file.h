@@ -24,6 +24,16 @@ struct FailureContext {
 std::string failure_to_json(const WorkerExit& exit, const std::vector<std::string>& stderr_tail,
                             const FailureContext& context);
 
+// The same record for a worker group restarted after a stall (--stall-action restart): the rank
+// found without collective activity, the stall as `reason`, and the hang diagnosis (JSON text,
+// "" when none was made) as `hang`.
+std::string stall_failure_to_json(int64_t rank, int64_t local_rank, pid_t pid, const std::string& reason,
+                                  const std::string& hang_json, const FailureContext& context);
+
+// The agent's exit code when it gives up after `failure_json`: 2 when the failed worker exited
+// with 2 (bad input: config, flags, files, which no restart or requeue can mend), else 1.
+int failure_exit_code(const std::string& failure_json);
+
 // JSON text of j with invalid UTF-8 (a worker's raw stderr, a cut error file) replaced by
 // U+FFFD instead of throwing.
 std::string json_dump_lenient(const nlohmann::json& j, int indent = -1);

@@ -126,6 +126,8 @@ void check_flags(RunFlags& f, int64_t min_nodes, int64_t max_nodes) {
   CADRE_CONFIG_CHECK(f.metrics_port >= -1 && f.metrics_port <= 65535, "--metrics-port must be a port in 0..65535, got ",
                      f.metrics_port);
   CADRE_CONFIG_CHECK(f.stall_timeout >= 0, "--stall-timeout must be >= 0 seconds, got ", f.stall_timeout);
+  CADRE_CONFIG_CHECK(f.stall_action == "dump" || f.stall_action == "restart",
+                     "--stall-action must be dump or restart, got '", f.stall_action, "'");
   CADRE_CONFIG_CHECK(f.backend == "c10d" || f.backend == "static" || f.backend == "etcd",
                      "--rdzv-backend must be c10d, static or etcd, got '", f.backend, "'");
   CADRE_CONFIG_CHECK(!(f.backend == "etcd" && f.standalone), "--standalone hosts the embedded store; it cannot be "
@@ -255,6 +257,7 @@ void copy_agent_flags(const RunFlags& f, int64_t min_nodes, int64_t max_nodes, A
   cfg.metrics_addr = f.metrics_addr;
   cfg.metrics_port = f.metrics_port;
   cfg.stall_timeout_s = f.stall_timeout;
+  cfg.stall_restarts = f.stall_action == "restart";
   cfg.program = f.program;
   cfg.program[0] = program_resolve(cfg.program[0]);
 }

@@ -42,6 +42,10 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 // How long diagnoses are refreshed after a stall, as dumps of other nodes' ranks arrive.
 constexpr double kDiagnosisWindowS = 10;
+// With --stall-action restart, how long the group is kept after a stall is found: the workers
+// asked for dumps (SIGUSR1) write them, and two diagnoses (one a second) see them. Short beside
+// any stall timeout worth having; the dumps of a worker that does not answer are the agent's own.
+constexpr double kRestartAfterDumpS = 2;
 
 }  // namespace
 
@@ -91,6 +95,8 @@ void AgentObserver::round_started(const RoundFacts& round, const std::vector<Loc
   workers_ = workers;
   round_started_ns_ = wall_clock_ns();
   stalled_ = false;
+  stall_reason_.clear();
+  stalled_rank_ = -1;
   hang_.reset();
   metrics_->round_started(round, workers);
 }
@@ -124,6 +130,7 @@ void AgentObserver::poll() {
   const int64_t now_ns = wall_clock_ns();
   const int64_t limit_ns = int64_t(options_.stall_timeout_s * 1e9);
   std::string why;
+  int rank = -1;
   for (const auto& w : workers_) {
     if (w.recorder_file.empty()) continue;
     FlightRecorderState fr;
@@ -138,6 +145,7 @@ void AgentObserver::poll() {
         !proc_stat_read(w.pid).exists)
       continue;
     const double quiet_s = double(now_ns - fr.last_activity_ns) * 1e-9;
+    rank = w.rank;
     why = str("rank ", w.rank, " had no collective activity for ", quiet_s, " s");
     for (const auto& r : fr.records)
       if (r.state == CollectiveState::Started) {
@@ -151,12 +159,29 @@ void AgentObserver::poll() {
     stalled_ = false;  // a past stall resolved itself
     return;
   }
-  if (!stalled_) on_stall(why);
+  if (!stalled_) on_stall(rank, why);
 }
 
-void AgentObserver::on_stall(const std::string& why) {
+bool AgentObserver::restart_due() const {
+  return options_.stall_restarts && !stall_reason_.empty() &&
+         seconds_between(stalled_at_, std::chrono::steady_clock::now()) >= kRestartAfterDumpS;
+}
+
+std::string AgentObserver::stall_reason() const { return hang_ ? hang_->message : stall_reason_; }
+
+int AgentObserver::stalled_rank() const {
+  if (hang_ && !hang_->stopped.empty()) return hang_->stopped.front();
+  if (hang_ && !hang_->missing.empty()) return hang_->missing.front();
+  return stalled_rank_;
+}
+
+void AgentObserver::on_stall(int rank, const std::string& why) {
   stalled_ = true;
   stalled_at_ = std::chrono::steady_clock::now();
+  if (stall_reason_.empty()) {
+    stall_reason_ = why;
+    stalled_rank_ = rank;
+  }
   log::warn(str("stall: ", why, " (--stall-timeout ", options_.stall_timeout_s,
                 " s); asking this node's workers for flight-recorder dumps"));
   const std::string dir = run_dir();

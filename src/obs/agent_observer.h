@@ -33,6 +33,7 @@ struct AgentObserverOptions {
   std::string metrics_addr = "127.0.0.1";
   int metrics_port = -1;           // -1: no /metrics; 0: any free port
   double stall_timeout_s = 0;      // 0: no stall detection
+  bool stall_restarts = false;     // --stall-action restart: a stall ends the round as a failure
   std::string error_file;          // where a diagnosed hang is written
   std::string log_dir;             // metrics.url goes here when serving
 };
@@ -59,10 +60,17 @@ class AgentObserver {
   void job_succeeded();
 
   const HangDiagnosis* last_hang() const { return hang_ ? &*hang_ : nullptr; }
+  // With --stall-action restart: a stall was found in this round and its dumps have had their
+  // moment; the agent should now restart the group. stall_reason() says what was found (the
+  // diagnosis when there is one), stalled_rank() whom it names: a stopped rank, else one that did
+  // not enter the stalled op, else the first local rank found quiet.
+  bool restart_due() const;
+  std::string stall_reason() const;
+  int stalled_rank() const;
   JobMetrics& metrics() { return *metrics_; }
 
  private:
-  void on_stall(const std::string& why);
+  void on_stall(int rank, const std::string& why);
   void diagnose();
   std::string run_dir() const;
 
@@ -79,6 +87,8 @@ class AgentObserver {
   int64_t round_started_ns_ = 0;  // wall clock (as flight-recorder times) when this round's workers started
   bool stalled_ = false;
   std::chrono::steady_clock::time_point stalled_at_{};
+  std::string stall_reason_;  // the first stall of this round
+  int stalled_rank_ = -1;
   std::chrono::steady_clock::time_point last_diagnosis_{};
   std::optional<HangDiagnosis> hang_;
 };

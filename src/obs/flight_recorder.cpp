@@ -255,6 +255,10 @@ void FlightRecorder::started(uint64_t id, int64_t seq, int generation) {
   layout_->last_activity_ns.store(now, std::memory_order_relaxed);
 }
 
+void FlightRecorder::progressed() {
+  if (layout_) layout_->last_activity_ns.store(wall_clock_ns(), std::memory_order_relaxed);
+}
+
 void FlightRecorder::finished(uint64_t id, bool ok) {
   if (!layout_ || id == 0) return;
   const int64_t now = wall_clock_ns();

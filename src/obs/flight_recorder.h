@@ -48,7 +48,7 @@ struct CollectiveTotals {
 
 struct FlightRecorderState {
   int pid = 0, rank = -1;
-  int64_t last_activity_ns = 0;  // the latest issue, start or end (wall clock ns)
+  int64_t last_activity_ns = 0;  // the latest issue, start or end, or progressed() (wall clock ns)
   std::vector<CollectiveRecord> records;  // oldest first
   std::vector<CollectiveTotals> totals;
 };
@@ -73,6 +73,9 @@ class FlightRecorder {
   // then the data), with its sequence number and the communicator's generation.
   void started(uint64_t id, int64_t seq, int generation = 0);
   void finished(uint64_t id, bool ok);
+  // Progress outside collectives (an evaluation batch): activity for the agent's stall detection
+  // without a record, so a long collective-free phase of a healthy rank is not taken for a hang.
+  void progressed();
 
   FlightRecorderState state() const;
 

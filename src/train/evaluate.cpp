@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "obs/flight_recorder.h"
+
 namespace cadre {
 namespace {
 
@@ -41,6 +43,8 @@ Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int r
   double total = 0, correct = 0, count = 0;
   for (const auto& indices : eval_batches(val, c, rank, world)) {
     LossOutput out = model.loss(val.at(indices.empty() ? std::vector<uint64_t>{0} : indices));
+    // Without sharding the forward passes need no collective: tell the agent this rank is busy.
+    obs::flight_recorder().progressed();
     if (indices.empty()) continue;
     const double n = double(indices.size());
     total += out.loss.item<double>() * n;

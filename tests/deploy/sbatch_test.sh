@@ -3,7 +3,12 @@
 #  1. a 2-node job (tiny Llama, 1 worker per node) is submitted with sbatch and COMPLETES with the
 #     per-step losses of the same 2 ranks run directly with `cadre run`;
 #  2. a job whose node-2 agent is SIGKILLed mid-run is requeued by its script, resumes from its
-#     checkpoint and COMPLETES with the same per-step losses as an uninterrupted run.
+#     checkpoint and COMPLETES with the same per-step losses as an uninterrupted run; before the
+#     kill, each node's agent answers /metrics (--metrics-port 0: both fake nodes share a host)
+#     with its own rank's training step;
+#  3. a job whose workers fail on bad input (a data.dir that does not exist: exit 2) is FAILED
+#     with exit code 2 and never requeued, though srun's own status is SIGTERM's 143 whenever
+#     --kill-on-bad-exit ends the other node first: every agent's exit code reaches the script.
 # Usage: sbatch_test.sh CADRE_BIN SOURCE_DIR
 set -euo pipefail
 cadre=$1
@@ -30,9 +35,18 @@ echo "ok: job $id COMPLETED, 40 steps, final loss $(losses "$tmp/runs/plain" | t
 #    job, the next attempt resumes from the checkpoint.
 steps=400
 reference_run "$tmp/ref-$steps" "$steps"
-script=$(deploy_job killed "$steps")
+script=$(deploy_job killed "$steps" --metrics-port 0)
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
 wait_for 120 past_step "$tmp/runs/killed" 25 || fail "job $id did not reach step 25: $(job_field "$id" JobState)"
+metrics_step() {  # metrics_step NODE RANK: cadre_train_step of RANK from NODE's agent's /metrics
+  local url
+  url=$(grep -ohP 'metrics: serving \Khttp://\S+' "$tmp/killed/logs/killed-$id-node$1.out" | tail -1) || return 1
+  curl -fsS --max-time 2 "$url" | grep -oP "^cadre_train_step\{[^}]*rank=\"$2\"[^}]*\} \K[0-9]+"
+}
+for node in 0 1; do
+  wait_for 30 metrics_step "$node" "$node" || fail "node $node's agent of job $id did not answer /metrics with rank $node's step: $(tail -5 "$tmp/killed/logs/killed-$id-node$node.out")"
+  echo "ok: node $node's /metrics answers: rank $node at step $(metrics_step "$node" "$node")"
+done
 pid=$(agent_pid "$id" 1) || fail "no cadre run agent of job $id on node 1"
 killed_at=$(steps_done "$tmp/runs/killed")
 kill -9 "$pid"
@@ -49,4 +63,17 @@ same_losses "$tmp/runs/killed" "$tmp/ref-$steps" ||
   fail "resumed job's losses differ: $(diff <(losses "$tmp/runs/killed") <(losses "$tmp/ref-$steps") | head)"
 resumed=$(grep -oP 'resumed from \S+ at step \K[0-9]+' "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log)
 echo "ok: job $id requeued $restarts time(s), resumed at step $resumed (killed at $killed_at), $steps steps equal to the uninterrupted run"
+# 3. Bad input on every node: each agent gives up with the workers' exit 2, and the script reads
+#    the agents' exit-code files rather than srun's status.
+script=$(deploy_job badinput 40 --set "data.dir=$tmp/no-such-data")
+id=$(sbatch --parsable "$script") || fail "sbatch $script"
+wait_for 120 job_finished "$id" || fail "job $id still $(job_field "$id" JobState) after 120 s"
+out="$tmp/badinput/logs/badinput-$id.out"
+[[ $(job_field "$id" JobState) == FAILED ]] || fail "job $id ended $(job_field "$id" JobState), not FAILED: $(tail -5 "$out")"
+[[ $(job_field "$id" ExitCode) == 2:0 ]] || fail "job $id exit code $(job_field "$id" ExitCode), not 2:0: $(tail -5 "$out")"
+[[ $(job_field "$id" Restarts) == 0 ]] || fail "job $id was requeued $(job_field "$id" Restarts) time(s) after bad input"
+grep -q "bad input (exit 2, see the node logs): not requeueing" "$out" || fail "no bad-input line in $out: $(tail -5 "$out")"
+grep -qx 2 "$tmp"/badinput/logs/job-"$id"/attempt-0/exit-codes/node* || fail "no agent wrote exit code 2: $(tail -5 "$out")"
+grep -q "no-such-data" "$tmp"/badinput/logs/badinput-"$id"-node0.out || fail "node 0's log does not name the missing data.dir"
+echo "ok: job $id failed on bad input with exit 2, not requeued (agents' codes: $(cat "$tmp"/badinput/logs/job-"$id"/attempt-0/exit-codes/node* | tr '\n' ' '); srun: $(grep -oP 'step ended with \K[0-9]+|srun: error: .*' "$out" | head -2 | tr '\n' ' '))"
 echo "PASS: sbatch scripts from cadre deploy slurm on a 2-node Slurm cluster"

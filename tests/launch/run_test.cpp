@@ -252,9 +252,12 @@ TEST_F(RunTest, InvalidUtf8AndACutErrorFileStillGiveTheRootCause) {
   write_file(bad, "printf 'bad bytes: \\377\\376 end\\n' >&2\n"
                   "{ printf '{\"message\": \"'; yes 'é' | tr -d '\\n' | head -c 70000; } > \"$TORCHELASTIC_ERROR_FILE\"\n"
                   "exit 5\n");
-  Proc agent({CADRE_BIN, "run", "--log-dir", dir.path + "/logs", "--", "/bin/sh", bad, marker}, dir.path + "/agent.out");
+  Proc agent({CADRE_BIN, "run", "--log-dir", dir.path + "/logs", "--exit-code-file", dir.path + "/exit-code", "--",
+              "/bin/sh", bad, marker},
+             dir.path + "/agent.out");
   ASSERT_TRUE(agent.wait_exit(60)) << agent.output();
-  EXPECT_EQ(agent.exit_code(), 1) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 1) << agent.output();  // exit 5 is a failure, not bad input
+  EXPECT_EQ(read_file(dir.path + "/exit-code"), "1\n");
   const std::string text = read_file(dir.path + "/logs/error.json");
   ASSERT_FALSE(text.empty()) << agent.output();
   auto j = nlohmann::json::parse(text);
@@ -265,14 +268,20 @@ TEST_F(RunTest, InvalidUtf8AndACutErrorFileStillGiveTheRootCause) {
   EXPECT_TRUE(j["root_cause"]["worker_error"].is_string());
 }
 
-// Without --log-dir, a `cadre train` worker's logs go under its run directory.
+// Without --log-dir, a `cadre train` worker's logs go under its run directory. The worker fails
+// on bad input (exit 2): the agent gives up with 2 too, after its restarts, and writes it to
+// --exit-code-file ("%n": the node rank outside Slurm), for a batch script not to retry it.
 TEST_F(RunTest, CadreTrainLogsGoUnderItsRunDirectory) {
   const std::string run = dir.path + "/run";
-  Proc agent({CADRE_BIN, "run", "--", CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml", "--set",
-              "run.dir=" + run, "--set", "data.dir=" + dir.path + "/no-such-data"},
+  Proc agent({CADRE_BIN, "run", "--max-restarts", "1", "--node-rank", "0", "--exit-code-file",
+              dir.path + "/codes/node%n", "--", CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+              "--set", "run.dir=" + run, "--set", "data.dir=" + dir.path + "/no-such-data"},
              dir.path + "/agent.out");
   ASSERT_TRUE(agent.wait_exit(120)) << agent.output();
-  EXPECT_EQ(agent.exit_code(), 1) << agent.output();
+  EXPECT_EQ(agent.exit_code(), 2) << agent.output();
+  EXPECT_NE(agent.output().find("exiting with 2 as the failed worker did"), std::string::npos) << agent.output();
+  EXPECT_TRUE(std::filesystem::exists(run + "/logs/round_1")) << "the failure was not restarted once";
+  EXPECT_EQ(read_file(dir.path + "/codes/node0"), "2\n");
   EXPECT_NE(agent.output().find("logs in " + run + "/logs"), std::string::npos) << agent.output();
   EXPECT_NE(read_file(run + "/logs/round_0/rank_0/stderr.log").find("no-such-data"), std::string::npos);
   EXPECT_TRUE(std::filesystem::is_regular_file(run + "/logs/error.json"));

@@ -3,7 +3,8 @@
 // tmux (send-keys, capture-pane); `cadre report` rendered by headless Chromium; a rank stopped
 // with SIGSTOP named in the agent's error file with the op and sequence number, and named the
 // same by PyTorch's own flight-recorder analyzer (fr_trace, the project venv's torch) reading
-// the PyTorch-format dumps written beside Cadre's; a rank slowed
+// the PyTorch-format dumps written beside Cadre's; a stopped rank's group restarted by the
+// agent (--stall-action restart) and finishing with an uninterrupted run's losses; a rank slowed
 // by a stop/continue duty cycle named as a compute-bound straggler. Every process is killed and
 // reaped however a test ends (agents by their Proc, workers with their agent, tmux and
 // Chromium by guards, stopped ranks continued first).
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -50,7 +52,7 @@ class ObsLive : public ::testing::Test {
 
   // `cadre run` of `nproc` tiny-Llama workers into run directory `run`, extra agent flags first.
   std::unique_ptr<Proc> start_job(const std::string& run, int nproc, std::vector<std::string> agent_flags,
-                                  std::vector<std::string> sets) {
+                                  std::vector<std::string> sets, const std::vector<std::string>& train_flags = {}) {
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(nproc), "--log-dir",
                                      path(run + "-logs"), "--rdzv-id", "obs-test"};
     argv.insert(argv.end(), agent_flags.begin(), agent_flags.end());
@@ -60,6 +62,7 @@ class ObsLive : public ::testing::Test {
       argv.push_back("--set");
       argv.push_back(s);
     }
+    argv.insert(argv.end(), train_flags.begin(), train_flags.end());
     return std::make_unique<Proc>(argv, path(run + "-agent.log"));
   }
 
@@ -311,7 +314,8 @@ TEST_F(ObsLive, AJobResumedInTheSameLogDirectoryAfterAPauseIsNotTakenForAStall) 
 }
 
 TEST_F(ObsLive, HangOfAStoppedRankIsNamedWithTheOpAndSequenceNumber) {
-  auto job = start_job("hang", 3, {"--stall-timeout", "2"},
+  // --stall-action dump: the group is kept, stopped rank and all, for the dumps to be read.
+  auto job = start_job("hang", 3, {"--stall-timeout", "2", "--stall-action", "dump"},
                        {"train.steps=100000", "parallel.strategy=FULL_SHARD", "parallel.comm_timeout=120"});
   ASSERT_TRUE(wait_until([&] { return jsonl(path("hang/metrics.jsonl")).size() >= 5; }, 120)) << job->output();
   pid_t victim = worker_pid(path("hang-logs"), 1);
@@ -418,6 +422,73 @@ TEST_F(ObsLive, HangOfAStoppedRankIsNamedWithTheOpAndSequenceNumber) {
               named ? ("first unmatched: #" + (*named)["seq"].dump() + " " + (*named)["name"].get<std::string>() +
                        ", missing " + (*named)["missing_ranks"].dump() + ", states " + (*named)["states"].dump()).c_str()
                     : "every collective matched");
+}
+
+namespace {
+
+// Per-step losses of a run directory's metrics.jsonl records (a step logged again after a
+// resume: the newest record).
+std::map<int64_t, double> losses_by_step(const std::vector<nlohmann::json>& records) {
+  std::map<int64_t, double> out;
+  for (const auto& r : records)
+    if (r.contains("step") && r.contains("loss") && r["loss"].is_number()) out[r["step"].get<int64_t>()] = r["loss"];
+  return out;
+}
+
+}  // namespace
+
+TEST_F(ObsLive, AStoppedRankIsRestartedFromTheLastCheckpointWithAnUninterruptedRunsLosses) {
+  // A hang recovers as a crash does: the agent finds the stall (2 s without collective
+  // activity), dumps, then restarts the group from the newest checkpoint within --max-restarts.
+  // The same world size resumes bit for bit: every step's loss equals the uninterrupted run's.
+  const int steps = 300;
+  const std::vector<std::string> sets = {"train.steps=" + std::to_string(steps), "checkpoint.interval=20",
+                                         "parallel.strategy=FULL_SHARD", "train.eval_interval=0",
+                                         "parallel.comm_timeout=120"};
+  auto straight = start_job("straight", 2, {"--stall-timeout", "2"}, sets);
+  ASSERT_TRUE(straight->wait_exit(300)) << straight->output();
+  ASSERT_EQ(straight->exit_code(), 0) << straight->output();
+  const auto reference = losses_by_step(jsonl(path("straight/metrics.jsonl")));
+  ASSERT_EQ(reference.size(), size_t(steps));
+
+  auto job = start_job("stopped", 2, {"--stall-timeout", "2", "--max-restarts", "1"}, sets, {"--resume", "auto"});
+  ASSERT_TRUE(wait_until([&] { return jsonl(path("stopped/metrics.jsonl")).size() >= 30; }, 120)) << job->output();
+  pid_t victim = worker_pid(path("stopped-logs"), 1);
+  ASSERT_GT(victim, 0);
+  ContinueOnExit continue_it{victim};
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const int64_t stopped_at = losses_by_step(jsonl(path("stopped/metrics.jsonl"))).rbegin()->first;
+  ASSERT_LT(stopped_at, steps) << "the run finished before rank 1 was stopped";
+
+  ASSERT_TRUE(job->wait_exit(300)) << job->output();
+  const std::string out = job->output();
+  ASSERT_EQ(job->exit_code(), 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(stall: rank [01] (had no collective activity|has been inside))"))) << out;
+  EXPECT_NE(out.find("restarting the group (--stall-action restart)"), std::string::npos) << out;
+  // Named as today: the stopped rank's ring written by the agent.
+  auto dump1 = nlohmann::json::parse(read_file(path("stopped/flight_recorder/rank_1.json")), nullptr, false);
+  ASSERT_TRUE(dump1.is_object());
+  EXPECT_NE(dump1.value("written_by", "").find("agent"), std::string::npos) << dump1.value("written_by", "");
+  // Round 1 resumed from a checkpoint at or before the stop, and went on to the last step.
+  const std::string resumed_log = read_file(path("stopped-logs/round_1/rank_0/stderr.log"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(resumed_log, m, std::regex(R"(resumed from \S+ at step (\d+))"))) << resumed_log;
+  const int64_t resumed_at = std::stoll(m[1].str());
+  EXPECT_GT(resumed_at, 0);
+  EXPECT_LE(resumed_at, stopped_at + 1);
+  EXPECT_FALSE(std::filesystem::exists(path("stopped-logs/round_2"))) << "restarted more than once";
+  const auto losses = losses_by_step(jsonl(path("stopped/metrics.jsonl")));
+  ASSERT_EQ(losses.size(), size_t(steps));
+  EXPECT_EQ(losses.rbegin()->first, steps);
+  int64_t compared_after_resume = 0;
+  for (const auto& [step, loss] : reference) {
+    ASSERT_TRUE(losses.count(step)) << "step " << step;
+    EXPECT_EQ(losses.at(step), loss) << "step " << step << " (resumed at " << resumed_at << ")";
+    if (step > resumed_at) ++compared_after_resume;
+  }
+  EXPECT_EQ(compared_after_resume, steps - resumed_at);
+  std::printf("[stall-restart] rank 1 stopped at step %lld; group restarted, resumed at step %lld, %d steps equal to "
+              "the uninterrupted run's\n", (long long)stopped_at, (long long)resumed_at, steps);
 }
 
 TEST_F(ObsLive, ASlowedRankIsNamedAsAComputeBoundStraggler) {

@@ -164,6 +164,27 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithStatesAndTotals) {
   EXPECT_EQ(off.issued(info("all_reduce", 1)), 0u);
 }
 
+// An evaluation without collectives (NO_SHARD forward passes) marks the rank busy for the
+// agent's stall detection, without adding a record to the ring.
+TEST(FlightRecorder, ProgressOutsideCollectivesIsActivityWithoutARecord) {
+  FlightRecorder r(8);
+  uint64_t id = r.issued(info("all_reduce", 4));
+  r.started(id, 1);
+  r.finished(id, true);
+  const FlightRecorderState before = r.state();
+  ASSERT_GT(before.last_activity_ns, 0);
+  while (wall_clock_ns() <= before.last_activity_ns) {
+  }
+  r.progressed();
+  const FlightRecorderState after = r.state();
+  EXPECT_GT(after.last_activity_ns, before.last_activity_ns);
+  ASSERT_EQ(after.records.size(), 1u);
+  EXPECT_EQ(after.records[0].seq, 1);
+  FlightRecorder off(0);
+  off.progressed();  // nothing to mark; must not crash
+  EXPECT_EQ(off.state().last_activity_ns, 0);
+}
+
 TEST(FlightRecorder, AnotherProcessReadsTheSharedRingAndDumpsRoundTrip) {
   cadre::test::TempDir dir("obs-fr");
   const std::string file = dir / "ring.bin";
