@@ -88,6 +88,21 @@ void sleep_interruptibly(double seconds) {
 // longer would only add to the recovery time.
 double lost_peer_grace_s(const AgentConfig& cfg) { return std::min(cfg.stop_timeout_s, 1.0); }
 
+// The root-cause record of a group restarted after a stall: the rank the diagnosis names (its
+// local rank and pid when it is this node's), the stall, and the diagnosis.
+std::string stall_failure(const obs::AgentObserver& observer, const WorkerGroup& group, const std::string& reason,
+                          const std::string& hostname, const rdzv::Round& round) {
+  const int rank = observer.stalled_rank();
+  const WorkerSpec* spec = nullptr;
+  for (const auto& s : group.specs())
+    if (s.global_rank == rank) spec = &s;
+  FailureContext context{hostname, round.group_rank, round.number, round.restart_count,
+                         spec ? spec->error_file_path : ""};
+  const std::string hang = observer.last_hang() ? observer.last_hang()->to_json().dump() : "";
+  return stall_failure_to_json(rank, spec ? spec->local_rank : -1, spec ? group.pid(spec->local_rank) : 0, reason,
+                               hang, context);
+}
+
 }  // namespace
 
 int agent_run(const AgentConfig& cfg) {
@@ -251,24 +266,6 @@ int agent_run(const AgentConfig& cfg) {
         rendezvous.end_round(round, str("rank ", failed.global_rank, " failed with ", failed.describe()), true, failure);
         break;
       }
-      if (observer.restart_due()) {
-        // A hang is a failure like a crash: the group restarts from its last checkpoint within
-        // --max-restarts. The stuck rank cannot checkpoint (its peers would wait for it): a short grace.
-        const std::string reason = "stall: " + observer.stall_reason();
-        log::error(reason + "; restarting the group (--stall-action restart)");
-        group.stop(SIGTERM, lost_peer_grace_s(cfg));
-        const int rank = observer.stalled_rank();
-        const WorkerSpec* spec = nullptr;
-        for (const auto& s : group.specs())
-          if (s.global_rank == rank) spec = &s;
-        FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count,
-                               spec ? spec->error_file_path : ""};
-        const int64_t local_rank = spec ? spec->local_rank : -1;
-        const std::string hang = observer.last_hang() ? observer.last_hang()->to_json().dump() : "";
-        std::string failure = stall_failure_to_json(rank, local_rank, spec ? group.pid(local_rank) : 0, reason, hang, context);
-        rendezvous.end_round(round, reason, true, failure);
-        break;
-      }
       if (!status.dead.empty()) {
         const auto& node = round.nodes[status.dead.front()];
         std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
@@ -276,6 +273,17 @@ int agent_run(const AgentConfig& cfg) {
         log::warn(reason + "; re-forming the group");
         group.stop(SIGTERM, lost_peer_grace_s(cfg));  // their collectives could only wait for the lost ranks
         rendezvous.end_round(round, reason, false, "");
+        break;
+      }
+      if (observer.restart_due()) {
+        // A hang is a failure like a crash: the group restarts from its last checkpoint within
+        // --max-restarts. The stuck rank cannot checkpoint (its peers would wait for it): a short
+        // grace. After the dead-node check: a silent node, found the same poll, is a membership
+        // change that costs no restart.
+        const std::string reason = "stall: " + observer.stall_reason();
+        log::error(reason + "; restarting the group (--stall-action restart)");
+        group.stop(SIGTERM, lost_peer_grace_s(cfg));
+        rendezvous.end_round(round, reason, true, stall_failure(observer, group, reason, me.hostname, round));
         break;
       }
       if (status.waiting_nodes > 0 && !done_marked && round.group_world_size() < cfg.rendezvous.max_nodes) {
