@@ -311,6 +311,9 @@ TEST_F(ObsLive, AJobResumedInTheSameLogDirectoryAfterAPauseIsNotTakenForAStall) 
   ASSERT_EQ(second->exit_code(), 0) << second->output();
   EXPECT_NE(second->output().find("resum"), std::string::npos) << second->output();
   EXPECT_EQ(second->output().find("stall:"), std::string::npos) << second->output();
+  // Nor any dump: neither run had a stall to dump for, and the second restarted nothing.
+  EXPECT_FALSE(std::filesystem::exists(path("again/flight_recorder"))) << second->output();
+  EXPECT_FALSE(std::filesystem::exists(path("again-logs/round_1"))) << second->output();
 }
 
 TEST_F(ObsLive, HangOfAStoppedRankIsNamedWithTheOpAndSequenceNumber) {
