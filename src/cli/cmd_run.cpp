@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "launch/exit_code_file.h"
 #include "launch/run_job.h"
 
@@ -16,22 +17,30 @@ namespace cadre {
 namespace {
 
 // run_job's exit code, also written to --exit-code-file (when given) however the agent ends:
-// 2 for bad input it finds (ConfigError), 1 for any other error.
+// 2 for bad input it finds (ConfigError), 1 for any other error. A file that cannot be written
+// is logged; the agent's own exit code and error stay what they were.
 int run_job_recording_exit(launch::RunFlags f, const std::string& exit_code_file) {
   if (exit_code_file.empty()) return launch::run_job(std::move(f));
-  const std::string path =
-      launch::exit_code_file_path(exit_code_file, f.node_rank_given ? f.node_rank : -1, [](const char* n) { return std::getenv(n); });
+  const std::string path = launch::exit_code_file_path(exit_code_file, f.node_rank_given ? f.node_rank : -1,
+                                                       [](const char* n) { return std::getenv(n); });
+  auto record = [&](int code) {
+    try {
+      launch::exit_code_file_write(path, code);
+    } catch (const Error& e) {
+      log::error(e.what());
+    }
+  };
   int code = 1;
   try {
     code = launch::run_job(std::move(f));
   } catch (const ConfigError&) {
-    launch::exit_code_file_write(path, 2);
+    record(2);
     throw;
   } catch (...) {
-    launch::exit_code_file_write(path, 1);
+    record(1);
     throw;
   }
-  launch::exit_code_file_write(path, code);
+  record(code);
   return code;
 }
 

@@ -71,8 +71,8 @@ std::string sbatch_script(const DeploySpec& s, const std::string& config_path, c
     << "# A node's agent that dies ends the step (--kill-on-bad-exit); worker crashes and stalls restart\n"
     << "# in place. Each agent serves /metrics on every address of its node (port " << metrics_port_text(s)
     << ")\n"
-    << "# and writes its exit code to codes/node<N>: srun's status is one number for all nodes, where\n"
-    << "# --kill-on-bad-exit makes the other nodes' 143.\n"
+    << "# and writes its exit code to $codes/node<N>: srun's status is one number for all nodes, and\n"
+    << "# 143 (SIGTERM) once --kill-on-bad-exit has ended the others.\n"
     << "codes=\"$logs/job-$SLURM_JOB_ID/attempt-$attempt/exit-codes\"\n"
     << "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --open-mode=append --output=\"$logs/%x-%j-node%n.out\" \\\n"
     << "  \"$cadre\" run --nproc-per-node " << s.nproc_per_node << " --max-restarts " << s.max_restarts

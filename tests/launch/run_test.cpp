@@ -382,6 +382,7 @@ TEST_F(RunTest, BadFlagsExitWithCode2AndSayWhy) {
       {{"--max-restarts", "-1", "--", "/bin/true"}, "--max-restarts must be >= 0"},
       {{"--no-such-flag", "--", "/bin/true"}, "unknown flag '--no-such-flag'"},
       {{"--", "no-such-program-" + marker}, "not found in PATH"},
+      {{"--stall-action", "kill", "--", "/bin/true"}, "--stall-action must be dump or restart, got 'kill'"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<std::string> argv = {CADRE_BIN, "run"};
@@ -391,6 +392,12 @@ TEST_F(RunTest, BadFlagsExitWithCode2AndSayWhy) {
     EXPECT_EQ(p.exit_code(), 2) << "case " << i << ": " << p.output();
     EXPECT_NE(p.output().find(cases[i].message), std::string::npos) << "case " << i << ": " << p.output();
   }
+  // The batch script's copy of the code: bad input found by the agent itself is 2 there too.
+  Proc p({CADRE_BIN, "run", "--exit-code-file", dir.path + "/bad-code", "--nproc-per-node", "0", "--", "/bin/true"},
+         dir.path + "/bad-code.out");
+  ASSERT_TRUE(p.wait_exit(30));
+  EXPECT_EQ(p.exit_code(), 2) << p.output();
+  EXPECT_EQ(read_file(dir.path + "/bad-code"), "2\n") << p.output();
 }
 
 }  // namespace
