@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Decode throughput, Cadre vs Python PyTorch, side by side in one run.
 
 The demo model's shape (configs/small.yaml: dim 512, 8 layers, 8 heads, vocabulary 8192, 35.7M
@@ -6,8 +6,10 @@ parameters; seeded random weights unless --model names a Hugging Face folder, e.
 export runs/demo/hf), written once as a Hugging Face folder that both sides load. For 1, 8 and 32
 concurrent streams: 16-token prompts prefilled, then 64 greedy decoding steps; tokens/s over the
 decoding steps, same threads on both sides (1 and 2), rounds alternating the two sides. Cadre runs its
-KV-cache decoder (bench/decode_bench.cpp), Python a KV-cache decoder on python/llama_ref.py
-(bench/python_decode_peer.py). Also checks that both pick the same greedy tokens for stream 0.
+KV-cache decoder (bench/decode_bench.cpp); the peers run under the venv's PyTorch 2.x
+(bench/python_decode_peer.py): Hugging Face transformers' generate (greedy, its KV cache: what a
+PyTorch user would pick, the ratio's peer) and a KV-cache token loop on python/llama_ref.py.
+Also checks that all pick the same greedy tokens for stream 0.
 
 Usage: bench/decode_throughput.py [--build build] [--threads 1,2] [--model HF_DIR] [--dtypes float32,bfloat16]
                                   [--rounds 3]
@@ -24,8 +26,10 @@ import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(__file__))
 import hf_io  # noqa: E402
 import llama_ref  # noqa: E402
+from train_throughput import peer_python  # noqa: E402
 
 SMALL = {"dim": 512, "n_layers": 8, "n_heads": 8, "n_kv_heads": 8, "vocab_size": 8192, "ffn_dim": 1536,
          "max_seq_len": 256, "norm_eps": 1e-5, "rope_theta": 10000.0, "tie_embeddings": False}
@@ -48,6 +52,11 @@ def run(cmd):
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def peer_torch_version():
+    return subprocess.run([peer_python(), "-c", "import torch; print(torch.__version__)"], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
 
 
 def median(values):
@@ -74,29 +83,35 @@ def main():
             # Rounds alternate the two sides, so a busy spell on the machine hits both; the table
             # has the median rate of each side and the median of the per-round ratios.
             rates = {}
+            peer = [peer_python(), os.path.join(ROOT, "bench", "python_decode_peer.py"), model] + common
             for _ in range(a.rounds):
                 loads.append(os.getloadavg()[0])
                 cadre = run([os.path.join(ROOT, a.build, "bin", "decode_bench"), model] + common)
-                python = run(["/usr/bin/python3", os.path.join(ROOT, "bench", "python_decode_peer.py"), model] + common)
-                for c, p in zip(cadre, python):
-                    r = rates.setdefault(c["streams"], {"cadre": [], "python": [], "ratio": [], "agree": None})
+                generate = run(peer + ["--impl", "transformers"])
+                loop = run(peer + ["--impl", "loop"])
+                for c, g, p in zip(cadre, generate, loop):
+                    r = rates.setdefault(c["streams"], {"cadre": [], "generate": [], "loop": [], "ratio": [],
+                                                        "agree": None})
                     r["cadre"].append(c["tokens_per_s"])
-                    r["python"].append(p["tokens_per_s"])
-                    r["ratio"].append(c["tokens_per_s"] / p["tokens_per_s"])
-                    same = sum(x == y for x, y in zip(c["stream0_tokens"], p["stream0_tokens"]))
+                    r["generate"].append(g["tokens_per_s"])
+                    r["loop"].append(p["tokens_per_s"])
+                    r["ratio"].append(c["tokens_per_s"] / g["tokens_per_s"])
+                    same = min(sum(x == y for x, y in zip(c["stream0_tokens"], o["stream0_tokens"])) for o in (g, p))
                     r["agree"] = f"{same}/{len(c['stream0_tokens'])}"
             for streams, r in sorted(rates.items()):
                 rows.append({"threads": threads, "dtype": dtype, "streams": streams, "cadre": median(r["cadre"]),
-                             "python": median(r["python"]), "ratio": median(r["ratio"]), "rounds": r["ratio"],
-                             "greedy_agree": r["agree"]})
+                             "generate": median(r["generate"]), "loop": median(r["loop"]),
+                             "ratio": median(r["ratio"]), "rounds": r["ratio"], "greedy_agree": r["agree"]})
     lines = [f"Decode throughput, {'model ' + a.model if a.model else 'small.yaml shape (35.7M), seeded random weights'}, "
              f"16-token prompts + {a.tokens} greedy steps, median of {a.rounds} alternating rounds; "
-             f"load average {min(loads):.1f}-{max(loads):.1f} during the runs",
-             "", "| threads | weights | streams | Cadre tok/s | Python tok/s | Cadre/Python | greedy tokens equal (stream 0) |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+             f"load average {min(loads):.1f}-{max(loads):.1f} during the runs"
+             f"; peers: torch {peer_torch_version()}",
+             "", "| threads | weights | streams | Cadre tok/s | transformers generate tok/s | Cadre/generate | "
+             "PyTorch token loop tok/s | greedy tokens equal (stream 0, all three) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['threads']} | {r['dtype']} | {r['streams']} | {r['cadre']:.0f} | {r['python']:.0f} | "
-                     f"{r['ratio']:.2f}x | {r['greedy_agree']} |")
+        lines.append(f"| {r['threads']} | {r['dtype']} | {r['streams']} | {r['cadre']:.0f} | {r['generate']:.0f} | "
+                     f"{r['ratio']:.2f}x | {r['loop']:.0f} | {r['greedy_agree']} |")
     text = "\n".join(lines)
     print(text)
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)

@@ -17,7 +17,7 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from train_throughput import MODEL, ensure_dataset, run  # noqa: E402
+from train_throughput import MODEL, ensure_dataset, peer_python, run  # noqa: E402
 
 
 def cadre_train(cadre, data, work, name, world, sets):
@@ -48,8 +48,9 @@ def main():
     out = dict(precision=args.precision, throughput=[], memory=[])
     with tempfile.TemporaryDirectory() as work:
         # Throughput: 2 ranks x 1 thread, batch 8 x 256 per rank.
-        peer = {"tokens_per_s": float("nan")} if args.memory_only else json.loads(run(["/usr/bin/python3", os.path.join(ROOT, "bench/python_ddp_peer.py"), "--data", data,
+        peer = {"tokens_per_s": float("nan")} if args.memory_only else json.loads(run([peer_python(), os.path.join(ROOT, "bench/torch_peer.py"), "--data", data,
                                "--model", json.dumps(MODEL), "--steps", str(args.steps), "--world", "2",
+                               "--mode", "ddp", "--threads", "1",
                                "--precision", "bf16" if args.precision == "bfloat16" else "fp32"]))
         out["throughput"].append(dict(name="Python DDP (Gloo)", tokens_per_s=peer["tokens_per_s"]))
         for name, sets in [("NO_SHARD", ["parallel.strategy=NO_SHARD"]),

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python peer of bench/decode_bench.cpp: a KV-cache decoder written on python/llama_ref.py's
 modules, as a PyTorch user would write one (preallocated caches, inference mode, one forward
 per step for all streams), on the same Hugging Face folder, with the same prompts, greedy
@@ -6,6 +6,10 @@ tokens and timing rules (decoding steps only, median of --repeats after a warm-u
 
   python_decode_peer.py <hf_dir> [--threads 2] [--prompt-len 16] [--tokens 128]
                         [--streams 1,8,32] [--dtype float32|bfloat16] [--repeats 3]
+                        [--impl loop|transformers]
+--impl transformers times Hugging Face's LlamaForCausalLM.generate (greedy, its own KV cache)
+instead: PyTorch's own decoding, what a user would pick. Its decoding steps are timed as
+generate(N new tokens) - generate(1 new token), the prefill and set-up cancelling out.
 Prints one JSON object per stream count.
 """
 import argparse
@@ -68,6 +72,37 @@ def prompt_token(stream, t, vocab):
     return (1 + 131 * stream + 31 * t) % vocab
 
 
+def prompts_for(B, prompt_len, vocab):
+    return torch.tensor([[prompt_token(s, t, vocab) for t in range(prompt_len)] for s in range(B)])
+
+
+def time_transformers(a, dtype, streams):
+    """Greedy tokens/s of transformers' generate over the decoding steps, per stream count."""
+    from transformers import LlamaForCausalLM
+    model = LlamaForCausalLM.from_pretrained(a.hf_dir, dtype=dtype).eval()
+    vocab = model.config.vocab_size
+
+    def generate(prompts, new_tokens):
+        t0 = time.perf_counter()
+        out = model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+        return time.perf_counter() - t0, out
+
+    with torch.inference_mode():
+        for B in streams:
+            prompts = prompts_for(B, a.prompt_len, vocab)
+            rates = []
+            for rep in range(a.repeats + 1):  # run 0 warms up
+                first, _ = generate(prompts, 1)
+                total, out = generate(prompts, a.tokens)
+                if rep > 0:
+                    rates.append(B * (a.tokens - 1) / (total - first))
+            rates.sort()
+            print(json.dumps({"impl": "transformers", "dtype": a.dtype, "streams": B, "threads": a.threads,
+                              "tokens_per_s": rates[len(rates) // 2],
+                              "stream0_tokens": out[0, a.prompt_len:].tolist()}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("hf_dir")
@@ -77,21 +112,24 @@ def main():
     ap.add_argument("--streams", default="1,8,32")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--impl", choices=["loop", "transformers"], default="loop")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
+    streams = [int(s) for s in a.streams.split(",")]
+    if a.impl == "transformers":
+        return time_transformers(a, dtype, streams)
     cfg, state = hf_io.read_llama_folder(a.hf_dir)
     model = llama_ref.Llama(cfg)
     model.load_state_dict(state, strict=True)
-    dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
     model = model.to(dtype).eval()
-    streams = [int(s) for s in a.streams.split(",")]
     decoder = CachedDecoder(model, max(streams), a.prompt_len + a.tokens, dtype)
     V = cfg["vocab_size"]
     with torch.inference_mode():
         for B in streams:
             rates = []
             for rep in range(a.repeats + 1):  # run 0 warms up
-                prompts = torch.tensor([[prompt_token(s, t, V) for t in range(a.prompt_len)] for s in range(B)])
+                prompts = prompts_for(B, a.prompt_len, V)
                 nxt = decoder.forward(prompts, 0).argmax(-1)
                 stream0 = [int(nxt[0])]
                 t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Images/s of ResNet DDP on the MNIST digits: Cadre (`cadre run` + `cadre train`, NO_SHARD)
-against Python PyTorch's torch.nn.parallel.DistributedDataParallel over Gloo with torchvision's
+against PyTorch 2.x's (the venv's, bench/train_throughput.py peer_python) torch.nn.parallel.DistributedDataParallel over Gloo with torchvision's
 ResNet (python/resnet_ref.py), 2 ranks x 1 thread each, the same model (configs/resnet_mnist.yaml),
 batch, optimizer and data, side by side in one run. Each side runs `--repeats` times,
 interleaved; the figure is each side's median of per-run medians over steps after the first 2.
@@ -24,7 +24,9 @@ import torch.distributed as dist
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(__file__))
 from resnet_ref import Reference  # noqa: E402
+from train_throughput import peer_python  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "resnet_mnist.yaml")
 # The model and optimizer of configs/resnet_mnist.yaml (checked against the file below).
@@ -69,7 +71,8 @@ def python_worker(args):
         opt.step()
         times.append(time.perf_counter() - t0)
     if rank == 0:
-        print(json.dumps({"images_per_s": statistics.median(world * BATCH / t for t in times[2:])}), flush=True)
+        print(json.dumps({"images_per_s": statistics.median(world * BATCH / t for t in times[2:]),
+                          "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
 
 
@@ -81,11 +84,11 @@ def python_rate(args):
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--data", args.data,
+        procs.append(subprocess.Popen([peer_python(), __file__, "--worker", "--data", args.data,
                                        "--steps", str(args.steps)], env=env, stdout=subprocess.PIPE, text=True))
     outs = [p.communicate()[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    return json.loads(outs[0].strip().splitlines()[-1])["images_per_s"]
+    return json.loads(outs[0].strip().splitlines()[-1])
 
 
 def cadre_rate(args, workdir, n):
@@ -120,20 +123,21 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         for n in range(args.repeats):
             cadre.append(cadre_rate(args, workdir, n))
-            python.append(python_rate(args))
+            peer = python_rate(args)
+            python.append(peer["images_per_s"])
             print(f"run {n + 1}/{args.repeats}: Cadre {cadre[-1]:.0f} images/s, Python {python[-1]:.0f} images/s",
                   flush=True)
     c, p = statistics.median(cadre), statistics.median(python)
     result = {"model": "resnet-18 layout, width 16, small stem, 28x28x1", "ranks": 2, "threads_per_rank": 1,
               "batch_per_rank": BATCH, "steps": args.steps, "repeats": args.repeats,
               "cadre_images_per_s": c, "python_images_per_s": p, "ratio": c / p,
-              "cadre_runs": cadre, "python_runs": python, "torch": torch.__version__}
+              "cadre_runs": cadre, "python_runs": python, "torch": peer["torch"]}
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "resnet_throughput.json"), "w") as f:
         json.dump(result, f, indent=2)
     table = ("| | images/s (2 ranks x 1 thread) | runs |\n|---|---:|---|\n"
              f"| Cadre DDP (NO_SHARD) | {c:.0f} | {', '.join(f'{r:.0f}' for r in cadre)} |\n"
-             f"| Python DDP (Gloo), torchvision ResNet | {p:.0f} | {', '.join(f'{r:.0f}' for r in python)} |\n"
+             f"| PyTorch {peer['torch']} DDP (Gloo), torchvision ResNet | {p:.0f} | {', '.join(f'{r:.0f}' for r in python)} |\n"
              f"| Cadre / Python | {c / p:.2f}x | |\n")
     with open(os.path.join(ROOT, "bench", "results", "resnet_throughput.md"), "w") as f:
         f.write(table)

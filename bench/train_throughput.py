@@ -41,6 +41,11 @@ def ensure_dataset(cadre):
     return data
 
 
+def peer_python():
+    """The venv's python (PyTorch 2.x from PyPI, scripts/setup.sh --torch): the benchmarks' peer."""
+    return os.path.join(os.environ.get("CADRE_VENV", os.path.expanduser("~/.cache/cadre/venv")), "bin", "python")
+
+
 def run(cmd, **kw):
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, **kw).stdout
@@ -75,7 +80,7 @@ def main():
         for dtype, peer_precision, peak_key in [("float32", "fp32", "float32_gflops"),
                                                 ("bfloat16", "bf16", "bfloat16_gflops")]:
             c = cadre_rate(cadre, data, args.steps, dtype, work)
-            p = json.loads(run(["/usr/bin/python3", os.path.join(ROOT, "bench/python_peer_train.py"), "--data", data,
+            p = json.loads(run([peer_python(), os.path.join(ROOT, "bench/torch_peer.py"), "--data", data,
                                 "--model", json.dumps(MODEL), "--steps", str(args.steps), "--threads", "2",
                                 "--precision", peer_precision]))["tokens_per_s"]
             pk = peak[peak_key] * 1e9

@@ -137,6 +137,7 @@ void CheckpointSaver::save(const CheckpointManifest& header) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+  snapshot_.release_pages();  // written or failed: the copy is not needed until the next stage()
   if (!agree_(error.empty())) {
     std::error_code ec;
     if (options_.rank == 0) remove_tree(partial, ec);  // every rank is past writing

@@ -1,7 +1,16 @@
 // Packing staged checkpoint slices into one buffer.
 #include "ckpt/snapshot.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
 #include "ckpt/manifest.h"
+#include "core/error.h"
+#include "core/log.h"
 
 namespace cadre {
 
@@ -17,6 +26,18 @@ char* Snapshot::add(SnapshotPiece piece) {
   if (bytes_.size() < size_) bytes_.resize(size_ + size_ / 4);  // headroom: later snapshots rarely regrow
   pieces_.push_back(std::move(piece));
   return bytes_.data() + pieces_.back().offset;
+}
+
+void Snapshot::release_pages() {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(bytes_.data());
+  // Only whole pages inside the buffer: the partial pages at either end may hold the
+  // allocator's bookkeeping of neighbouring blocks.
+  const uintptr_t begin = (start + page - 1) / page * page, end = (start + bytes_.size()) / page * page;
+  if (end <= begin) return;
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0)
+    log::warn(str("checkpoint: could not release the ", (end - begin) >> 20,
+                  " MiB staging buffer's pages (madvise: ", std::strerror(errno), "); it stays resident"));
 }
 
 }  // namespace cadre

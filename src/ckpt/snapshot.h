@@ -31,10 +31,14 @@ class Snapshot {
   const char* data(const SnapshotPiece& p) const { return bytes_.data() + p.offset; }
   size_t size() const { return size_; }       // bytes staged
   size_t capacity() const { return bytes_.size(); }
+  // Hands the buffer's whole pages back to the kernel once the staged bytes are written, keeping
+  // the allocation: a training process must not hold a checkpoint-sized copy between saves.
+  // The next snapshot faults them in again (as zeros). The staged bytes are gone after this.
+  void release_pages();
 
  private:
   std::vector<SnapshotPiece> pieces_;
-  std::vector<char> bytes_;  // grows once to the largest snapshot, then reused
+  std::vector<char> bytes_;  // grows once to the largest snapshot; its address range is reused
   size_t size_ = 0;
 };
 

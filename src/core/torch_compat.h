@@ -17,6 +17,10 @@
 // are built, so the exact first release is not checked.
 #define CADRE_TORCH_STORE_HAS_CLONE CADRE_TORCH_AT_LEAST(2, 6)
 
+// at::scaled_dot_product_attention (2.0+): fused attention kernels (flash / memory-efficient on
+// CUDA, a blocked flash kernel on CPU); 1.13 has only the private _scaled_dot_product_attention.
+#define CADRE_TORCH_HAS_SDPA CADRE_TORCH_AT_LEAST(2, 0)
+
 // Gloo. Against 2.x Cadre compiles against the gloo commit that torch release pins (its gloo is
 // inside libtorch_cpu; src/comm/CMakeLists.txt), against 1.13 the system's 2022 libgloo. Since
 // gloo 08c094b ("use shared Stores", 2025-04) rendezvous::Context::connectFullMesh takes the

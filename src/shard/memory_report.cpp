@@ -32,7 +32,7 @@ MemoryReport memory_report(const ShardMemory& measured, int64_t optimizer_bytes,
 }
 
 nlohmann::json MemoryReport::to_json() const {
-  return {{"param_bytes", measured.params},
+  nlohmann::json j = {{"param_bytes", measured.params},
           {"grad_bytes", measured.grads},
           {"optimizer_bytes", measured.optimizer},
           {"state_bytes", measured.params + measured.grads + measured.optimizer},
@@ -44,6 +44,8 @@ nlohmann::json MemoryReport::to_json() const {
           {"units", measured.units},
           {"flat_params", measured.flat_params},
           {"peak_rss_bytes", peak_rss}};
+  if (!device.empty()) j["peak_device_bytes"] = peak_device;
+  return j;
 }
 
 std::string MemoryReport::to_text() const {
@@ -55,7 +57,10 @@ std::string MemoryReport::to_text() const {
                 mib(measured.params), mib(measured.grads), mib(measured.optimizer),
                 mib(measured.params + measured.grads + measured.optimizer), mib(formula.bytes), formula.text.c_str(),
                 mib(measured.peak_working), mib(peak_rss));
-  return line;
+  if (device.empty()) return line;
+  char gpu[160];
+  std::snprintf(gpu, sizeof gpu, "; peak %s memory %.1f MiB (caching allocator)", device.c_str(), mib(peak_device));
+  return line + std::string(gpu);
 }
 
 }  // namespace cadre

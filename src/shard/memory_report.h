@@ -31,6 +31,10 @@ struct MemoryReport {
   ShardMemory measured;
   StateFormula formula;
   int64_t peak_rss = 0;
+  // On a GPU: the device ("cuda:0") and its caching allocator's peak of allocated bytes, the
+  // GPU's counterpart of peak_rss; empty and -1 on the CPU.
+  std::string device;
+  int64_t peak_device = -1;
   nlohmann::json to_json() const;
   std::string to_text() const;
 };

@@ -30,8 +30,14 @@ MemoryReport final_memory_report(RunSetup& run) {
   const int64_t optimizer_bytes = run.optimizer->state_bytes();
   const ShardMemory measured = run.sharded.memory();
   const int64_t compute_bytes = at::elementSize(run.shard_options.mixed_precision.param_dtype);
-  return memory_report(measured, optimizer_bytes, state_formula(run.shard_options.strategy, measured, compute_bytes,
-                                                                 run.optimizer->state_bytes_per_param()));
+  MemoryReport report = memory_report(measured, optimizer_bytes,
+                                      state_formula(run.shard_options.strategy, measured, compute_bytes,
+                                                    run.optimizer->state_bytes_per_param()));
+  if (run.device.is_cuda()) {
+    report.device = run.device.str();
+    report.peak_device = device_peak_bytes(run.device);
+  }
+  return report;
 }
 
 void summary_write(RunSetup& run, const RunOutcome& o) {

@@ -26,6 +26,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_saver.h"
 #include "ckpt/checksum.h"
+#include "core/sysinfo.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
@@ -201,6 +202,35 @@ TEST(CheckpointFormat, ThreeRanksWriteOneManifestAndAnySliceReadsBack) {
   int64_t checked = 0;
   EXPECT_TRUE(reader.verify(&checked).empty());
   EXPECT_EQ(checked, (30 + 7) * 4);
+}
+
+// The staged copy is as large as the rank's whole state: a training process must not keep it
+// resident between saves (issue #25). Resident memory is read from /proc, not timed.
+TEST(CheckpointFormat, NoStagedCopyStaysResidentAfterASave) {
+  cadre::test::TempDir dir("ckpt-release");
+  constexpr int64_t kNumel = 24 << 20;  // 96 MiB of float32
+  constexpr int64_t kMiB = 1 << 20;
+  ThreadAgreement alone(1);
+  CheckpointSaver saver({dir.path(), 0, 1, 3, /*async=*/true}, [&](bool ok) { return alone.agree(ok); });
+  for (int64_t step : {1, 2}) {
+    cadre::Snapshot& snap = saver.stage();
+    const std::vector<int64_t> shape{kNumel};
+    auto* values = reinterpret_cast<float*>(snap.add({"w", "float32", shape, cadre::box_whole(shape), 0}));
+    for (int64_t i = 0; i < kNumel; ++i) values[i] = static_cast<float>(step * 1000 + i % 977);
+    const int64_t staged = cadre::process_rss_bytes();
+    saver.submit(header(step, 1));
+    saver.wait();
+    const int64_t after = cadre::process_rss_bytes();
+    // All but a page at either end of the 96 MiB goes back; 64 MiB leaves room for whatever
+    // else the process allocates meanwhile.
+    EXPECT_LT(after, staged - 64 * kMiB) << "step " << step << ": " << staged / kMiB << " MiB resident while staged, "
+                                         << after / kMiB << " MiB after the save";
+    CheckpointReader reader(dir / cadre::checkpoint_name(step));
+    std::vector<float> got(5);
+    reader.read("w", kNumel - 5, 5, got.data());
+    for (int64_t i = 0; i < 5; ++i)
+      EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<float>(step * 1000 + (kNumel - 5 + i) % 977));
+  }
 }
 
 TEST(CheckpointFormat, KeepsTheNewestKAndReplacesASameStepCheckpoint) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/torch_compat.h"
 #include "models/llama/config.h"
 #include "models/llama/hf_adapter.h"
 
@@ -159,3 +160,33 @@ TEST(LlamaConfig, RopeScalingKeysAreChecked) {
 }
 
 }  // namespace
+
+TEST(LlamaConfig, AttentionKeyIsCheckedAndPicksSdpaOnlyWhereLibtorchHasIt) {
+  auto parsed = [](const std::string& value) -> std::string {
+    cadre::ModelSection s;
+    s.keys.push_back({"model.attention", value, "test.yaml"});
+    try {
+      return cadre::llama_config(s).attention;
+    } catch (const cadre::ConfigError& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(parsed("auto"), "auto");
+  EXPECT_EQ(parsed("math"), "math");
+  EXPECT_NE(parsed("flash").find("model.attention = 'flash' is not one of auto, math, sdpa"), std::string::npos);
+  cadre::LlamaConfig m;
+  m.attention = "math";
+  EXPECT_FALSE(cadre::llama_uses_sdpa(m, true));
+#if CADRE_TORCH_HAS_SDPA
+  EXPECT_EQ(parsed("sdpa"), "sdpa");
+  m.attention = "auto";
+  EXPECT_TRUE(cadre::llama_uses_sdpa(m, /*device_is_cuda=*/true));
+  EXPECT_FALSE(cadre::llama_uses_sdpa(m, /*device_is_cuda=*/false));
+  m.attention = "sdpa";
+  EXPECT_TRUE(cadre::llama_uses_sdpa(m, false));
+#else
+  EXPECT_NE(parsed("sdpa").find("model.attention = 'sdpa' needs libtorch 2.x"), std::string::npos) << parsed("sdpa");
+  m.attention = "auto";
+  EXPECT_FALSE(cadre::llama_uses_sdpa(m, true));
+#endif
+}

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/torch_compat.h"
 #include "models/llama/model.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
@@ -139,3 +140,13 @@ TEST(LlamaParity, MatchesPyTorchTiedEmbeddingsFullHeads) {
   pc.model.rope_theta = 500000.0;
   run_parity(pc, "tied");
 }
+
+#if CADRE_TORCH_HAS_SDPA
+// libtorch 2.x's fused scaled_dot_product_attention (model.attention: sdpa; what `auto` picks
+// on CUDA), judged like the rest against PyTorch's explicit-softmax reference in float64.
+TEST(LlamaParity, SdpaAttentionMatchesPyTorch) {
+  ParityCase pc{tiny_model()};
+  pc.model.attention = "sdpa";
+  run_parity(pc, "sdpa");
+}
+#endif

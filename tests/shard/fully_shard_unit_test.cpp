@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "shard/activation_checkpoint.h"
 #include "shard/fully_shard.h"
+#include "shard/memory_report.h"
 #include "shard/module_hooks.h"
 #include "shard/user_net.h"
 #include "shard/wrap_policy.h"
@@ -133,3 +134,24 @@ TEST(ForwardHooks, RunAroundTheForwardAndGoWithTheirHandle) {
 }
 
 }  // namespace
+
+// The memory report puts a GPU's peak beside the formula when the run has one, and says
+// nothing of a device on the CPU (where peak RSS is the figure).
+TEST(MemoryReport, ShowsTheDevicePeakOnlyForAGpuRun) {
+  cadre::ShardMemory m;
+  m.padded_numel = 1 << 20;
+  m.shard_size = 2;
+  m.params = m.grads = 4 << 19;
+  const cadre::StateFormula formula = cadre::state_formula(cadre::Strategy::FullShard, m, 4);
+  cadre::MemoryReport cpu = cadre::memory_report(m, 8 << 19, formula);
+  EXPECT_EQ(cpu.to_text().find("cuda"), std::string::npos) << cpu.to_text();
+  EXPECT_FALSE(cpu.to_json().contains("peak_device_bytes"));
+  EXPECT_EQ(cpu.to_json()["formula_state_bytes"], 16 * (1 << 20) / 2);
+
+  cadre::MemoryReport gpu = cpu;
+  gpu.device = "cuda:1";
+  gpu.peak_device = int64_t(3) << 29;  // 1.5 GiB
+  EXPECT_NE(gpu.to_text().find("; peak cuda:1 memory 1536.0 MiB (caching allocator)"), std::string::npos)
+      << gpu.to_text();
+  EXPECT_EQ(gpu.to_json()["peak_device_bytes"], int64_t(3) << 29);
+}

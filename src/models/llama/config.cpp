@@ -2,6 +2,7 @@
 #include "models/llama/config.h"
 
 #include "core/error.h"
+#include "core/torch_compat.h"
 
 namespace cadre {
 namespace {
@@ -25,7 +26,15 @@ std::vector<Field> llama_fields(LlamaConfig& m) {
       {"model.rope_original_max_seq_len", &m.rope_original_max_seq_len},
       {"model.tie_embeddings", &m.tie_embeddings},
       {"model.init_std", &m.init_std},
+      {"model.attention", &m.attention},
   };
+}
+
+void attention_check(const LlamaConfig& m) {
+  CADRE_CONFIG_CHECK(m.attention == "auto" || m.attention == "math" || m.attention == "sdpa", "model.attention = '",
+                     m.attention, "' is not one of auto, math, sdpa");
+  CADRE_CONFIG_CHECK(m.attention != "sdpa" || CADRE_TORCH_HAS_SDPA, "model.attention = 'sdpa' needs libtorch 2.x "
+                     "(this build has ", TORCH_VERSION, "); use auto or math");
 }
 
 // The scaling's name and its parameters. A factor with no scaling is a config that meant one.
@@ -66,7 +75,13 @@ LlamaConfig llama_config(const ModelSection& section) {
   CADRE_CONFIG_CHECK(m.norm_eps > 0 && m.rope_theta > 0 && m.init_std > 0,
                      "model.norm_eps, model.rope_theta and model.init_std must be positive");
   rope_scaling_check(m);
+  attention_check(m);
   return m;
+}
+
+bool llama_uses_sdpa(const LlamaConfig& config, bool device_is_cuda) {
+  if (!CADRE_TORCH_HAS_SDPA) return false;
+  return config.attention == "sdpa" || (config.attention == "auto" && device_is_cuda);
 }
 
 std::vector<RawKey> llama_config_keys(const LlamaConfig& config) {

@@ -31,7 +31,15 @@ struct LlamaConfig {
   int64_t rope_original_max_seq_len = 8192;
   bool tie_embeddings = false;
   double init_std = 0.02;
+  // How attention is computed: "math" (scores, float32 softmax, weighted sum: the same on every
+  // libtorch), "sdpa" (libtorch 2.x's fused scaled_dot_product_attention), or "auto": sdpa for
+  // CUDA tensors on 2.x, math otherwise (on CPU, 2.11's fused kernel measured no faster at
+  // training shapes; see docs/DESIGN.md).
+  std::string attention = "auto";
 };
+
+// True when attention on tensors of `device_is_cuda` runs through scaled_dot_product_attention.
+bool llama_uses_sdpa(const LlamaConfig& config, bool device_is_cuda);
 
 // Parses and validates the section's keys (ConfigError naming the key and its source).
 LlamaConfig llama_config(const ModelSection& section);

@@ -5,6 +5,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include "core/torch_compat.h"
+#if CADRE_TORCH_HAS_SDPA
+#include <ATen/ops/scaled_dot_product_attention.h>
+#endif
+
 #include <cmath>
 
 #include "core/error.h"
@@ -66,7 +71,7 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t rep) {
 }  // namespace
 
 Attention::Attention(const LlamaConfig& c)
-    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.dim / c.n_heads) {
+    : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.dim / c.n_heads), config_(c) {
   wq = register_module("wq", std::make_shared<Projection>(c.dim, n_heads * head_dim));
   wk = register_module("wk", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
   wv = register_module("wv", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
@@ -84,6 +89,19 @@ at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope, const a
   k = apply_rope(k, rope);
   k = repeat_kv(k, n_heads / n_kv_heads);
   v = repeat_kv(v, n_heads / n_kv_heads);
+  at::Tensor out = attend(q, k, v, mask);
+  return tp_group ? reduce_from_tp_region(wo->forward(out), *tp_group) : wo->forward(out);
+}
+
+at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& mask) const {
+  const int64_t B = q.size(0), T = q.size(2);
+#if CADRE_TORCH_HAS_SDPA
+  if (llama_uses_sdpa(config_, q.is_cuda()))
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true)
+        .transpose(1, 2)
+        .reshape({B, T, n_heads * head_dim});
+#endif
   at::Tensor q3 = q.reshape({B * n_heads, T, head_dim});
   at::Tensor k3 = k.reshape({B * n_heads, T, head_dim});
   at::Tensor v3 = v.reshape({B * n_heads, T, head_dim});
@@ -92,8 +110,7 @@ at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope, const a
   // Softmax accumulates in float32 even for bf16 compute.
   at::Tensor probs = scores.scalar_type() == at::kFloat ? at::softmax(scores, -1)
                                                           : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
-  at::Tensor out = batched_matmul(probs, v3).view({B, n_heads, T, head_dim}).transpose(1, 2).reshape({B, T, n_heads * head_dim});
-  return tp_group ? reduce_from_tp_region(wo->forward(out), *tp_group) : wo->forward(out);
+  return batched_matmul(probs, v3).view({B, n_heads, T, head_dim}).transpose(1, 2).reshape({B, T, n_heads * head_dim});
 }
 
 FeedForward::FeedForward(int64_t dim, int64_t hidden) {

@@ -52,6 +52,11 @@ class Attention : public torch::nn::Module {
   std::shared_ptr<Projection> wq, wk, wv, wo;
   int64_t n_heads, n_kv_heads, head_dim;  // heads on this rank
   comm::Communicator* tp_group = nullptr;  // q/k/v column-parallel, wo row-parallel over it
+
+ private:
+  // Causal attention of q, k, v [B, H, T, hd] (k, v already repeated to H heads) -> [B, T, H * hd].
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) const;
+  LlamaConfig config_;
 };
 
 class FeedForward : public torch::nn::Module {

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Cadre against PyTorch 2.x on the same machine, one sitting: the training rows of issue #25.
+
+Same model (the small Llama, configs/small.yaml), same shards, same batch and sequence, same
+threads per rank, same dtype policy on both sides; the peer is bench/torch_peer.py under the
+venv's PyTorch 2.x (SDPA attention, what a PyTorch user writes):
+
+  single process, 2 threads, fp32 and bf16       Cadre          vs torch eager (and torch.compile: --compile)
+  2 ranks x 1 thread, bf16 params, fp32 reduce   FULL_SHARD     vs FSDP2 (Gloo), vs DDP (Gloo)
+                                                  NO_SHARD       vs DDP
+                                                  FULL_SHARD     vs Cadre NO_SHARD (communication hidden?)
+  exposed communication, FULL_SHARD              median comm_wait_s / step_time_s of Cadre's metrics
+  peak RSS per rank (rank 0), activation         FULL_SHARD     vs FSDP2, both checkpointing every block
+  checkpointing on both sides, 2 ranks
+
+Usage: bench/vs_pytorch2.py [--build build-torch2] [--python VENV/bin/python] [--steps 10] [--compile]
+Writes bench/results/vs_pytorch2.{json,md}. ~15 minutes on 2 cores; quiet machine only.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from train_throughput import MODEL, ensure_dataset, peer_python, run  # noqa: E402
+
+WARMUP = 2  # steps left out of every median, both sides
+
+
+def cadre_rows(args, data, work, name, world, threads, sets, steps=None):
+    """One `cadre train` (under `cadre run` for world > 1): its metrics rows and summary."""
+    run_dir = os.path.join(work, name)
+    cmd = [args.cadre, "train", "--config", os.path.join(ROOT, "configs/small.yaml")]
+    for s in [f"data.dir={data}", f"run.dir={run_dir}", f"train.steps={steps or args.steps}",
+              "train.eval_interval=0", f"train.threads={threads}", "data.batch_size=8", "checkpoint.interval=0"] + sets:
+        cmd += ["--set", s]
+    if world > 1:
+        cmd = [args.cadre, "run", "--nproc-per-node", str(world), "--log-dir", os.path.join(run_dir, "logs"),
+               "--"] + cmd
+    run(cmd)
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    return rows, json.load(open(os.path.join(run_dir, "summary.json")))
+
+
+def cadre_job(args, data, work, name, world, threads, sets):
+    """Throughput, exposed communication, peak RSS and loss of one Cadre run (after warm-up)."""
+    rows, summary = cadre_rows(args, data, work, name, world, threads, sets)
+    rows = rows[WARMUP:]
+    return dict(tokens_per_s=statistics.median(r["tokens_per_s"] for r in rows),
+                exposed_comm=statistics.median(r["comm_wait_s"] / r["step_time_s"] for r in rows),
+                peak_rss_bytes=summary["peak_rss_bytes"], final_loss=summary["final_loss"])
+
+
+def peer_job(args, data, mode, threads, precision, extra=()):
+    cmd = [args.python, os.path.join(ROOT, "bench", "torch_peer.py"), "--data", data, "--model", json.dumps(MODEL),
+           "--mode", mode, "--world", "2", "--threads", str(threads), "--steps", str(args.steps),
+           "--warmup", str(WARMUP), "--precision", precision] + list(extra)
+    return json.loads(run(cmd).strip().splitlines()[-1])
+
+
+def single_process_rows(args, data, work):
+    rows = []
+    for dtype, precision in [("float32", "fp32"), ("bfloat16", "bf16")]:
+        cadre = cadre_job(args, data, work, f"single-{dtype}", 1, 2, [f"parallel.mixed_precision.param_dtype={dtype}"])
+        peer = peer_job(args, data, "single", 2, precision)
+        rows.append(dict(case=f"1 process x 2 threads, {dtype}", cadre=cadre["tokens_per_s"],
+                         peer_name="PyTorch eager", peer=peer["tokens_per_s"], goal=1.2))
+        if args.compile:
+            comp = peer_job(args, data, "single", 2, precision, ["--compile"])
+            rows.append(dict(case=f"1 process x 2 threads, {dtype} (reference)", cadre=cadre["tokens_per_s"],
+                             peer_name="torch.compile", peer=comp["tokens_per_s"], goal=None))
+    return rows
+
+
+def two_rank_rows(args, data, work):
+    bf16 = ["parallel.mixed_precision.param_dtype=bfloat16", "parallel.mixed_precision.reduce_dtype=float32"]
+    full = cadre_job(args, data, work, "full", 2, 1, bf16 + ["parallel.strategy=FULL_SHARD"])
+    none = cadre_job(args, data, work, "noshard", 2, 1, bf16 + ["parallel.strategy=NO_SHARD"])
+    fsdp2 = peer_job(args, data, "fsdp2", 1, "bf16")
+    ddp = peer_job(args, data, "ddp", 1, "bf16")
+    case = "2 ranks x 1 thread, bf16"
+    rows = [dict(case=f"{case}, FULL_SHARD", cadre=full["tokens_per_s"], peer_name="FSDP2 (Gloo)",
+                 peer=fsdp2["tokens_per_s"], goal=1.5),
+            dict(case=f"{case}, FULL_SHARD", cadre=full["tokens_per_s"], peer_name="DDP (Gloo)",
+                 peer=ddp["tokens_per_s"], goal=1.2),
+            dict(case=f"{case}, NO_SHARD", cadre=none["tokens_per_s"], peer_name="DDP (Gloo)",
+                 peer=ddp["tokens_per_s"], goal=1.1),
+            dict(case=f"{case}, FULL_SHARD", cadre=full["tokens_per_s"], peer_name="Cadre NO_SHARD",
+                 peer=none["tokens_per_s"], goal=0.97)]
+    return rows, full["exposed_comm"]
+
+
+def memory_rows(args, data, work):
+    sets = ["parallel.mixed_precision.param_dtype=bfloat16", "parallel.strategy=FULL_SHARD",
+            "parallel.activation_checkpointing=true"]
+    cadre = cadre_job(args, data, work, "mem-full-ac", 2, 1, sets)
+    peer = peer_job(args, data, "fsdp2", 1, "bf16", ["--ac"])
+    return [dict(case="peak RSS per rank (MiB), 2 ranks, FULL_SHARD + activation checkpointing, bf16",
+                 cadre=cadre["peak_rss_bytes"] / 2**20, peer_name="FSDP2 + checkpointing",
+                 peer=peer["peak_rss_bytes"] / 2**20, goal=0.8, lower_is_better=True)]
+
+
+def checkpoint_rows(args, data, work, interval=4, saves=3):
+    """Asynchronous saves every `interval` steps: the step each save follows (staging copy) and
+    the one after (background write) against the median of the steps no save touches."""
+    sets = ["parallel.mixed_precision.param_dtype=bfloat16", "parallel.strategy=FULL_SHARD",
+            f"checkpoint.interval={interval}", "checkpoint.async=true"]
+    rows, _ = cadre_rows(args, data, work, "ckpt", 2, 1, sets, steps=interval * saves + 2)
+    step_time = {r["step"]: r["step_time_s"] for r in rows}
+    saved_after = [interval * (k + 1) for k in range(saves)]
+    touched = set(saved_after) | {s + 1 for s in saved_after}
+    clean = statistics.median(t for s, t in step_time.items() if s > WARMUP and s not in touched)
+    staging = statistics.median(step_time[s] for s in saved_after)
+    writing = statistics.median(step_time[s + 1] for s in saved_after)
+    rss = {r["step"]: r["rss_bytes"] for r in rows}
+    kept = rss[max(rss)] - rss[saved_after[0] - 1]
+    return [dict(case="async checkpoint: step with the staging copy, s", cadre=staging, peer_name="step without a save",
+                 peer=clean, goal=1.05, lower_is_better=True, digits=3),
+            dict(case="async checkpoint: step beside the background write, s", cadre=writing,
+                 peer_name="step without a save", peer=clean, goal=1.05, lower_is_better=True, digits=3),
+            dict(case=f"RSS after {saves} saves minus before the first (MiB)", cadre=kept / 2**20,
+                 peer_name="-", peer=float("nan"), goal=None)]
+
+
+def goal_text(row):
+    if row["goal"] is None:
+        return "-"
+    ratio = row["cadre"] / row["peer"]
+    met = ratio <= row["goal"] if row.get("lower_is_better") else ratio >= row["goal"]
+    return f"{'<=' if row.get('lower_is_better') else '>='} {row['goal']}x: {'met' if met else 'not met'}"
+
+
+def table(rows, exposed, args):
+    lines = [f"Llama 35.7M, batch 8 x 256 per rank, {args.steps} steps (median after {WARMUP}); "
+             f"Cadre {args.cadre}; peer {args.python} (torch {args.torch})", "",
+             "| case | Cadre | peer | peer figure | Cadre/peer | goal |", "|---|---:|---|---:|---:|---|"]
+    for r in rows:
+        d = r.get("digits", 0)
+        ratio = "-" if r["peer"] != r["peer"] else f"{r['cadre'] / r['peer']:.2f}x"
+        lines.append(f"| {r['case']} | {r['cadre']:.{d}f} | {r['peer_name']} | {r['peer']:.{d}f} | "
+                     f"{ratio} | {goal_text(r)} |")
+    lines += ["", f"Exposed communication, FULL_SHARD 2 ranks (median comm wait / step time): "
+                  f"{100 * exposed:.1f}% (goal < 3%)"]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--python", default=peer_python())
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile on one process")
+    ap.add_argument("--only", choices=["single", "ranks", "memory", "checkpoint"], action="append",
+                    help="run only these cases (repeatable)")
+    args = ap.parse_args()
+    if args.steps <= WARMUP:
+        ap.error(f"--steps must exceed the {WARMUP} warm-up steps")
+    args.cadre = os.path.join(args.build, "bin", "cadre")
+    args.torch = run([args.python, "-c", "import torch; print(torch.__version__)"]).strip()
+    only = set(args.only or ["single", "ranks", "memory", "checkpoint"])
+    data = ensure_dataset(args.cadre)
+    rows, exposed = [], float("nan")
+    with tempfile.TemporaryDirectory() as work:
+        if "single" in only:
+            rows += single_process_rows(args, data, work)
+        if "ranks" in only:
+            ranks, exposed = two_rank_rows(args, data, work)
+            rows += ranks
+        if "memory" in only:
+            rows += memory_rows(args, data, work)
+        if "checkpoint" in only:
+            rows += checkpoint_rows(args, data, work)
+    text = table(rows, exposed, args)
+    print(text)
+    out_dir = os.path.join(ROOT, "bench", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    json.dump(dict(rows=rows, exposed_comm=exposed, cadre=args.cadre, torch=args.torch),
+              open(os.path.join(out_dir, "vs_pytorch2.json"), "w"), indent=2)
+    open(os.path.join(out_dir, "vs_pytorch2.md"), "w").write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
