@@ -11,6 +11,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "obs/progress_heartbeat.h"
 #include "train/checkpointing.h"
 
 namespace fs = std::filesystem;
@@ -75,7 +76,10 @@ Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& mod
                          c.train.steps);
       auto pos = m.state.find("data_position");
       if (pos == m.state.end()) throw CheckpointError(str("checkpoint '", path, "' has no data_position in its state"));
-      load_train_state(reader, model, optimizer, rank);
+      {
+        obs::ProgressHeartbeat busy;  // reading a large checkpoint is no hang
+        load_train_state(reader, model, optimizer, rank);
+      }
       // Each rank reads only the stored pieces overlapping its shard (logged: tests check it).
       log::info(str("resume: rank ", rank, " read ", reader.bytes_read(), " of ", reader.bytes_total(), " bytes of ", path));
       step = m.step;

@@ -23,6 +23,7 @@
 #include "core/progress.h"
 #include "core/strategy.h"
 #include "core/sysinfo.h"
+#include "obs/progress_heartbeat.h"
 #include "obs/train_observer.h"
 #include "train/checkpointing.h"
 #include "train/evaluate.h"
@@ -136,6 +137,9 @@ bool Trainer::checkpoint_due(int64_t done) const {
 // writing happens in the background.
 void Trainer::stage_checkpoint(nlohmann::json& record, int64_t done) {
   auto t_stage = Clock::now();
+  // Waiting for the previous save, staging and (checkpoint.async false) writing run no
+  // collective of training's: tell the agent's stall detection this rank is busy, not hung.
+  obs::ProgressHeartbeat busy;
   Snapshot& snapshot = saver_->stage();
   stage_train_state(snapshot, run_->sharded, *run_->optimizer, run_->rank);
   CheckpointManifest header;
@@ -325,7 +329,10 @@ void Trainer::report(const StepFigures& f, nlohmann::json& record, int64_t done)
 // --- the end --------------------------------------------------------------------------------
 
 TrainSummary Trainer::finish() {
-  saver_->wait();
+  {
+    obs::ProgressHeartbeat busy;  // the last save may still be writing
+    saver_->wait();
+  }
   const SaveStats saved = saver_->last_stats();
   observer_->checkpoint_committed(saved.step, saved.bytes, saved.total_s);
   observer_->finished(stopping_ ? saved.step : end_step_, stopping_ ? str("stopped on signal ", stopping_) : "completed");

@@ -7,11 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "obs/exposition_parse.h"
@@ -19,6 +21,7 @@
 #include "obs/hang_diagnosis.h"
 #include "obs/metric_catalog.h"
 #include "obs/metric_registry.h"
+#include "obs/progress_heartbeat.h"
 #include "obs/report_writer.h"
 #include "obs/straggler_tracker.h"
 #include "obs/svg_plot.h"
@@ -183,6 +186,23 @@ TEST(FlightRecorder, ProgressOutsideCollectivesIsActivityWithoutARecord) {
   FlightRecorder off(0);
   off.progressed();  // nothing to mark; must not crash
   EXPECT_EQ(off.state().last_activity_ns, 0);
+}
+
+// A long phase without collectives (reading or writing a checkpoint) keeps marking the rank busy
+// until it ends: marks keep coming while the heartbeat lives, not only when it starts.
+TEST(FlightRecorder, AHeartbeatMarksProgressUntilItEnds) {
+  cadre::obs::flight_recorder_configure(8, "");
+  auto last = [] { return cadre::obs::flight_recorder().state().last_activity_ns; };
+  const int64_t before = last();
+  {
+    cadre::obs::ProgressHeartbeat busy(std::chrono::milliseconds(5));
+    const int64_t first = last();
+    EXPECT_GT(first, before);
+    // Wait for a mark made by the thread after the constructor's own (no deadline of ours: the
+    // test's timeout is the bound).
+    while (last() == first) std::this_thread::yield();
+  }
+  EXPECT_GT(last(), before);
 }
 
 TEST(FlightRecorder, AnotherProcessReadsTheSharedRingAndDumpsRoundTrip) {
