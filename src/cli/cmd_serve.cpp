@@ -55,10 +55,10 @@ int cmd_serve(const Args& args) {
   flags.add("--max-connections", &max_connections,
             "open connections; more are answered 503 with Retry-After at once (default 256)");
   flags.add("--header-timeout", &http.header_timeout_s,
-            "seconds a request's head may take to arrive, from its first byte or the connect (default 10; then 408)");
-  flags.add("--body-timeout", &http.body_timeout_s, "seconds a request's body may take to arrive (default 30; then 408)");
+            "seconds a request's head may take to arrive, from the connect or, on a kept-alive connection, its first byte (default 30; then 408)");
+  flags.add("--body-timeout", &http.body_timeout_s, "seconds a request's body may take to arrive (default 60; then 408)");
   flags.add("--idle-timeout", &http.idle_timeout_s,
-            "seconds a kept-alive connection may wait for its next request (default 15)");
+            "seconds a kept-alive connection may wait for its next request (default 30)");
   flags.add("--send-timeout", &http.send_timeout_s,
             "seconds one write of an answer may wait for a client that does not read; then its request is "
             "cancelled (default 30)");

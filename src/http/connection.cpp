@@ -108,6 +108,7 @@ void Connection::answer_error(int status, const std::string& message, const Requ
   Headers extra;
   if (status == 503) extra.emplace_back("Retry-After", "1");
   r.send(status, c_.errors.content_type, body, extra);
+  if (c_.errors.answered) c_.errors.answered(status, request);
 }
 
 // Answers one request; true when the connection serves the next.
@@ -122,12 +123,15 @@ bool Connection::handle(const Request& request) {
     response.close_after();
     const std::string body = c_.errors.body ? c_.errors.body(500, e.what(), &request) : std::string(e.what()) + "\n";
     response.send(500, c_.errors.content_type, body);
+    if (c_.errors.answered) c_.errors.answered(500, &request);
     return false;
   }
+  if (response.abandoned()) return false;
   if (!response.started()) {
     response.close_after();
     response.send(500, c_.errors.content_type,
                   c_.errors.body ? c_.errors.body(500, "no answer", &request) : "no answer\n");
+    if (c_.errors.answered) c_.errors.answered(500, &request);
     return false;
   }
   if (!response.keep_alive()) return false;

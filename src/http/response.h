@@ -35,6 +35,9 @@ class Response {
   bool keep_alive() const { return keep_alive_ && !broken_ && (!streaming_ || ended_); }
   // The connection closes after this answer whatever the request asked (an error, a drain).
   void close_after() { keep_alive_ = false; }
+  // No answer: the client is gone. The connection closes without one.
+  void abandon() { abandoned_ = true; keep_alive_ = false; }
+  bool abandoned() const { return abandoned_; }
   int status() const { return status_; }
 
  private:
@@ -44,7 +47,7 @@ class Response {
   int fd_;
   bool head_only_, keep_alive_, chunked_ok_;
   double send_timeout_s_;
-  bool started_ = false, streaming_ = false, ended_ = false, broken_ = false;
+  bool started_ = false, streaming_ = false, ended_ = false, broken_ = false, abandoned_ = false;
   int status_ = 0;
 };
 

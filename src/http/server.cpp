@@ -99,6 +99,7 @@ void Server::Impl::start_connection(int fd) {
 }
 
 void Server::Impl::refuse(int fd) {
+  if (errors.answered) errors.answered(503, nullptr);
   // Small enough for any empty send buffer; a client that cannot take it gets nothing.
   (void)::send(fd, refused_answer.data(), refused_answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(fd, SHUT_WR);

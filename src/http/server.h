@@ -20,9 +20,9 @@ namespace cadre::http {
 
 struct ServerLimits {
   ParserLimits parser;
-  double header_timeout_s = 10;  // accept (or a request's first byte) to the end of its head
-  double body_timeout_s = 30;    // end of the head to the end of the body
-  double idle_timeout_s = 15;    // a kept-alive connection waiting for its next request
+  double header_timeout_s = 30;  // accept (or a later request's first byte) to the end of its head
+  double body_timeout_s = 60;    // end of the head to the end of the body
+  double idle_timeout_s = 30;    // a kept-alive connection waiting for its next request
   double send_timeout_s = 30;    // each write of an answer
   int max_connections = 256;
 };
@@ -31,6 +31,9 @@ struct ErrorPage {
   std::string content_type = "text/plain; charset=utf-8";
   // The body for an error the server answers itself; `request` is null when none was parsed.
   std::function<std::string(int status, const std::string& message, const Request* request)> body;
+  // Called once per error the server answers itself, refused connections (503) included, from
+  // the thread that answers it: for counting.
+  std::function<void(int status, const Request* request)> answered;
 };
 
 class Server {

@@ -71,8 +71,10 @@ class HttpServer::Impl {
   void check_auth(const http::Request& req) const;
   void check_request(const ApiRequest& r) const;  // the model's name, logit_bias within the vocabulary
   std::vector<int> prompt_tokens(const ApiRequest& r) const;
-  // The body of an error the HTTP layer answers itself (413, 431, 408, ...), counted.
+  // The body of an error the HTTP layer answers itself (413, 431, 408, 503 over the connection
+  // cap, ...), and its count.
   std::string error_body(int status, const std::string& message, const http::Request* req);
+  void error_answered(int status, const http::Request* req);
 
   HttpOptions options;
   Scheduler& scheduler;
@@ -166,7 +168,7 @@ void HttpServer::Impl::answer_whole(const Accepted& a, http::Response& res, cons
     if (res.client_gone()) {
       a.state->cancel();
       metrics.request_done(route, 499, seconds_since(t0));
-      res.close_after();
+      res.abandon();
       return;
     }
   }
@@ -284,9 +286,13 @@ void HttpServer::Impl::route(const http::Request& req, http::Response& res) {
   }
 }
 
-std::string HttpServer::Impl::error_body(int status, const std::string& message, const http::Request* req) {
+void HttpServer::Impl::error_answered(int status, const http::Request* req) {
   const bool known = req && (req->path == "/v1/completions" || req->path == "/v1/chat/completions");
   metrics.request_done(known ? req->path : "other", status, 0);
+  if (status == 503 && !req) metrics.rejected("connection_limit");
+}
+
+std::string HttpServer::Impl::error_body(int status, const std::string& message, const http::Request*) {
   if (status == 500) return api_error_body(ApiError(500, message, "", "internal_error", "server_error"));
   return api_error_body(ApiError(status, message));
 }
@@ -315,7 +321,8 @@ HttpServer::HttpServer(HttpOptions options, Scheduler& scheduler, const Tokenize
       server_limits(i.options), [&i](const http::Request& req, http::Response& res) { i.route(req, res); },
       http::ErrorPage{"application/json", [&i](int status, const std::string& message, const http::Request* req) {
                         return i.error_body(status, message, req);
-                      }});
+                      },
+                      [&i](int status, const http::Request* req) { i.error_answered(status, req); }});
 }
 
 HttpServer::~HttpServer() = default;

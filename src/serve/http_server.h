@@ -30,7 +30,10 @@ struct HttpOptions {
   std::string api_key;                       // empty: no authentication
   int64_t max_body_bytes = int64_t{1} << 20;
   int64_t max_header_bytes = 32 * 1024;
-  double header_timeout_s = 10, body_timeout_s = 30, idle_timeout_s = 15, send_timeout_s = 30;
+  // Generous beside a client's own pauses (an asyncio client opening 32 connections on a loaded
+  // machine may send its request seconds after connecting): a slow client costs a thread for
+  // this long, and the connection cap bounds how many threads that is.
+  double header_timeout_s = 30, body_timeout_s = 60, idle_timeout_s = 30, send_timeout_s = 30;
   int max_connections = 256;
   std::string model_name;
   int64_t vocab_size = 0;

@@ -232,6 +232,18 @@ TEST_F(ServeHttp, ClientDisconnectFreesItsSlot) {
   EXPECT_LT(s.metric("cadre_serve_generated_tokens_total"), 1000);
 }
 
+TEST_F(ServeHttp, ANonStreamingClientThatLeavesFreesItsSlot) {
+  Server s({"--max-batch", "1"});
+  {
+    RawStream gone(s.port, "/v1/completions", long_completion(1000, false));
+  }  // hung up at once: the whole answer is not waited for
+  auto next = s.post("/v1/completions", long_completion(5, false));
+  ASSERT_TRUE(next);
+  ASSERT_EQ(next->status, 200) << next->body;
+  EXPECT_EQ(s.metric("cadre_serve_requests_cancelled_total"), 1);
+  EXPECT_LT(s.metric("cadre_serve_generated_tokens_total"), 1000);
+}
+
 // SIGTERM: new requests get 503 while the admitted ones finish with every token, the usage and
 // `data: [DONE]`, then the process exits 0. The stream in flight is ~11 MB (32 choices x 300
 // tokens x 20 top log-probabilities) and its client reads nothing until after the 503 check,
