@@ -311,6 +311,27 @@ TEST_F(ServeHttp, AQueueOfZeroIsRefusedAtStart) {
   EXPECT_NE(r.output.find("--max-queue must be >= 1"), std::string::npos) << r.output;
 }
 
+// The HTTP limits' flags: a bad value exits 2 naming the flag, before the model is loaded.
+TEST_F(ServeHttp, BadHttpLimitsExit2NamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--max-connections", "0"}, "--max-connections must be in 1..65536"},
+      {{"--max-header-kib", "0"}, "--max-header-kib must be in 1..1024"},
+      {{"--max-body-kib", "2000000"}, "--max-body-kib must be <= 1048576"},
+      {{"--header-timeout", "0"}, "--header-timeout must be in (0, 86400] seconds"},
+      {{"--body-timeout", "-1"}, "--body-timeout must be in (0, 86400] seconds"},
+      {{"--idle-timeout", "1e9"}, "--idle-timeout must be in (0, 86400] seconds"},
+      {{"--send-timeout", "0"}, "--send-timeout must be in (0, 86400] seconds"},
+      {{"--send-timeout", "soon"}, "--send-timeout"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {CADRE_BIN, "serve", "--model", model_dir()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = cadre::test::run_process(argv, {}, 60);
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  }
+}
+
 TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
   Server s;
   for (bool stream : {false, true}) {
