@@ -77,7 +77,7 @@ std::string text_page(int status, const std::string& message, const Request*) {
 class TestServer {
  public:
   TestServer(ServerLimits limits, Server::Handler handler)
-      : server_(limits, std::move(handler), ErrorPage{"text/plain", text_page}) {
+      : server_(limits, std::move(handler), ErrorPage{"text/plain", text_page, nullptr}) {
     server_.bind("127.0.0.1", 0, "test");
     thread_ = std::thread([this] { server_.run(); });
   }
@@ -277,7 +277,7 @@ TEST(HttpServer, AThrowingHandlerGets500AndTheServerGoesOn) {
 TEST(HttpServer, StopEndsIdleConnectionsAndRunReturns) {
   ServerLimits l = fast_limits();
   l.idle_timeout_s = l.header_timeout_s = 600;
-  Server server(l, echo, ErrorPage{"text/plain", text_page});
+  Server server(l, echo, ErrorPage{"text/plain", text_page, nullptr});
   server.bind("127.0.0.1", 0, "test");
   auto ran = std::async(std::launch::async, [&] { server.run(); });
   Client idle(server.port()), silent(server.port());
