@@ -15,8 +15,10 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace cadre::http {
 namespace {
@@ -124,6 +126,21 @@ TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(g.find("HEAD /three "), std::string::npos) << "a HEAD answer carried a body";
   EXPECT_NE(g.find("Content-Length: 12\r\nConnection: keep-alive\r\n\r\nHTTP/1.1 200"), std::string::npos) << g;
   EXPECT_NE(g.find("Connection: close"), std::string::npos);
+}
+
+// 200 clients connecting at once (all handshakes before any request is sent): every one is
+// accepted and answered; none sees a reset or an early EOF (the backlog is SOMAXCONN).
+TEST(HttpServer, ABurstOfClientsIsServedWithoutResets) {
+  TestServer s(ServerLimits{}, echo);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 200; ++i) clients.push_back(std::make_unique<Client>(s.port()));
+  for (size_t i = 0; i < clients.size(); ++i)
+    ASSERT_TRUE(clients[i]->send("GET /c" + std::to_string(i) + " HTTP/1.1\r\nConnection: close\r\n\r\n")) << i;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    EXPECT_TRUE(clients[i]->read_to_eof()) << i;
+    EXPECT_NE(clients[i]->got().find("HTTP/1.1 200 OK"), std::string::npos) << i << ": " << clients[i]->got();
+    EXPECT_NE(clients[i]->got().find("GET /c" + std::to_string(i) + " "), std::string::npos) << i;
+  }
 }
 
 TEST(HttpServer, ConnectionsOverTheCapGet503WithRetryAfterAndTheCapFreesUp) {
