@@ -33,7 +33,7 @@ int cmd_serve(const Args& args) {
   std::string model, tokenizer_path, chat_template = "llama2", dtype = "float32", model_name;
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
-  int64_t max_body_kib = 1024, max_header_kib = 32, max_connections = 256;
+  int64_t max_body_kib = 1024, max_header_kib = 32, max_connections = 256, max_per_client = 64;
   double drain_timeout = 60;
   Flags flags("cadre serve --model <checkpoint|run_dir|hf_dir> [--host 127.0.0.1] [--port 8000] [--api-key KEY] [options]");
   flags.add("--model", &model, "a checkpoint, a run or checkpoint directory, or a Hugging Face folder");
@@ -54,6 +54,9 @@ int cmd_serve(const Args& args) {
             "largest request line and header fields together in KiB (default 32; larger: 431)");
   flags.add("--max-connections", &max_connections,
             "open connections; more are answered 503 with Retry-After at once (default 256)");
+  flags.add("--max-connections-per-client", &max_per_client,
+            "open connections from one client address; more are answered 429 with Retry-After at once "
+            "(default 64; 0: no such cap, e.g. behind a proxy)");
   flags.add("--header-timeout", &http.header_timeout_s,
             "seconds a request's head may take to arrive, from the connect or, on a kept-alive connection, its first byte (default 30; then 408)");
   flags.add("--body-timeout", &http.body_timeout_s, "seconds a request's body may take to arrive (default 60; then 408)");
@@ -79,6 +82,8 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(max_body_kib <= 1024 * 1024, "--max-body-kib must be <= 1048576 (1 GiB)");
   CADRE_CONFIG_CHECK(max_header_kib >= 1 && max_header_kib <= 1024, "--max-header-kib must be in 1..1024");
   CADRE_CONFIG_CHECK(max_connections >= 1 && max_connections <= 65536, "--max-connections must be in 1..65536");
+  CADRE_CONFIG_CHECK(max_per_client >= 0 && max_per_client <= 65536,
+                     "--max-connections-per-client must be in 0..65536 (0: no cap per client)");
   for (const auto& [flag, seconds] : {std::pair<const char*, double>{"--header-timeout", http.header_timeout_s},
                                       {"--body-timeout", http.body_timeout_s},
                                       {"--idle-timeout", http.idle_timeout_s},
@@ -114,6 +119,7 @@ int cmd_serve(const Args& args) {
   http.max_body_bytes = max_body_kib * 1024;
   http.max_header_bytes = max_header_kib * 1024;
   http.max_connections = static_cast<int>(max_connections);
+  http.max_connections_per_client = static_cast<int>(max_per_client);
   http.model_name = model_name.empty() ? m.name : model_name;
   http.vocab_size = decoder->vocab_size();
   HttpServer server(http, scheduler, tokenizer, chat, metrics);

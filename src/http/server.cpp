@@ -1,6 +1,7 @@
 // The accepting thread, the connection cap and the connection threads (see server.h).
 #include "http/server.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,6 +31,16 @@ namespace {
 // long), so that the answer is not destroyed by a reset; beyond the count they close at once.
 constexpr double kRefusedLingerSeconds = 2.0;
 constexpr size_t kMaxRefusedLingering = 1024;
+
+// The client's address without its port: what the per-client cap counts.
+std::string address_of(const sockaddr_storage& peer) {
+  char text[INET6_ADDRSTRLEN] = "";
+  if (peer.ss_family == AF_INET)
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr, text, sizeof text);
+  else if (peer.ss_family == AF_INET6)
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr, text, sizeof text);
+  return text;
+}
 
 struct Refused {
   int fd;
@@ -49,59 +61,60 @@ class Server::Impl {
   }
 
   void accept_ready();
-  void start_connection(int fd);
-  void refuse(int fd);
+  void start_connection(int fd, const std::string& client);
+  void refuse(int fd, const std::string& answer, int status);
   void drop_refused(bool all);
   int poll_timeout_ms() const;
-  std::string overload_answer() const;
+  std::string refusal(int status, const std::string& message) const;
+  void connection_ended(const std::string& client);
 
   ServerLimits limits;
   Handler handler;
   ErrorPage errors;
   int listen_fd = -1, stop_fd = -1, port = 0;
-  std::string refused_answer;
+  std::string server_full, client_full;  // the prebuilt 503 and 429
   std::vector<Refused> refused;
   bool accept_backoff = false;
   mutable std::mutex mutex;
   std::condition_variable ended;
   int connections = 0;
+  std::map<std::string, int> per_client;  // open connections by client address
 };
 
-std::string Server::Impl::overload_answer() const {
-  const std::string message = "the server has " + std::to_string(limits.max_connections) +
-                              " connections open, its limit; retry later";
-  const std::string body = errors.body ? errors.body(503, message, nullptr) : message + "\n";
-  return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + errors.content_type + "\r\nRetry-After: 1\r\n" +
-         "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+std::string Server::Impl::refusal(int status, const std::string& message) const {
+  const std::string body = errors.body ? errors.body(status, message, nullptr) : message + "\n";
+  return "HTTP/1.1 " + std::to_string(status) + " " + status_reason(status) + "\r\nContent-Type: " +
+         errors.content_type + "\r\nRetry-After: 1\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
 }
 
-void Server::Impl::start_connection(int fd) {
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    ++connections;
-  }
+void Server::Impl::connection_ended(const std::string& client) {
+  std::lock_guard<std::mutex> lock(mutex);
+  --connections;
+  auto it = per_client.find(client);
+  if (it != per_client.end() && --it->second == 0) per_client.erase(it);
+  ended.notify_all();
+}
+
+// Called with a place already counted for the connection (see accept_ready).
+void Server::Impl::start_connection(int fd, const std::string& client) {
   try {
-    std::thread([this, fd] {
+    std::thread([this, fd, client] {
       serve_connection(fd, ConnectionContext{limits, handler, errors, stop_fd});
-      std::lock_guard<std::mutex> lock(mutex);
-      --connections;
-      ended.notify_all();
+      connection_ended(client);
     }).detach();
   } catch (const std::system_error& e) {
     // No thread to be had: the client is told, as over the cap.
     log::warn(std::string("http: cannot start a connection thread: ") + e.what());
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      --connections;
-    }
-    refuse(fd);
+    connection_ended(client);
+    refuse(fd, server_full, 503);
   }
 }
 
-void Server::Impl::refuse(int fd) {
-  if (errors.answered) errors.answered(503, nullptr);
+void Server::Impl::refuse(int fd, const std::string& answer, int status) {
+  if (errors.answered) errors.answered(status, nullptr);
   // Small enough for any empty send buffer; a client that cannot take it gets nothing.
-  (void)::send(fd, refused_answer.data(), refused_answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(fd, SHUT_WR);
   if (refused.size() >= kMaxRefusedLingering) {
     ::close(fd);
@@ -115,11 +128,13 @@ void Server::Impl::drop_refused(bool all) {
   const auto now = Clock::now();
   std::vector<Refused> kept;
   for (const Refused& r : refused) {
+    // At most 64 KiB a round from each, so a client sending at full speed cannot keep the
+    // accepting thread here.
     char sink[4096];
     ssize_t n = 0;
-    while ((n = ::recv(r.fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+    for (int k = 0; k < 16 && (n = ::recv(r.fd, sink, sizeof sink, MSG_DONTWAIT)) > 0; ++k) {
     }
-    const bool open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    const bool open = n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
     if (all || !open || now >= r.until) ::close(r.fd);
     else kept.push_back(r);
   }
@@ -138,7 +153,9 @@ int Server::Impl::poll_timeout_ms() const {
 void Server::Impl::accept_ready() {
   accept_backoff = false;
   for (int i = 0; i < 256; ++i) {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -152,13 +169,24 @@ void Server::Impl::accept_ready() {
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    bool over_cap;
+    const std::string client = address_of(peer);
+    int refused_with = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      over_cap = connections >= limits.max_connections;
+      int& mine = per_client[client];
+      if (connections >= limits.max_connections) {
+        refused_with = 503;
+      } else if (limits.max_connections_per_client > 0 && mine >= limits.max_connections_per_client) {
+        refused_with = 429;
+      } else {
+        ++connections;
+        ++mine;
+      }
+      if (mine == 0) per_client.erase(client);
     }
-    if (over_cap) refuse(fd);
-    else start_connection(fd);
+    if (refused_with == 503) refuse(fd, server_full, 503);
+    else if (refused_with == 429) refuse(fd, client_full, 429);
+    else start_connection(fd, client);
   }
 }
 
@@ -203,7 +231,11 @@ void Server::bind(const std::string& host, int port, const std::string& what) {
   ::getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&bound), &len);
   impl_->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                   : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  impl_->refused_answer = impl_->overload_answer();
+  const ServerLimits& l = impl_->limits;
+  impl_->server_full = impl_->refusal(
+      503, "the server has " + std::to_string(l.max_connections) + " connections open, its limit; retry later");
+  impl_->client_full = impl_->refusal(429, "this client address has " + std::to_string(l.max_connections_per_client) +
+                                               " connections open, the limit per client; retry later");
 }
 
 int Server::port() const { return impl_->port; }

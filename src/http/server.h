@@ -1,6 +1,7 @@
 // Cadre's HTTP/1.1 server: a listening socket, one thread per connection under a cap, and
 // deadlines on everything a client controls. A connection over the cap is answered 503 with
-// Retry-After by the accepting thread itself (no thread is started for it); a request's head
+// Retry-After by the accepting thread itself (no thread is started for it), one over the cap per
+// client address 429 with Retry-After; a request's head
 // must arrive within the header timeout (slowloris), its body within the body timeout, the next
 // request on a kept-alive connection within the idle timeout, and each write of an answer
 // within the send timeout. Requests on one connection are answered in order (pipelining).
@@ -25,6 +26,7 @@ struct ServerLimits {
   double idle_timeout_s = 30;    // a kept-alive connection waiting for its next request
   double send_timeout_s = 30;    // each write of an answer
   int max_connections = 256;
+  int max_connections_per_client = 64;  // by client address (429 beyond it); 0: no such cap
 };
 
 struct ErrorPage {

@@ -290,6 +290,7 @@ void HttpServer::Impl::error_answered(int status, const http::Request* req) {
   const bool known = req && (req->path == "/v1/completions" || req->path == "/v1/chat/completions");
   metrics.request_done(known ? req->path : "other", status, 0);
   if (status == 503 && !req) metrics.rejected("connection_limit");
+  if (status == 429 && !req) metrics.rejected("client_connection_limit");
 }
 
 std::string HttpServer::Impl::error_body(int status, const std::string& message, const http::Request*) {
@@ -308,6 +309,7 @@ http::ServerLimits server_limits(const HttpOptions& o) {
   l.idle_timeout_s = o.idle_timeout_s;
   l.send_timeout_s = o.send_timeout_s;
   l.max_connections = o.max_connections;
+  l.max_connections_per_client = o.max_connections_per_client;
   return l;
 }
 

@@ -35,6 +35,7 @@ struct HttpOptions {
   // this long, and the connection cap bounds how many threads that is.
   double header_timeout_s = 30, body_timeout_s = 60, idle_timeout_s = 30, send_timeout_s = 30;
   int max_connections = 256;
+  int max_connections_per_client = 64;  // 0: none
   std::string model_name;
   int64_t vocab_size = 0;
 };

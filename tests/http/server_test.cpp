@@ -27,9 +27,16 @@ using Clock = std::chrono::steady_clock;
 
 class Client {
  public:
-  explicit Client(int port, int rcvbuf = 0) {
+  // from: the loopback address to connect from (all of 127/8 is this machine).
+  explicit Client(int port, int rcvbuf = 0, const char* from = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    if (from) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &src.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) throw std::runtime_error("bind failed");
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -131,7 +138,9 @@ TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
 // 200 clients connecting at once (all handshakes before any request is sent): every one is
 // accepted and answered; none sees a reset or an early EOF (the backlog is SOMAXCONN).
 TEST(HttpServer, ABurstOfClientsIsServedWithoutResets) {
-  TestServer s(ServerLimits{}, echo);
+  ServerLimits l;
+  l.max_connections_per_client = 0;  // all 200 come from 127.0.0.1
+  TestServer s(l, echo);
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 200; ++i) clients.push_back(std::make_unique<Client>(s.port()));
   for (size_t i = 0; i < clients.size(); ++i)
@@ -170,6 +179,28 @@ TEST(HttpServer, ConnectionsOverTheCapGet503WithRetryAfterAndTheCapFreesUp) {
     if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(served);
+}
+
+TEST(HttpServer, ConnectionsOverTheCapOfOneClientAddressGet429AndOthersAreServed) {
+  ServerLimits l = fast_limits();
+  l.max_connections = 10;
+  l.max_connections_per_client = 2;
+  l.header_timeout_s = 60;
+  TestServer s(l, echo);
+  Client held1(s.port(), 0, "127.0.0.2"), held2(s.port(), 0, "127.0.0.2");
+  ASSERT_TRUE(held1.send("GET /a HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(held1.read_until("GET /a"));
+  ASSERT_TRUE(held2.send("GET /b HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(held2.read_until("GET /b"));
+  Client third(s.port(), 0, "127.0.0.2");
+  third.send("GET /c HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(third.read_to_eof());
+  EXPECT_EQ(third.got().rfind("HTTP/1.1 429 Too Many Requests\r\n", 0), 0u) << third.got();
+  EXPECT_NE(third.got().find("Retry-After: 1\r\n"), std::string::npos);
+  EXPECT_NE(third.got().find("the limit per client"), std::string::npos);
+  Client other(s.port(), 0, "127.0.0.1");
+  other.send("GET /d HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(other.read_until("GET /d")) << other.got();
 }
 
 TEST(HttpServer, SlowHeadsAndBodiesGet408AndSilentConnectionsClose) {

@@ -237,6 +237,12 @@ TEST_F(ServeHttp, ANonStreamingClientThatLeavesFreesItsSlot) {
   {
     RawStream gone(s.port, "/v1/completions", long_completion(1000, false));
   }  // hung up at once: the whole answer is not waited for
+  // The server notices (a 499 in /metrics) before the next request is sent, so that one cannot
+  // simply have been served first.
+  const std::string gone_499 = R"(cadre_serve_requests_total\{endpoint="/v1/completions",status="499"\})";
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (s.metric(gone_499) != 1 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(s.metric(gone_499), 1) << "the departed client's request was not given up";
   auto next = s.post("/v1/completions", long_completion(5, false));
   ASSERT_TRUE(next);
   ASSERT_EQ(next->status, 200) << next->body;
@@ -315,6 +321,7 @@ TEST_F(ServeHttp, AQueueOfZeroIsRefusedAtStart) {
 TEST_F(ServeHttp, BadHttpLimitsExit2NamingTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--max-connections", "0"}, "--max-connections must be in 1..65536"},
+      {{"--max-connections-per-client", "-1"}, "--max-connections-per-client must be in 0..65536"},
       {{"--max-header-kib", "0"}, "--max-header-kib must be in 1..1024"},
       {{"--max-body-kib", "2000000"}, "--max-body-kib must be <= 1048576"},
       {{"--header-timeout", "0"}, "--header-timeout must be in (0, 86400] seconds"},

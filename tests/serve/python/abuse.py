@@ -10,8 +10,11 @@ import time
 LINE_END = b"\r\n\r\n"
 
 
-def connect(port: int, rcvbuf: int = 0, sndbuf: int = 0) -> socket.socket:
+def connect(port: int, rcvbuf: int = 0, sndbuf: int = 0, source: str = "") -> socket.socket:
+    """A loopback connection, from `source` when given (any 127.x.y.z: all of 127/8 is this machine)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if source:
+        s.bind((source, 0))
     if rcvbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # set before connect: no autotuning
     if sndbuf:
@@ -64,8 +67,8 @@ def json_request(path: str, body: dict) -> bytes:
 class Slowloris:
     """A connection that sends half a request head, then one byte every `interval_s`."""
 
-    def __init__(self, port: int):
-        self.sock = connect(port)
+    def __init__(self, port: int, source: str = ""):
+        self.sock = connect(port, source=source)
         self.sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         self.answer = b""
         self.closed = False
@@ -94,10 +97,10 @@ class Slowloris:
         self.sock.close()
 
 
-def chunked_flood(port: int, limit_bytes: int, cap_bytes: int) -> tuple[int, int]:
+def chunked_flood(port: int, cap_bytes: int, source: str = "") -> tuple[int, int]:
     """Sends an endless chunked body (up to cap_bytes) until the server answers or stops taking it;
     returns (status, bytes of body sent)."""
-    s = connect(port, sndbuf=65536)
+    s = connect(port, sndbuf=65536, source=source)
     s.sendall(post_head("/v1/completions", "Transfer-Encoding: chunked\r\n"))
     chunk = b"4000\r\n" + b"x" * 0x4000 + b"\r\n"
     sent = 0

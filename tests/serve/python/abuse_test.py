@@ -2,7 +2,8 @@
 # client) keeps asking and must keep getting the same answers it got alone: slowloris heads,
 # silent connections, an oversized Content-Length, an endless chunked body, huge headers,
 # garbage, a half-closed request, a client that leaves before its whole answer, and one that
-# never reads its stream. Then the connection cap answers 503 with Retry-After, the server
+# never reads its stream. Then the connection cap answers 503 with Retry-After (all clients
+# here share 127.0.0.1, so the cap per client address is off; test_http covers it), the server
 # serves again once the holders leave, and SIGTERM drains it to exit 0. Asserted: status codes,
 # that the chunked body was cut off near the limit (bounded by the socket buffers, read from
 # /proc), the cancellations in /metrics, and the good client's answers. Not asserted: how fast.
@@ -96,7 +97,7 @@ def server():
     with Server(["--max-batch", "16", "--max-body-kib", str(BODY_KIB), "--max-header-kib", "8",
                  "--header-timeout", str(TIMEOUT_S), "--body-timeout", str(TIMEOUT_S),
                  "--idle-timeout", str(TIMEOUT_S), "--send-timeout", str(TIMEOUT_S),
-                 "--max-connections", str(MAX_CONNECTIONS)]) as s:
+                 "--max-connections", str(MAX_CONNECTIONS), "--max-connections-per-client", "0"]) as s:
         yield s
 
 
@@ -129,7 +130,7 @@ def test_abusers_get_their_errors_while_a_good_client_gets_its_answers(server, c
     limit = BODY_KIB * 1024
     too_long = one_shot(port, json_request("/v1/completions", {"model": "run", "prompt": "x" * (limit + 1)}))
     assert status_of(too_long) == 413, too_long[:300]
-    flood_status, flood_sent = chunked_flood(port, limit, cap_bytes=256 << 20)
+    flood_status, flood_sent = chunked_flood(port, cap_bytes=256 << 20)
     assert flood_status == 413, f"endless chunked body: status {flood_status} after {flood_sent} bytes"
     bound = limit + socket_buffer_max() + (1 << 20)  # + the 1 MiB the server drops while closing
     assert flood_sent < bound, f"the server took {flood_sent} bytes of a chunked body over a {limit}-byte limit"
