@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -32,7 +33,7 @@ int cmd_serve(const Args& args) {
   std::string model, tokenizer_path, chat_template = "llama2", dtype = "float32", model_name;
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
-  int64_t max_body_kib = 1024;
+  int64_t max_body_kib = 1024, max_header_kib = 32, max_connections = 256, max_per_client = 64;
   double drain_timeout = 60;
   Flags flags("cadre serve --model <checkpoint|run_dir|hf_dir> [--host 127.0.0.1] [--port 8000] [--api-key KEY] [options]");
   flags.add("--model", &model, "a checkpoint, a run or checkpoint directory, or a Hugging Face folder");
@@ -49,6 +50,21 @@ int cmd_serve(const Args& args) {
   flags.add("--context", &context, "tokens per sequence, prompt included (default: the model's max_seq_len)");
   flags.add("--step-tokens", &step_tokens, "prompt tokens taken in per decoding step (default 256)");
   flags.add("--max-body-kib", &max_body_kib, "largest request body in KiB (default 1024; larger: 413)");
+  flags.add("--max-header-kib", &max_header_kib,
+            "largest request line and header fields together in KiB (default 32; larger: 431)");
+  flags.add("--max-connections", &max_connections,
+            "open connections; more are answered 503 with Retry-After at once (default 256)");
+  flags.add("--max-connections-per-client", &max_per_client,
+            "open connections from one client address; more are answered 429 with Retry-After at once "
+            "(default 64; 0: no such cap, e.g. behind a proxy)");
+  flags.add("--header-timeout", &http.header_timeout_s,
+            "seconds a request's head may take to arrive, from the connect or, on a kept-alive connection, its first byte (default 30; then 408)");
+  flags.add("--body-timeout", &http.body_timeout_s, "seconds a request's body may take to arrive (default 60; then 408)");
+  flags.add("--idle-timeout", &http.idle_timeout_s,
+            "seconds a kept-alive connection may wait for its next request (default 30)");
+  flags.add("--send-timeout", &http.send_timeout_s,
+            "seconds one write of an answer may wait for a client that does not read; then its request is "
+            "cancelled (default 30)");
   flags.add("--threads", &threads, "compute threads (default 2)");
   flags.add("--dtype", &dtype, "weights: float32 (default) or bfloat16");
   flags.add("--drain-timeout", &drain_timeout, "seconds SIGTERM waits for requests in flight (default 60)");
@@ -63,6 +79,16 @@ int cmd_serve(const Args& args) {
                                      "refuse them all)");
   CADRE_CONFIG_CHECK(step_tokens >= 1, "--step-tokens must be >= 1");
   CADRE_CONFIG_CHECK(max_body_kib >= 1, "--max-body-kib must be >= 1");
+  CADRE_CONFIG_CHECK(max_body_kib <= 1024 * 1024, "--max-body-kib must be <= 1048576 (1 GiB)");
+  CADRE_CONFIG_CHECK(max_header_kib >= 1 && max_header_kib <= 1024, "--max-header-kib must be in 1..1024");
+  CADRE_CONFIG_CHECK(max_connections >= 1 && max_connections <= 65536, "--max-connections must be in 1..65536");
+  CADRE_CONFIG_CHECK(max_per_client >= 0 && max_per_client <= 65536,
+                     "--max-connections-per-client must be in 0..65536 (0: no cap per client)");
+  for (const auto& [flag, seconds] : {std::pair<const char*, double>{"--header-timeout", http.header_timeout_s},
+                                      {"--body-timeout", http.body_timeout_s},
+                                      {"--idle-timeout", http.idle_timeout_s},
+                                      {"--send-timeout", http.send_timeout_s}})
+    CADRE_CONFIG_CHECK(seconds > 0 && seconds <= 86400, flag, " must be in (0, 86400] seconds, got ", seconds);
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
   CADRE_CONFIG_CHECK(drain_timeout > 0, "--drain-timeout must be > 0");
   CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
@@ -91,6 +117,9 @@ int cmd_serve(const Args& args) {
   Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
   http.port = static_cast<int>(port);
   http.max_body_bytes = max_body_kib * 1024;
+  http.max_header_bytes = max_header_kib * 1024;
+  http.max_connections = static_cast<int>(max_connections);
+  http.max_connections_per_client = static_cast<int>(max_per_client);
   http.model_name = model_name.empty() ? m.name : model_name;
   http.vocab_size = decoder->vocab_size();
   HttpServer server(http, scheduler, tokenizer, chat, metrics);

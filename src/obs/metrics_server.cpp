@@ -1,45 +1,52 @@
-// /metrics over cpp-httplib (see metrics_server.h).
+// /metrics over Cadre's HTTP server (see metrics_server.h).
 #include "obs/metrics_server.h"
-
-#include <httplib.h>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "http/server.h"
 
 namespace cadre::obs {
+namespace {
+
+// A scraper sends one small GET every few seconds: tight limits cost it nothing.
+http::ServerLimits scrape_limits() {
+  http::ServerLimits l;
+  l.parser.max_header_bytes = 16 * 1024;
+  l.parser.max_body_bytes = 64 * 1024;
+  l.header_timeout_s = l.body_timeout_s = l.send_timeout_s = 5;
+  l.idle_timeout_s = 30;
+  l.max_connections = 64;
+  return l;
+}
+
+void answer(const std::function<std::string()>& render, const http::Request& req, http::Response& res) {
+  if (req.method != "GET" && req.method != "HEAD")
+    return (void)res.send(405, "text/plain", str("cadre: method ", req.method, " not allowed; GET /metrics\n"),
+                          {{"Allow", "GET, HEAD"}});
+  if (req.path != "/metrics")
+    return (void)res.send(404, "text/plain", str("cadre: no such path '", req.path, "'; metrics are at /metrics\n"));
+  try {
+    res.send(200, "text/plain; version=0.0.4; charset=utf-8", render());
+  } catch (const std::exception& e) {
+    log::warn(str("metrics: rendering failed: ", e.what()));
+    res.send(500, "text/plain", str("cadre: rendering metrics failed: ", e.what(), "\n"));
+  }
+}
+
+}  // namespace
 
 MetricsServer::MetricsServer(const std::string& addr, int port, std::function<std::string()> render)
-    : server_(std::make_unique<httplib::Server>()), addr_(addr) {
-  server_->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
-    try {
-      res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-    } catch (const std::exception& e) {
-      res.status = 500;
-      res.set_content(str("cadre: rendering metrics failed: ", e.what(), "\n"), "text/plain");
-      log::warn(str("metrics: rendering failed: ", e.what()));
-    }
-  });
-  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404)
-      res.set_content(str("cadre: no such path '", req.path, "'; metrics are at /metrics\n"), "text/plain");
-  });
-  // Requests other than GET/HEAD on any path.
-  auto not_allowed = [](const httplib::Request& req, httplib::Response& res) {
-    res.status = 405;
-    res.set_header("Allow", "GET");
-    res.set_content(str("cadre: method ", req.method, " not allowed; GET /metrics\n"), "text/plain");
-  };
-  server_->Post(".*", not_allowed);
-  server_->Put(".*", not_allowed);
-  server_->Delete(".*", not_allowed);
-  server_->Patch(".*", not_allowed);
-  server_->set_read_timeout(5, 0);
-  server_->set_write_timeout(5, 0);
-  bool bound = port == 0 ? (port_ = server_->bind_to_any_port(addr)) > 0
-                         : (port_ = port, server_->bind_to_port(addr, port));
-  CADRE_CONFIG_CHECK(bound, "--metrics-port: cannot listen on ", addr, ":", port,
-                     " (in use, or not an address of this machine)");
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+    : server_(std::make_unique<http::Server>(
+          scrape_limits(),
+          [render = std::move(render)](const http::Request& req, http::Response& res) { answer(render, req, res); },
+          http::ErrorPage{"text/plain", [](int status, const std::string& message, const http::Request*) {
+                            return str("cadre: ", status, ": ", message, "\n");
+                          },
+                          nullptr})),
+      addr_(addr) {
+  server_->bind(addr, port, "--metrics-port");
+  port_ = server_->port();
+  thread_ = std::thread([this] { server_->run(); });
 }
 
 MetricsServer::~MetricsServer() {

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-namespace httplib {
+namespace cadre::http {
 class Server;
 }
 
@@ -25,7 +25,7 @@ class MetricsServer {
   std::string url() const;  // http://addr:port/metrics
 
  private:
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<http::Server> server_;
   std::string addr_;
   int port_ = 0;
   std::thread thread_;

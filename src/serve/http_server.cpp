@@ -1,7 +1,7 @@
-// Routes, authentication, limits and the two generation endpoints over cpp-httplib.
+// Routes, authentication and the two generation endpoints over Cadre's HTTP server (http/).
 #include "serve/http_server.h"
 
-#include <httplib.h>
+#include "http/server.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -29,21 +29,15 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  if (e.status == 429) res.set_header("Retry-After", "1");
-  res.set_content(api_error_body(e), "application/json");
+void send_error(http::Response& res, const ApiError& e, const http::Headers& extra = {}) {
+  http::Headers headers = extra;
+  if (e.status == 429 || e.status == 503) headers.emplace_back("Retry-After", "1");
+  res.send(e.status, "application/json", api_error_body(e), headers);
 }
 
-std::string status_message(int status, int64_t max_body) {
-  switch (status) {
-    case 404: return "no such route";
-    case 405: return "method not allowed";
-    case 413: return "the request body exceeds the limit of " + std::to_string(max_body) + " bytes";
-    case 414: return "the request URI is too long";
-    default: return "request failed with HTTP status " + std::to_string(status);
-  }
-}
+void send_json(http::Response& res, const std::string& body) { res.send(200, "application/json", body); }
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 uint64_t random_seed() {
   static thread_local std::mt19937_64 gen{std::random_device{}()};
@@ -65,33 +59,40 @@ class HttpServer::Impl {
     bool stream = false, include_usage = false;
   };
 
-  void routes();
+  // Every request: the route, or 404/405 in OpenAI's error shape.
+  void route(const http::Request& req, http::Response& res);
+  void models(const http::Request& req, http::Response& res);
   // The two generation endpoints: accept (ApiError for anything refused), then answer whole
   // or as a stream of server-sent events.
-  void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  Accepted accept(const httplib::Request& req, Endpoint endpoint);
-  void answer_whole(const Accepted& accepted, httplib::Response& res);
-  void answer_stream(const Accepted& accepted, httplib::Response& res, const std::string& route, Clock::time_point t0);
-  void check_auth(const httplib::Request& req) const;
+  void generate(const http::Request& req, http::Response& res, Endpoint endpoint);
+  Accepted accept(const http::Request& req, Endpoint endpoint);
+  void answer_whole(const Accepted& accepted, http::Response& res, const std::string& route, Clock::time_point t0);
+  void answer_stream(const Accepted& accepted, http::Response& res, const std::string& route, Clock::time_point t0);
+  void check_auth(const http::Request& req) const;
   void check_request(const ApiRequest& r) const;  // the model's name, logit_bias within the vocabulary
   std::vector<int> prompt_tokens(const ApiRequest& r) const;
+  // The body of an error the HTTP layer answers itself (413, 431, 408, 503 over the connection
+  // cap, ...), and its count.
+  std::string error_body(int status, const std::string& message, const http::Request* req);
+  void error_answered(int status, const http::Request* req);
 
   HttpOptions options;
   Scheduler& scheduler;
   const Tokenizer& tokenizer;
   const ChatTemplate& chat;
   ServeMetrics& metrics;
-  httplib::Server server;
-  // Streamed responses not yet closed (their releaser has not run), for the drain.
+  // Streamed responses not yet closed, for the drain.
   std::mutex streams_mutex;
   std::condition_variable streams_closed;
   int64_t open_streams = 0;
   int64_t created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // Last: destroyed first, it waits for the connection threads that use the members above.
+  std::unique_ptr<http::Server> server;
 };
 
-void HttpServer::Impl::check_auth(const httplib::Request& req) const {
+void HttpServer::Impl::check_auth(const http::Request& req) const {
   if (options.api_key.empty()) return;
-  if (!same_secret(req.get_header_value("Authorization"), "Bearer " + options.api_key))
+  if (!same_secret(req.header("Authorization"), "Bearer " + options.api_key))
     throw ApiError(401, "Incorrect API key provided", "", "invalid_api_key");
 }
 
@@ -136,7 +137,7 @@ void HttpServer::Impl::check_request(const ApiRequest& r) const {
                               std::to_string(options.vocab_size), "logit_bias");
 }
 
-HttpServer::Impl::Accepted HttpServer::Impl::accept(const httplib::Request& req, Endpoint endpoint) {
+HttpServer::Impl::Accepted HttpServer::Impl::accept(const http::Request& req, Endpoint endpoint) {
   check_auth(req);
   const int64_t max_n = scheduler.options().max_batch;
   ApiRequest r = endpoint == Endpoint::Chat ? parse_chat_request(req.body, max_n) : parse_completion_request(req.body, max_n);
@@ -155,187 +156,192 @@ HttpServer::Impl::Accepted HttpServer::Impl::accept(const httplib::Request& req,
           r.include_usage};
 }
 
-void HttpServer::Impl::answer_whole(const Accepted& a, httplib::Response& res) {
+// Waits for the whole answer; a client that leaves meanwhile cancels its request, which frees
+// its slots at the next decoding step instead of when the answer is complete.
+void HttpServer::Impl::answer_whole(const Accepted& a, http::Response& res, const std::string& route,
+                                    Clock::time_point t0) {
   CompletionBuilder builder(a.context, a.n);
   std::vector<SequenceEvent> events;
-  while (a.state->next(events)) {
+  while (a.state->next(events, std::chrono::milliseconds(200))) {
     for (const auto& e : events) builder.add(e);
     events.clear();
+    if (res.client_gone()) {
+      a.state->cancel();
+      metrics.request_done(route, 499, seconds_since(t0));
+      res.abandon();
+      return;
+    }
   }
+  for (const auto& e : events) builder.add(e);
   if (!a.state->error().empty()) throw ApiError(500, a.state->error(), "", "internal_error", "server_error");
-  res.set_content(json_text(builder.finish(a.state->prompt_tokens(), a.state->completion_tokens())), "application/json");
+  res.send(200, "application/json", json_text(builder.finish(a.state->prompt_tokens(), a.state->completion_tokens())));
+  metrics.request_done(route, 200, seconds_since(t0));
 }
 
 namespace {
 
-// One call of the chunked content provider: the events that are there, a keep-alive comment,
-// or the end (an error event or the usage, then [DONE]). False: the client went away.
-bool stream_events(RequestState& state, ChunkBuilder& chunks, bool include_usage, httplib::DataSink& sink) {
+// Writes the stream's events as they come: the events that are there, a keep-alive comment
+// each second while a queued request waits, then the end (an error event or the usage, then
+// [DONE]). False: the client went away or stopped reading past the send deadline.
+bool stream_events(RequestState& state, ChunkBuilder& chunks, bool include_usage, http::Response& res) {
   std::vector<SequenceEvent> events;
-  // A queued request may wait a while: a comment each second keeps the connection and
-  // finds a client that left (the write fails).
-  const bool more = state.next(events, std::chrono::milliseconds(1000));
-  if (more && events.empty()) {
-    const std::string ping = sse_comment("waiting for a decoding slot");
-    return sink.write(ping.data(), ping.size());
+  while (true) {
+    const bool more = state.next(events, std::chrono::milliseconds(1000));
+    if (more && events.empty()) {
+      if (!res.write(sse_comment("waiting for a decoding slot"))) return false;
+      continue;
+    }
+    std::string text;
+    for (const auto& e : events) {
+      json chunk = chunks.chunk(e);
+      if (!chunk.is_null()) text += sse_event(json_text(chunk));
+    }
+    events.clear();
+    if (!more) {
+      if (!state.error().empty())
+        text += sse_event(api_error_body(ApiError(500, state.error(), "", "internal_error", "server_error")));
+      else if (include_usage)
+        text += sse_event(json_text(chunks.usage(state.prompt_tokens(), state.completion_tokens())));
+      text += sse_done();
+    }
+    if (!text.empty() && !res.write(text)) return false;
+    if (!more) return res.end_stream();
   }
-  for (const auto& e : events) {
-    json chunk = chunks.chunk(e);
-    if (chunk.is_null()) continue;
-    const std::string event = sse_event(json_text(chunk));
-    if (!sink.write(event.data(), event.size())) return false;
-  }
-  if (more) return true;
-  std::string tail;
-  if (!state.error().empty())
-    tail += sse_event(api_error_body(ApiError(500, state.error(), "", "internal_error", "server_error")));
-  else if (include_usage)
-    tail += sse_event(json_text(chunks.usage(state.prompt_tokens(), state.completion_tokens())));
-  tail += sse_done();
-  if (!sink.write(tail.data(), tail.size())) return false;
-  sink.done();
-  return true;
 }
 
 }  // namespace
 
-void HttpServer::Impl::answer_stream(const Accepted& a, httplib::Response& res, const std::string& route,
+void HttpServer::Impl::answer_stream(const Accepted& a, http::Response& res, const std::string& route,
                                      Clock::time_point t0) {
-  auto chunks = std::make_shared<ChunkBuilder>(a.context, a.n, a.include_usage);
-  std::shared_ptr<RequestState> state = a.state;
-  const bool include_usage = a.include_usage;
-  res.set_header("Cache-Control", "no-cache");
+  ChunkBuilder chunks(a.context, a.n, a.include_usage);
   {
     std::lock_guard<std::mutex> lock(streams_mutex);
     ++open_streams;
   }
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state, chunks, include_usage](size_t, httplib::DataSink& sink) {
-        return stream_events(*state, *chunks, include_usage, sink);
-      },
-      [this, state, route, t0](bool success) {
-        // Called when the response ends: unsuccessfully when the client went away.
-        if (!success) state->cancel();
-        metrics.request_done(route, success ? 200 : 499, seconds_since(t0));
-        std::lock_guard<std::mutex> lock(streams_mutex);
-        --open_streams;
-        streams_closed.notify_all();
-      });
+  bool success = res.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}}) &&
+                 stream_events(*a.state, chunks, a.include_usage, res);
+  if (!success) a.state->cancel();  // the client left or stopped reading: its slots are freed
+  metrics.request_done(route, success ? 200 : 499, seconds_since(t0));
+  std::lock_guard<std::mutex> lock(streams_mutex);
+  --open_streams;
+  streams_closed.notify_all();
 }
 
-void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+void HttpServer::Impl::generate(const http::Request& req, http::Response& res, Endpoint endpoint) {
   const auto t0 = Clock::now();
   const std::string route = endpoint == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
+  Accepted accepted;
   try {
-    const Accepted accepted = accept(req, endpoint);
-    if (accepted.stream) {
-      answer_stream(accepted, res, route, t0);  // its end is counted when the stream closes
-    } else {
-      answer_whole(accepted, res);
-      metrics.request_done(route, 200, seconds_since(t0));
-    }
+    accepted = accept(req, endpoint);
   } catch (const ApiError& e) {
     send_error(res, e);
     metrics.request_done(route, e.status, seconds_since(t0));
+    return;
+  }
+  try {
+    if (accepted.stream) answer_stream(accepted, res, route, t0);
+    else answer_whole(accepted, res, route, t0);
+  } catch (...) {
+    accepted.state->cancel();  // whatever failed, the slots go back
+    throw;
   }
 }
 
-void HttpServer::Impl::routes() {
-  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (scheduler.draining()) {
-      res.status = 503;
-      res.set_content(R"({"status":"draining"})", "application/json");
-    } else {
-      res.set_content(R"({"status":"ok"})", "application/json");
-    }
-  });
-  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.text(), "text/plain; version=0.0.4");
-  });
-  auto model_json = [this] {
-    return json{{"id", options.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "cadre"}};
-  };
-  server.Get("/v1/models", [this, model_json](const httplib::Request& req, httplib::Response& res) {
-    try {
-      check_auth(req);
-      res.set_content(json_text({{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    }
-  });
-  server.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req, httplib::Response& res) {
-    try {
-      check_auth(req);
-      if (req.matches[1] != options.model_name)
-        throw ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist", "model", "model_not_found");
-      res.set_content(json_text(model_json()), "application/json");
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    }
-  });
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::Completions);
-  });
-  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::Chat);
-  });
-  // Errors httplib answers itself (unknown route, body too large, ...) get OpenAI's shape too.
-  server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    res.set_content(api_error_body(ApiError(res.status, status_message(res.status, options.max_body_bytes))),
-                    "application/json");
-    // Unknown paths are counted under one name, so a scanner cannot grow the metrics.
-    const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
-    metrics.request_done(known ? req.path : "other", res.status, 0);
-  });
-  server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    log::error("serve: " + req.method + " " + req.path + ": " + what);
-    res.status = 500;
-    res.set_content(api_error_body(ApiError(500, what, "", "internal_error", "server_error")), "application/json");
-  });
-  server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
-  server.set_keep_alive_timeout(5);
-  // Each request in the queue or being decoded holds a thread (it waits for its tokens), so
-  // the pool covers them all plus room to answer health checks, metrics and 429s.
-  const size_t threads = static_cast<size_t>(scheduler.options().max_batch + scheduler.options().max_queue + 16);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+void HttpServer::Impl::models(const http::Request& req, http::Response& res) {
+  check_auth(req);
+  const json model = {{"id", options.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "cadre"}};
+  if (req.path == "/v1/models") return send_json(res, json_text({{"object", "list"}, {"data", json::array({model})}}));
+  const std::string id = req.path.substr(std::string("/v1/models/").size());
+  if (id != options.model_name) throw ApiError(404, "The model '" + id + "' does not exist", "model", "model_not_found");
+  send_json(res, json_text(model));
 }
+
+void HttpServer::Impl::route(const http::Request& req, http::Response& res) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
+  const bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
+  const bool known = generation || path == "/health" || path == "/metrics" || path == "/v1/models" ||
+                     (starts_with(path, "/v1/models/") && path.size() > 11);
+  try {
+    if (!known) throw ApiError(404, "no such route");
+    if (generation != post) throw ApiError(405, "method not allowed");
+    if (!generation && !get) throw ApiError(405, "method not allowed");
+    if (path == "/health") {
+      if (scheduler.draining()) res.send(503, "application/json", R"({"status":"draining"})", {{"Retry-After", "1"}});
+      else send_json(res, R"({"status":"ok"})");
+    } else if (path == "/metrics") {
+      res.send(200, "text/plain; version=0.0.4", metrics.text());
+    } else if (!generation) {
+      models(req, res);
+    } else {
+      generate(req, res, path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completions);
+    }
+  } catch (const ApiError& e) {
+    http::Headers extra;
+    if (e.status == 405) extra.emplace_back("Allow", generation ? "POST" : "GET, HEAD");
+    send_error(res, e, extra);
+    // Unknown paths are counted under one name, so a scanner cannot grow the metrics.
+    if (!generation && (e.status == 404 || e.status == 405) && !starts_with(path, "/v1/models"))
+      metrics.request_done("other", e.status, 0);
+  }
+}
+
+void HttpServer::Impl::error_answered(int status, const http::Request* req) {
+  const bool known = req && (req->path == "/v1/completions" || req->path == "/v1/chat/completions");
+  metrics.request_done(known ? req->path : "other", status, 0);
+  if (status == 503 && !req) metrics.rejected("connection_limit");
+  if (status == 429 && !req) metrics.rejected("client_connection_limit");
+}
+
+std::string HttpServer::Impl::error_body(int status, const std::string& message, const http::Request*) {
+  if (status == 500) return api_error_body(ApiError(500, message, "", "internal_error", "server_error"));
+  return api_error_body(ApiError(status, message));
+}
+
+namespace {
+
+http::ServerLimits server_limits(const HttpOptions& o) {
+  http::ServerLimits l;
+  l.parser.max_body_bytes = o.max_body_bytes;
+  l.parser.max_header_bytes = static_cast<size_t>(o.max_header_bytes);
+  l.header_timeout_s = o.header_timeout_s;
+  l.body_timeout_s = o.body_timeout_s;
+  l.idle_timeout_s = o.idle_timeout_s;
+  l.send_timeout_s = o.send_timeout_s;
+  l.max_connections = o.max_connections;
+  l.max_connections_per_client = o.max_connections_per_client;
+  return l;
+}
+
+}  // namespace
 
 HttpServer::HttpServer(HttpOptions options, Scheduler& scheduler, const Tokenizer& tokenizer, const ChatTemplate& chat,
                        ServeMetrics& metrics)
     : impl_(std::make_unique<Impl>(std::move(options), scheduler, tokenizer, chat, metrics)) {
-  impl_->routes();
+  Impl& i = *impl_;
+  i.server = std::make_unique<http::Server>(
+      server_limits(i.options), [&i](const http::Request& req, http::Response& res) { i.route(req, res); },
+      http::ErrorPage{"application/json", [&i](int status, const std::string& message, const http::Request* req) {
+                        return i.error_body(status, message, req);
+                      },
+                      [&i](int status, const http::Request* req) { i.error_answered(status, req); }});
 }
 
 HttpServer::~HttpServer() = default;
 
 void HttpServer::bind() {
   const HttpOptions& o = impl_->options;
-  if (o.port == 0) {
-    port_ = impl_->server.bind_to_any_port(o.host.c_str());
-    CADRE_CONFIG_CHECK(port_ > 0, "cannot listen on ", o.host, " (any port)");
-  } else {
-    CADRE_CONFIG_CHECK(impl_->server.bind_to_port(o.host.c_str(), o.port), "cannot listen on ", o.host, ":", o.port,
-                       " (in use, or not an address of this machine)");
-    port_ = o.port;
-  }
+  impl_->server->bind(o.host, o.port, "--host/--port");
+  port_ = impl_->server->port();
 }
 
-void HttpServer::run() { impl_->server.listen_after_bind(); }
+void HttpServer::run() { impl_->server->run(); }
 
 bool HttpServer::wait_streams_done(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(impl_->streams_mutex);
   return impl_->streams_closed.wait_until(lock, deadline, [&] { return impl_->open_streams == 0; });
 }
 
-void HttpServer::stop() { impl_->server.stop(); }
+void HttpServer::stop() { impl_->server->stop(); }
 
 }  // namespace cadre

@@ -1,13 +1,15 @@
-// The OpenAI-compatible HTTP front of `cadre serve` (cpp-httplib): routes
+// The OpenAI-compatible HTTP front of `cadre serve` (over http/server.h): routes
 //   GET  /health               200 {"status":"ok"}, 503 while draining
 //   GET  /metrics              Prometheus text
 //   GET  /v1/models[/<id>]     the one model served
 //   POST /v1/completions       prompt -> text (stream: SSE chunks ending in data: [DONE])
 //   POST /v1/chat/completions  messages -> chat template -> text
 // with `Authorization: Bearer <key>` checked on /v1/* when a key is set (401), a request body
-// limit (413), the context length enforced (400, OpenAI's context_length_exceeded), a full
+// limit (413, chunked bodies included), header, idle, send and connection limits (see
+// http/server.h), the context length enforced (400, OpenAI's context_length_exceeded), a full
 // queue answered 429, and every error in OpenAI's JSON shape. A streaming client that goes
-// away cancels its request, which frees its decoding slots at the next step.
+// away (or stops reading past the send timeout) cancels its request, and so does a client of a
+// whole answer that closes its connection: its decoding slots are freed at the next step.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,13 @@ struct HttpOptions {
   int port = 8000;                           // 0: any free port (see bound_port())
   std::string api_key;                       // empty: no authentication
   int64_t max_body_bytes = int64_t{1} << 20;
+  int64_t max_header_bytes = 32 * 1024;
+  // Generous beside a client's own pauses (an asyncio client opening 32 connections on a loaded
+  // machine may send its request seconds after connecting): a slow client costs a thread for
+  // this long, and the connection cap bounds how many threads that is.
+  double header_timeout_s = 30, body_timeout_s = 60, idle_timeout_s = 30, send_timeout_s = 30;
+  int max_connections = 256;
+  int max_connections_per_client = 64;  // 0: none
   std::string model_name;
   int64_t vocab_size = 0;
 };

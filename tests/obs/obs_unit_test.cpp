@@ -21,6 +21,8 @@
 #include "obs/hang_diagnosis.h"
 #include "obs/metric_catalog.h"
 #include "obs/metric_registry.h"
+#include "obs/metrics_fetch.h"
+#include "obs/metrics_server.h"
 #include "obs/progress_heartbeat.h"
 #include "obs/report_writer.h"
 #include "obs/straggler_tracker.h"
@@ -453,4 +455,24 @@ TEST(FlightRecorder, ADumpsTimeIsZeroForTornOrForeignFiles) {
   EXPECT_EQ(flight_recorder_dump_time_ns(R"({"time_ns":12)"), 0) << "torn";
   EXPECT_EQ(flight_recorder_dump_time_ns("[1,2]"), 0) << "not an object";
   EXPECT_EQ(flight_recorder_dump_time_ns(R"({"time_ns":"soon"})"), 0) << "wrong type";
+}
+
+// The agent's /metrics endpoint answers the scrape, and 404/405 elsewhere, over a real socket.
+TEST(MetricsServer, AnswersTheScrapeAndRefusesOtherPathsAndMethods) {
+  int renders = 0;
+  MetricsServer server("127.0.0.1", 0, [&] { return "cadre_up " + std::to_string(++renders) + "\n"; });
+  EXPECT_EQ(metrics_fetch(metrics_url_parse(server.url()), 10), "cadre_up 1\n");
+  EXPECT_EQ(metrics_fetch(metrics_url_parse(server.url()), 10), "cadre_up 2\n");
+  try {
+    metrics_fetch(metrics_url_parse("http://127.0.0.1:" + std::to_string(server.port()) + "/other"), 10);
+    FAIL() << "a path other than /metrics was answered";
+  } catch (const cadre::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("404"), std::string::npos) << e.what();
+  }
+  const std::string post = "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  auto r = cadre::test::run_process({"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(server.port()) +
+                                                       "; printf '" + post + "' >&3; cat <&3"},
+                                    {}, 30);
+  EXPECT_NE(r.output.find("HTTP/1.1 405"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Allow: GET, HEAD"), std::string::npos) << r.output;
 }

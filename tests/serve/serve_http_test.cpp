@@ -232,6 +232,24 @@ TEST_F(ServeHttp, ClientDisconnectFreesItsSlot) {
   EXPECT_LT(s.metric("cadre_serve_generated_tokens_total"), 1000);
 }
 
+TEST_F(ServeHttp, ANonStreamingClientThatLeavesFreesItsSlot) {
+  Server s({"--max-batch", "1"});
+  {
+    RawStream gone(s.port, "/v1/completions", long_completion(1000, false));
+  }  // hung up at once: the whole answer is not waited for
+  // The server notices (a 499 in /metrics) before the next request is sent, so that one cannot
+  // simply have been served first.
+  const std::string gone_499 = R"(cadre_serve_requests_total\{endpoint="/v1/completions",status="499"\})";
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (s.metric(gone_499) != 1 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(s.metric(gone_499), 1) << "the departed client's request was not given up";
+  auto next = s.post("/v1/completions", long_completion(5, false));
+  ASSERT_TRUE(next);
+  ASSERT_EQ(next->status, 200) << next->body;
+  EXPECT_EQ(s.metric("cadre_serve_requests_cancelled_total"), 1);
+  EXPECT_LT(s.metric("cadre_serve_generated_tokens_total"), 1000);
+}
+
 // SIGTERM: new requests get 503 while the admitted ones finish with every token, the usage and
 // `data: [DONE]`, then the process exits 0. The stream in flight is ~11 MB (32 choices x 300
 // tokens x 20 top log-probabilities) and its client reads nothing until after the 503 check,
@@ -297,6 +315,28 @@ TEST_F(ServeHttp, AQueueOfZeroIsRefusedAtStart) {
   auto r = cadre::test::run_process({CADRE_BIN, "serve", "--model", model_dir(), "--max-queue", "0"}, {}, 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--max-queue must be >= 1"), std::string::npos) << r.output;
+}
+
+// The HTTP limits' flags: a bad value exits 2 naming the flag, before the model is loaded.
+TEST_F(ServeHttp, BadHttpLimitsExit2NamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--max-connections", "0"}, "--max-connections must be in 1..65536"},
+      {{"--max-connections-per-client", "-1"}, "--max-connections-per-client must be in 0..65536"},
+      {{"--max-header-kib", "0"}, "--max-header-kib must be in 1..1024"},
+      {{"--max-body-kib", "2000000"}, "--max-body-kib must be <= 1048576"},
+      {{"--header-timeout", "0"}, "--header-timeout must be in (0, 86400] seconds"},
+      {{"--body-timeout", "-1"}, "--body-timeout must be in (0, 86400] seconds"},
+      {{"--idle-timeout", "1e9"}, "--idle-timeout must be in (0, 86400] seconds"},
+      {{"--send-timeout", "0"}, "--send-timeout must be in (0, 86400] seconds"},
+      {{"--send-timeout", "soon"}, "--send-timeout"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {CADRE_BIN, "serve", "--model", model_dir()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = cadre::test::run_process(argv, {}, 60);
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  }
 }
 
 TEST_F(ServeHttp, MetricsAreValidPrometheusText) {

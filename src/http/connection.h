@@ -1,0 +1,22 @@
+// One accepted connection, served on its own thread: reads requests under the header, body and
+// idle deadlines, hands each to the handler in order, answers the parser's errors, and closes
+// (lingering when the client may still be sending) when the request or an error says so.
+#pragma once
+
+#include <string>
+
+#include "http/server.h"
+
+namespace cadre::http {
+
+struct ConnectionContext {
+  const ServerLimits& limits;
+  const Server::Handler& handler;
+  const ErrorPage& errors;
+  int stop_fd;  // readable once the server stops
+};
+
+// Serves `fd` until it closes; closes it.
+void serve_connection(int fd, const ConnectionContext& context);
+
+}  // namespace cadre::http
