@@ -150,11 +150,14 @@ class Runner {
     comm_.barrier();
     for (int64_t i = 0; i < options_.warmup; ++i) issue(c).wait();
     comm_.barrier();
-    // Timed ops skip the cross-rank argument check: the warm-up already matched every rank.
-    comm_.set_validate(false);
+    // Unless --validate, timed ops skip the cross-rank check: the warm-up already matched every rank.
+    comm_.set_validate(options_.validate);
     auto start = std::chrono::steady_clock::now();
     std::vector<comm::Work> works;
-    for (int64_t i = 0; i < options_.iters; ++i) works.push_back(issue(c));
+    for (int64_t i = 0; i < options_.iters; ++i) {
+      works.push_back(issue(c));
+      if (options_.blocking) works.back().wait();
+    }
     for (auto& w : works) w.wait();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     comm_.set_validate(true);
@@ -278,6 +281,8 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
                  (long long)options.warmup, (long long)options.iters, options.check ? 1 : 0);
     std::fprintf(out, "# backend %s (tcp) on %s, pid %d; times are the slowest rank's mean per op\n",
                  runner.comm().backend(), host, (int)getpid());
+    std::fprintf(out, "# timed ops: cross-rank check %s; %s\n", options.validate ? "on (--validate 1)" : "off",
+                 options.blocking ? "each waited before the next is issued (--blocking 1)" : "issued all at once");
   }
   for (const CollectiveInfo* c : collectives)
     if (c->kind == Collective::C10dAllReduce) runner.start_c10d();
