@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "comm/comm.h"
@@ -111,23 +112,51 @@ void scenario_ops(Communicator& comm) {
   comm.barrier();
 }
 
-// Ranks pass different sizes: every rank gets an error naming both calls, nothing hangs, and
-// the communicator stays usable (no data was sent).
-void scenario_mismatch(Communicator& comm) {
-  at::Tensor t = at::ones({10 + comm.rank()});
-  std::string error;
+std::string error_of(const std::function<void()>& op) {
   try {
-    comm.all_reduce(t);
+    op();
   } catch (const cadre::Error& e) {
-    error = e.what();
+    std::printf("error: %s\n", e.what());
+    return e.what();
   }
-  std::printf("error: %s\n", error.c_str());
+  return "no error";
+}
+
+// Ranks pass different sizes, different ops, or ops of which one carries its data with the
+// header and the other does not: every rank gets an error naming both calls, nothing hangs,
+// nothing is written to the outputs, and the communicator stays usable (the connections stay
+// in step: a large all_reduce afterwards moves the right data).
+void scenario_mismatch(Communicator& comm) {
+  const int r = comm.rank();
+  at::Tensor t = at::ones({10 + r});
+  std::string error = error_of([&] { comm.all_reduce(t); });
   EXPECT(error.find("ranks called different ops or sizes") != std::string::npos, "no mismatch error: '", error, "'");
   EXPECT(error.find("all_reduce(sum) of 11 x float") != std::string::npos, "error does not name rank 1's call: ", error);
+  EXPECT(error.find("rank 1 called") != std::string::npos || r == 1, "error does not name rank 1: ", error);
+  EXPECT(at::equal(t, at::ones({10 + r})), "a mismatched all_reduce wrote its output");
   EXPECT(!comm.poisoned(), "a mismatch caught before sending must not poison the communicator");
+
+  // Rank 0 moves 4 MiB (header alone first), the others a 3-element all_gather (data with the header).
+  at::Tensor big = at::full({1 << 20}, 2.0f);
+  at::Tensor gathered = at::full({3 * comm.size()}, -1.0f);
+  error = error_of([&] { r == 0 ? comm.all_reduce(big) : comm.all_gather(gathered, at::ones({3})); });
+  EXPECT(error.find("all_reduce(sum) of 1048576 x float (4194304 bytes)") != std::string::npos &&
+             error.find("all_gather of 3 x float") != std::string::npos,
+         "error does not name both calls: ", error);
+  EXPECT(at::equal(big, at::full({1 << 20}, 2.0f)) && at::equal(gathered, at::full({3 * comm.size()}, -1.0f)),
+         "a mismatched op wrote its output");
+
+  error = error_of([&] { r == 0 ? comm.barrier() : comm.broadcast(t, 0); });
+  EXPECT(error.find("barrier") != std::string::npos && error.find("broadcast(root 0)") != std::string::npos,
+         "error does not name barrier and broadcast: ", error);
+  EXPECT(!comm.poisoned(), "mismatches must not poison the communicator");
+
   at::Tensor ok = at::ones({4});
   comm.all_reduce(ok);
   EXPECT(at::equal(ok, at::full({4}, float(comm.size()))), "all_reduce after a mismatch");
+  big.fill_(float(r));
+  comm.all_reduce(big);
+  EXPECT(at::equal(big, at::full({1 << 20}, float(comm.size() * (comm.size() - 1) / 2))), "large all_reduce after mismatches");
 }
 
 // The last rank skips an op: the others fail after their timeout naming it, the communicator
