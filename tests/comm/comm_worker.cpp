@@ -159,6 +159,34 @@ void scenario_mismatch(Communicator& comm) {
   EXPECT(at::equal(big, at::full({1 << 20}, float(comm.size() * (comm.size() - 1) / 2))), "large all_reduce after mismatches");
 }
 
+// Rank 1 runs an op that moves nothing with the check off (no header sent, yet it counts), so
+// its next op's header carries the next sequence number: both ranks see that they are out of
+// step at once (the error is not the timeout's), the error names both collectives and asks for rebuild(), the
+// communicator refuses ops until then, and works after it.
+void scenario_out_of_step(Communicator& comm) {
+  const int r = comm.rank();
+  at::Tensor empty = at::ones({0});
+  std::string error;
+  if (r == 1) {
+    comm.set_validate(false);
+    comm.all_reduce(empty);
+    comm.set_validate(true);
+    error = error_of([&] { comm.barrier(); });
+  } else {
+    error = error_of([&] { comm.all_reduce(empty); });
+  }
+  EXPECT(error.find("ranks issued different numbers of collectives") != std::string::npos, "no out-of-step error: ", error);
+  EXPECT(error.find(r == 1 ? "rank 0 is at collective #1 (generation 0, all_reduce(sum) of 0 x float"
+                           : "rank 1 is at collective #2 (generation 0, barrier)") != std::string::npos,
+         "error does not name the other rank's collective: ", error);
+  EXPECT(error.find("until every rank calls rebuild()") != std::string::npos, "error does not ask for rebuild(): ", error);
+  EXPECT(comm.poisoned(), "an out-of-step communicator must refuse further ops");
+  comm.rebuild();
+  at::Tensor t = at::ones({5});
+  comm.all_reduce(t);
+  EXPECT(at::equal(t, at::full({5}, 2.0f)), "all_reduce after rebuild");
+}
+
 // The last rank skips an op: the others fail after their timeout naming it, the communicator
 // refuses further ops until every rank rebuilds it, then it works again.
 void scenario_missing(Communicator& comm) {
@@ -193,7 +221,7 @@ void scenario_missing(Communicator& comm) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing\n");
+    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing|out_of_step\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -207,6 +235,7 @@ int main(int argc, char** argv) {
     if (scenario == "ops") scenario_ops(comm);
     else if (scenario == "mismatch") scenario_mismatch(comm);
     else if (scenario == "missing") scenario_missing(comm);
+    else if (scenario == "out_of_step") scenario_out_of_step(comm);
     else throw std::runtime_error("unknown scenario " + scenario);
     std::printf("PASS %s rank %d\n", scenario.c_str(), rank);
     return 0;
