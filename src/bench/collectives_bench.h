@@ -22,8 +22,9 @@ struct CollectivesBenchOptions {
   // --validate: time ops with the cross-rank header check on (what training pays); off, the
   // figure is the data movement alone.
   bool validate = false;
-  // --blocking: wait for each op before issuing the next (latency, as the c10d rows are timed);
-  // off, the timed ops are all issued at once and run back to back.
+  // --blocking: wait for each op before issuing the next (latency, as the c10d rows are timed)
+  // and report the median op; off, the timed ops are all issued at once, run back to back, and
+  // the mean is reported.
   bool blocking = false;
 };
 

@@ -57,7 +57,7 @@ TEST(BenchCollectives, ValidatedBlockingRunSaysWhatItTimed) {
   ASSERT_EQ(results[0].exit_code, 0) << describe(results);
   ASSERT_EQ(results[1].exit_code, 0) << describe(results);
   const std::string& out = results[0].output;
-  EXPECT_NE(out.find("# timed ops: cross-rank check on (--validate 1); each waited before the next is issued"),
+  EXPECT_NE(out.find("# timed ops: cross-rank check on (--validate 1); each waited before the next is issued, time = median"),
             std::string::npos) << out;
   EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
   EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
