@@ -12,6 +12,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <ATen/ATen.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -246,6 +248,33 @@ struct OpPlan {
   std::function<void(uint64_t slot, ring::Deadline)> move;
 };
 
+// Gloo's TCP pairs write with writev, which raises SIGPIPE when the peer has closed its end (a
+// rank that left, or one that rebuilt while the others still send): that signal's default
+// action kills the process silently, where the write's EPIPE would fail the op with an error
+// that names it. Gloo writes on its device thread and on the threads that post sends (our
+// communication thread); both block SIGPIPE (the device thread inherits the mask it is
+// created with), so the write returns EPIPE. The program's own threads are left as they are.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  }
+  ~SigpipeBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+std::shared_ptr<gloo::transport::Device> create_device(const gloo::transport::tcp::attr& attr) {
+  SigpipeBlocked blocked;  // for the device thread it starts
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -308,6 +337,7 @@ struct Communicator::Impl {
   }
 
   void loop() {
+    SigpipeBlocked blocked;  // for this thread's whole life (see SigpipeBlocked)
     for (;;) {
       std::function<void()> task;
       {
@@ -607,7 +637,7 @@ Communicator::Communicator(const JobEnv& env, CommOptions options) : impl_(std::
     impl_->root_store = c10::make_intrusive<JobStore>(env, /*host_server=*/env.rank == 0, options.timeout);
   gloo::transport::tcp::attr attr;
   attr.hostname = local_hostname_for(env.master_addr);
-  impl_->device = gloo::transport::tcp::CreateDevice(attr);
+  impl_->device = create_device(attr);
   impl_->tag = "world";
   for (int r = 0; r < env.world_size; ++r) impl_->global_ranks.push_back(r);
   impl_->rank = env.rank;

@@ -191,6 +191,9 @@ void scenario_out_of_step(Communicator& comm) {
 // refuses further ops until every rank rebuilds it, then it works again.
 void scenario_missing(Communicator& comm) {
   const int last = comm.size() - 1;
+  // Every rank has connected before the last one rebuilds (which closes its connections: a
+  // rank still connecting would see them reset and fail to start).
+  comm.barrier();
   if (comm.rank() != last) {
     at::Tensor t = at::ones({1000}, at::kBFloat16);
     std::string error;
@@ -202,6 +205,10 @@ void scenario_missing(Communicator& comm) {
     std::printf("error: %s\n", error.c_str());
     EXPECT(error.find("all_reduce(sum) of 1000 x bfloat16 (2000 bytes)") != std::string::npos, "error lacks op/size/dtype: ", error);
     EXPECT(error.find(cadre::str("did not arrive: rank ", last)) != std::string::npos, "error does not name rank ", last, ": ", error);
+    // Its progress mark, published in the background (every 2 s with this 8 s timeout), names
+    // the op it reached last.
+    EXPECT(error.find(cadre::str("rank ", last, " (last op reached: 1 barrier)")) != std::string::npos,
+           "error does not name rank ", last, "'s last op: ", error);
     EXPECT(comm.poisoned(), "communicator not marked failed");
     std::string refused;
     try {
