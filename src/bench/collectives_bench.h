@@ -19,6 +19,13 @@ struct CollectivesBenchOptions {
   std::vector<std::string> redops{"sum"};        // -o (or "all")
   std::vector<std::string> collectives{"all"};   // positional
   int64_t timeout_s = 120;
+  // --validate: time ops with the cross-rank header check on (what training pays); off, the
+  // figure is the data movement alone.
+  bool validate = false;
+  // --blocking: wait for each op before issuing the next (latency, as the c10d rows are timed)
+  // and report the median op; off, the timed ops are all issued at once, run back to back, and
+  // the mean is reported.
+  bool blocking = false;
 };
 
 // Parses "8", "64K", "16M", "1G" (powers of 1024). ConfigError on anything else.

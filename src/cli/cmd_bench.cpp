@@ -30,7 +30,14 @@ int bench_collectives(const Args& args) {
   flags.add("-d", &dtype, "float, bfloat16, half, int64 or all (default float)");
   flags.add("-o", &redop, "reduction: sum, avg, max or all (default sum)");
   flags.add("--timeout", &o.timeout_s, "seconds before an op fails (default 120)");
+  int64_t validate = 0, blocking = 0;
+  flags.add("--validate", &validate, "1: time ops with the cross-rank check on, as training runs them (default 0)");
+  flags.add("--blocking", &blocking, "1: wait for each timed op before issuing the next (default 0)");
   auto positional = flags.parse(args);
+  CADRE_CONFIG_CHECK(validate == 0 || validate == 1, "--validate takes 0 or 1, got ", validate);
+  CADRE_CONFIG_CHECK(blocking == 0 || blocking == 1, "--blocking takes 0 or 1, got ", blocking);
+  o.validate = validate == 1;
+  o.blocking = blocking == 1;
   o.min_bytes = bench::parse_byte_size(min_bytes, "-b");
   o.max_bytes = bench::parse_byte_size(max_bytes, "-e");
   CADRE_CONFIG_CHECK(check == 0 || check == 1, "-c takes 0 or 1, got ", check);

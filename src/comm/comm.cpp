@@ -1,6 +1,7 @@
 // Communicator implementation: the job store (c10d_store.h) for rendezvous, a Gloo TCP context per
 // generation, a communication thread that runs ops in issue order, argument checks, the
-// cross-rank (op, dtype, numel) check, failure diagnosis from arrival marks, and rebuild.
+// cross-rank check of every op's header (inband.h: in the op's own first exchange), failure
+// diagnosis from the progress marks (progress.h), and rebuild.
 #include "comm/comm.h"
 
 #include <gloo/common/error.h>
@@ -11,8 +12,11 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <ATen/ATen.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -23,7 +27,9 @@
 #include <thread>
 
 #include "comm/c10d_store.h"
+#include "comm/inband.h"
 #include "comm/nccl_group.h"
+#include "comm/progress.h"
 #include "comm/ring.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -216,6 +222,58 @@ struct OpSignature {
 struct MismatchError : Error {
   using Error::Error;
 };
+// Ranks that disagree about which collective comes next (a rank skipped or added one): no
+// later op can pair up, so the communicator is poisoned until rebuild().
+struct OutOfStepError : Error {
+  using Error::Error;
+};
+
+// Every validated op sends its header on this one slot, whatever its sequence number, so a
+// rank that skipped an op meets the others' next header and the difference is reported at
+// once. Data phases use slots 4*seq+1 .. 4*seq+3 (seq >= 1), never this one.
+constexpr uint64_t kHeaderSlot = 1;
+
+// How often a rank's progress record reaches the store: often enough to be current when an
+// op times out, rare enough to cost nothing per op.
+std::chrono::milliseconds progress_interval(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+}
+
+// How an op moves its data. With validation on, an op whose data fits a header's payload
+// (`payload_for` set) sends it in the header exchange and finishes in `complete`; any other
+// op exchanges headers alone first and then runs `move`, as an op without validation does.
+struct OpPlan {
+  inband::PayloadFor payload_for;
+  std::function<void(const inband::Received&)> complete;
+  std::function<void(uint64_t slot, ring::Deadline)> move;
+};
+
+// Gloo's TCP pairs write with writev, which raises SIGPIPE when the peer has closed its end (a
+// rank that left, or one that rebuilt while the others still send): that signal's default
+// action kills the process silently, where the write's EPIPE would fail the op with an error
+// that names it. Gloo writes on its device thread and on the threads that post sends (our
+// communication thread); both block SIGPIPE (the device thread inherits the mask it is
+// created with), so the write returns EPIPE. The program's own threads are left as they are.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  }
+  ~SigpipeBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+std::shared_ptr<gloo::transport::Device> create_device(const gloo::transport::tcp::attr& attr) {
+  SigpipeBlocked blocked;  // for the device thread it starts
+  return gloo::transport::tcp::CreateDevice(attr);
+}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -250,6 +308,9 @@ struct Communicator::Impl {
   ring::Scratch scratch;
   std::unique_ptr<NcclGroup> nccl;  // CUDA tensors, when libtorch has NCCL (untested here); see nccl_group()
 
+  inband::Staging staging;
+  std::unique_ptr<ProgressPublisher> progress;  // only with more than one rank
+
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
 
@@ -270,11 +331,13 @@ struct Communicator::Impl {
 
   void start() {
     validate = options.validate;
+    if (size > 1) progress = std::make_unique<ProgressPublisher>(global_ranks[rank], progress_interval(options.timeout));
     connect();
     worker = std::thread([this] { loop(); });
   }
 
   void loop() {
+    SigpipeBlocked blocked;  // for this thread's whole life (see SigpipeBlocked)
     for (;;) {
       std::function<void()> task;
       {
@@ -345,6 +408,7 @@ struct Communicator::Impl {
     }
     context = std::move(ctx);
     seq = 0;
+    if (progress) progress->set_store(store);
     nccl.reset();  // a new generation's NCCL group, if any, is made on its first CUDA tensor
   }
 
@@ -359,16 +423,18 @@ struct Communicator::Impl {
     return *nccl;
   }
 
-  // Ranks of this group that have not reached op `seq` by `deadline`, from the arrival marks in
-  // the store. A peer error can come before the deadline (a rank that left closes its pairs),
-  // when live ranks may not have written their mark yet: keep looking until the deadline.
+  // Ranks of this group that have not reached op `seq` by `deadline`, from the progress marks
+  // in the store (progress.h; read only here, after a failure). A peer error can come before
+  // the deadline (a rank that left closes its pairs), when live ranks may not have published
+  // their mark yet: keep looking until the deadline.
   std::string missing_ranks(ring::Deadline deadline) {
-    if (!validate) return "ranks not tracked (validation off)";
+    if (!progress) return "every rank arrived";
+    if (std::string error = progress->publish_now(); !error.empty()) log::warn(error);
     for (;;) {
       std::string missing;
       for (int r = 0; r < size; ++r) {
         if (r == rank) continue;
-        std::string key = str("arrive/", r), last = "none";
+        std::string key = ProgressPublisher::key(global_ranks[r]), last = "none";
         try {
           if (store->check({key})) {
             auto v = store->get(key);
@@ -387,43 +453,74 @@ struct Communicator::Impl {
     }
   }
 
-  // Runs one op on the communication thread: arrival mark, cross-rank check, data movement.
-  void run(const OpSignature& sig, const std::function<void(uint64_t slot, ring::Deadline)>& move) {
+  // This rank's header for `sig` (payload size filled in per peer by the exchange).
+  inband::Header header_for(const OpSignature& sig) const {
+    inband::Header h;
+    h.seq = seq;
+    h.generation = generation;
+    h.kind = static_cast<int64_t>(sig.kind);
+    h.dtype = static_cast<int64_t>(sig.dtype);
+    h.numel = sig.numel;
+    h.detail = sig.detail;
+    return h;
+  }
+
+  static OpSignature signature_of(const inband::Header& h) {
+    return OpSignature{static_cast<OpKind>(h.kind), static_cast<at::ScalarType>(h.dtype), h.numel, h.detail};
+  }
+
+  // The verdict every rank reaches alike from the same headers: out of step (another sequence
+  // number or generation), different ops or sizes, or agreement.
+  void check_headers(const OpSignature& sig, const std::vector<inband::Header>& headers) const {
+    std::string out_of_step, disagree;
+    for (int r = 0; r < size; ++r) {
+      const inband::Header& h = headers[r];
+      if (r == rank) continue;
+      if (h.seq != seq || h.generation != generation)
+        out_of_step += str("; rank ", global_ranks[r], " is at collective #", h.seq, " (generation ", h.generation,
+                           ", ", signature_of(h).describe(), ")");
+      else if (!h.same_op(headers[rank]))
+        disagree += str("; rank ", global_ranks[r], " called ", signature_of(h).describe());
+    }
+    if (!out_of_step.empty())
+      throw OutOfStepError(str(sig.describe(), " on ", where(), ": ranks issued different numbers of collectives (this "
+                               "rank is at collective #", seq, " (generation ", generation, ")", out_of_step,
+                               "); nothing was sent; the communicator is unusable until every rank calls rebuild()"));
+    if (!disagree.empty())
+      throw MismatchError(str(sig.describe(), " on ", where(), ": ranks called different ops or sizes (this rank called ",
+                              sig.describe(), disagree, "); nothing was sent"));
+  }
+
+  // Runs one op on the communication thread: header exchange (with the data of a small op) and
+  // cross-rank check when validating, then data movement.
+  void run(const OpSignature& sig, const OpPlan& plan) {
     if (poisoned) obs::flight_recorder().finished(sig.record, false);
     CADRE_CHECK(!poisoned, sig.describe(), " on ", where(), ": communicator is unusable after an earlier failure (",
                 poison_reason, "); call rebuild() on every rank");
     ++seq;
     obs::flight_recorder().started(sig.record, seq, generation);
+    if (progress) progress->reached(seq, sig.describe());
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    // Each op owns four slots: the header exchange and up to three data phases.
-    const uint64_t header_slot = uint64_t(seq) * 4, data_slot = header_slot + 1;
+    const uint64_t data_slot = uint64_t(seq) * 4 + 1;  // up to three data phases
     try {
       if (validate && size > 1) {
-        store->set(str("arrive/", rank), [&] {
-          std::string v = str(seq, " ", sig.describe());
-          return std::vector<uint8_t>(v.begin(), v.end());
-        }());
-        std::vector<int64_t> headers(4 * size);
-        int64_t* mine = headers.data() + 4 * rank;
-        mine[0] = static_cast<int64_t>(sig.kind);
-        mine[1] = static_cast<int64_t>(sig.dtype);
-        mine[2] = sig.numel;
-        mine[3] = sig.detail;
-        ring::all_gather(*context, header_slot, mine, headers.data(), 4 * sizeof(int64_t), deadline);
-        std::string disagree;
-        for (int r = 0; r < size; ++r) {
-          const int64_t* h = headers.data() + 4 * r;
-          OpSignature theirs{static_cast<OpKind>(h[0]), static_cast<at::ScalarType>(h[1]), h[2], h[3]};
-          if (std::equal(h, h + 4, mine)) continue;
-          disagree += str("; rank ", global_ranks[r], " called ", theirs.describe());
-        }
-        if (!disagree.empty())
-          throw MismatchError(str(sig.describe(), " on ", where(), ": ranks called different ops or sizes (this rank called ",
-                                  sig.describe(), disagree, "); nothing was sent"));
+        const bool in_band = static_cast<bool>(plan.payload_for);
+        auto none = [](int) { return std::pair<const void*, size_t>(nullptr, 0); };
+        inband::Received got = inband::exchange(*context, kHeaderSlot, header_for(sig),
+                                                in_band ? plan.payload_for : inband::PayloadFor(none), staging, deadline);
+        check_headers(sig, got.headers);
+        if (in_band) plan.complete(got);
+        else plan.move(data_slot, deadline);
+      } else {
+        plan.move(data_slot, deadline);
       }
-      move(data_slot, deadline);
     } catch (const MismatchError&) {
       obs::flight_recorder().finished(sig.record, false);
+      throw;
+    } catch (const OutOfStepError& e) {
+      obs::flight_recorder().finished(sig.record, false);
+      poisoned = true;
+      poison_reason = e.what();
       throw;
     } catch (const std::exception& e) {
       obs::flight_recorder().finished(sig.record, false);
@@ -478,19 +575,20 @@ void divide_for_average(at::Tensor block, int size) { block.div_(size, "trunc");
 }  // namespace
 
 // Below this many gathered bytes an all_reduce is one all-gather plus a local reduction: one
-// exchange instead of two halves the message round trips that dominate small ops.
+// exchange instead of two halves the message round trips that dominate small ops. With
+// validation on the same ops carry their data in the header exchange (no extra message).
 constexpr int64_t kSmallAllReduceBytes = 256 << 10;
+static_assert(size_t(kSmallAllReduceBytes) / 2 <= inband::kMaxPayload, "a 2-rank small op fits one header's payload");
 
-// Every rank reduces the same gathered rows in rank order, so all get identical bits.
-static void small_all_reduce(Communicator::Impl& impl, uint64_t slot, const at::Tensor& tensor, ReduceOp op,
-                      ring::Deadline deadline) {
-  const int n = impl.size;
-  const int64_t numel = tensor.numel();
-  at::Tensor rows = at::empty({n, numel}, tensor.options());
-  ring::all_gather(*impl.context, slot, tensor.data_ptr(), rows.data_ptr(), numel * tensor.element_size(), deadline);
-  const at::ScalarType acc_dtype = tensor.scalar_type() == at::kLong ? at::kLong : at::kFloat;
+namespace {
+
+// out = reduction of the rows of `rows` (one per rank) in rank order, so every rank that
+// reduces the same rows gets identical bits. Floats accumulate in float32 and round once.
+void reduce_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op) {
+  const int64_t n = rows.size(0);
+  const at::ScalarType acc_dtype = rows.scalar_type() == at::kLong ? at::kLong : at::kFloat;
   at::Tensor acc = rows[0].to(acc_dtype);
-  for (int r = 1; r < n; ++r) {
+  for (int64_t r = 1; r < n; ++r) {
     at::Tensor row = rows[r].to(acc_dtype);
     if (op == ReduceOp::Max) acc = at::maximum(acc, row);
     else acc.add_(row);
@@ -499,7 +597,31 @@ static void small_all_reduce(Communicator::Impl& impl, uint64_t slot, const at::
     if (acc_dtype == at::kLong) divide_for_average(acc, n);
     else acc.div_(n);
   }
-  tensor.view(-1).copy_(acc);
+  out.view(-1).copy_(acc);
+}
+
+// Rows for reduce_rows: this rank's `own` block and each peer's payload from the exchange.
+at::Tensor rows_from(const inband::Received& got, int rank, const at::Tensor& own) {
+  const int n = static_cast<int>(got.headers.size());
+  const int64_t numel = own.numel();
+  at::Tensor rows = at::empty({n, numel}, own.options());
+  for (int r = 0; r < n; ++r) {
+    if (r == rank) rows[r].copy_(own.view(-1));
+    else if (numel) std::memcpy(rows[r].data_ptr(), got.payloads[r], numel * own.element_size());
+  }
+  return rows;
+}
+
+std::pair<const void*, size_t> bytes_of(const at::Tensor& t) { return {t.data_ptr(), t.numel() * t.element_size()}; }
+
+}  // namespace
+
+static void small_all_reduce(Communicator::Impl& impl, uint64_t slot, const at::Tensor& tensor, ReduceOp op,
+                             ring::Deadline deadline) {
+  const int64_t numel = tensor.numel();
+  at::Tensor rows = at::empty({impl.size, numel}, tensor.options());
+  ring::all_gather(*impl.context, slot, tensor.data_ptr(), rows.data_ptr(), numel * tensor.element_size(), deadline);
+  reduce_rows(rows, tensor, op);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -515,7 +637,7 @@ Communicator::Communicator(const JobEnv& env, CommOptions options) : impl_(std::
     impl_->root_store = c10::make_intrusive<JobStore>(env, /*host_server=*/env.rank == 0, options.timeout);
   gloo::transport::tcp::attr attr;
   attr.hostname = local_hostname_for(env.master_addr);
-  impl_->device = gloo::transport::tcp::CreateDevice(attr);
+  impl_->device = create_device(attr);
   impl_->tag = "world";
   for (int r = 0; r < env.world_size; ++r) impl_->global_ranks.push_back(r);
   impl_->rank = env.rank;
@@ -541,30 +663,36 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   OpSignature sig{OpKind::AllReduce, tensor.scalar_type(), tensor.numel(), static_cast<int64_t>(op)};
   Impl* impl = impl_.get();
   sig.record = impl->record_issue(sig);
-  return impl->submit([impl, tensor, op, sig] {
-    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().all_reduce(tensor, op));
-      const int n = impl->size, r = impl->rank;
-      const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
-      if (numel == 0) return;
-      const at::ScalarType dtype = tensor.scalar_type();
-      if (n > 1 && numel * tensor.element_size() * n <= kSmallAllReduceBytes)
-        return small_all_reduce(*impl, slot, tensor, op, deadline);
-      // Sizes not divisible by the world size go through a zero-padded copy.
-      const bool in_place = padded == numel;
-      at::Tensor work = tensor.view(-1);
-      if (!in_place) {
-        work = at::zeros({padded}, tensor.options());
-        work.narrow(0, 0, numel).copy_(tensor.view(-1));
-      }
-      at::Tensor mine = work.narrow(0, r * block, block);
-      ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(dtype),
-                           ring_combine(op), ring_divisor(op, dtype, n), deadline, impl->scratch);
-      if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(mine, n);
-      ring::all_gather(*impl->context, slot + 1, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
-      if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
-    });
-  });
+  OpPlan plan;
+  const bool small = tensor.numel() * tensor.element_size() * impl->size <= kSmallAllReduceBytes;
+  if (small && !tensor.is_cuda()) {
+    plan.payload_for = [tensor](int) { return bytes_of(tensor); };
+    plan.complete = [impl, tensor, op](const inband::Received& got) {
+      if (tensor.numel()) reduce_rows(rows_from(got, impl->rank, tensor), tensor, op);
+    };
+  }
+  plan.move = [impl, tensor, op, small](uint64_t slot, ring::Deadline deadline) {
+    if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().all_reduce(tensor, op));
+    const int n = impl->size, r = impl->rank;
+    const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
+    if (numel == 0) return;
+    const at::ScalarType dtype = tensor.scalar_type();
+    if (n > 1 && small) return small_all_reduce(*impl, slot, tensor, op, deadline);
+    // Sizes not divisible by the world size go through a zero-padded copy.
+    const bool in_place = padded == numel;
+    at::Tensor work = tensor.view(-1);
+    if (!in_place) {
+      work = at::zeros({padded}, tensor.options());
+      work.narrow(0, 0, numel).copy_(tensor.view(-1));
+    }
+    at::Tensor mine = work.narrow(0, r * block, block);
+    ring::reduce_scatter(*impl->context, slot, work.data_ptr(), mine.data_ptr(), block, ring_elem(dtype),
+                         ring_combine(op), ring_divisor(op, dtype, n), deadline, impl->scratch);
+    if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(mine, n);
+    ring::all_gather(*impl->context, slot + 1, mine.data_ptr(), work.data_ptr(), block * work.element_size(), deadline);
+    if (!in_place) tensor.view(-1).copy_(work.narrow(0, 0, numel));
+  };
+  return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });
 }
 
 Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
@@ -577,14 +705,24 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
   OpSignature sig{OpKind::AllGather, input.scalar_type(), input.numel(), 0};
   Impl* impl = impl_.get();
   sig.record = impl->record_issue(sig);
-  return impl->submit([impl, output, input, sig] {
-    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (input.is_cuda()) return set_stream_wait(impl->nccl_group().all_gather(output, input));
-      const size_t block_bytes = input.numel() * input.element_size();
-      if (block_bytes == 0) return;
-      ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
-    });
-  });
+  OpPlan plan;
+  const size_t block_bytes = input.numel() * input.element_size();
+  if (!input.is_cuda() && int64_t(block_bytes) * impl->size <= kSmallAllReduceBytes) {
+    plan.payload_for = [input](int) { return bytes_of(input); };
+    plan.complete = [impl, output, input, block_bytes](const inband::Received& got) {
+      char* out = static_cast<char*>(output.data_ptr());
+      for (int r = 0; r < impl->size; ++r) {
+        const void* from = r == impl->rank ? input.data_ptr() : got.payloads[r];
+        if (block_bytes && from != out + r * block_bytes) std::memcpy(out + r * block_bytes, from, block_bytes);
+      }
+    };
+  }
+  plan.move = [impl, output, input, block_bytes](uint64_t slot, ring::Deadline deadline) {
+    if (input.is_cuda()) return set_stream_wait(impl->nccl_group().all_gather(output, input));
+    if (block_bytes == 0) return;
+    ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
+  };
+  return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });
 }
 
 Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op) {
@@ -597,17 +735,25 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
   OpSignature sig{OpKind::ReduceScatter, input.scalar_type(), input.numel(), static_cast<int64_t>(op)};
   Impl* impl = impl_.get();
   sig.record = impl->record_issue(sig);
-  return impl->submit([impl, output, input, op, sig] {
-    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (input.is_cuda()) return set_stream_wait(impl->nccl_group().reduce_scatter(output, input, op));
-      const int64_t block = output.numel();
-      if (block == 0) return;
-      const at::ScalarType dtype = input.scalar_type();
-      ring::reduce_scatter(*impl->context, slot, input.data_ptr(), output.data_ptr(), block, ring_elem(dtype),
-                           ring_combine(op), ring_divisor(op, dtype, impl->size), deadline, impl->scratch);
-      if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(output, impl->size);
-    });
-  });
+  OpPlan plan;
+  const int64_t block = output.numel();
+  if (!input.is_cuda() && input.numel() * input.element_size() <= kSmallAllReduceBytes) {
+    // Each peer gets only its own block of this rank's input.
+    plan.payload_for = [input, block](int peer) { return bytes_of(input.view(-1).narrow(0, peer * block, block)); };
+    plan.complete = [impl, output, input, block, op](const inband::Received& got) {
+      // Read this rank's block before writing output (they may alias).
+      if (block) reduce_rows(rows_from(got, impl->rank, input.view(-1).narrow(0, impl->rank * block, block)), output, op);
+    };
+  }
+  plan.move = [impl, output, input, op, block](uint64_t slot, ring::Deadline deadline) {
+    if (input.is_cuda()) return set_stream_wait(impl->nccl_group().reduce_scatter(output, input, op));
+    if (block == 0) return;
+    const at::ScalarType dtype = input.scalar_type();
+    ring::reduce_scatter(*impl->context, slot, input.data_ptr(), output.data_ptr(), block, ring_elem(dtype),
+                         ring_combine(op), ring_divisor(op, dtype, impl->size), deadline, impl->scratch);
+    if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(output, impl->size);
+  };
+  return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });
 }
 
 Work Communicator::broadcast_async(at::Tensor tensor, int root) {
@@ -616,24 +762,36 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   OpSignature sig{OpKind::Broadcast, tensor.scalar_type(), tensor.numel(), root};
   Impl* impl = impl_.get();
   sig.record = impl->record_issue(sig);
-  return impl->submit([impl, tensor, root, sig] {
-    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().broadcast(tensor, root));
-      ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
-    });
-  });
+  OpPlan plan;
+  if (!tensor.is_cuda() && size_t(tensor.numel() * tensor.element_size()) <= inband::kMaxPayload) {
+    plan.payload_for = [impl, tensor, root](int) {
+      return impl->rank == root ? bytes_of(tensor) : std::pair<const void*, size_t>(nullptr, 0);
+    };
+    plan.complete = [impl, tensor, root](const inband::Received& got) {
+      if (impl->rank != root && tensor.numel())
+        std::memcpy(tensor.data_ptr(), got.payloads[root], tensor.numel() * tensor.element_size());
+    };
+  }
+  plan.move = [impl, tensor, root](uint64_t slot, ring::Deadline deadline) {
+    if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().broadcast(tensor, root));
+    ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
+  };
+  return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });
 }
 
 Work Communicator::barrier_async() {
   Impl* impl = impl_.get();
   OpSignature sig;
   sig.record = impl->record_issue(sig);
-  return impl->submit([impl, sig] {
-    impl->run(sig, [&](uint64_t slot, ring::Deadline deadline) {
-      std::vector<int64_t> marks(impl->size, 1);
-      ring::all_gather(*impl->context, slot, marks.data() + impl->rank, marks.data(), sizeof(int64_t), deadline);
-    });
-  });
+  OpPlan plan;
+  // Validated, the header exchange is the barrier.
+  plan.payload_for = [](int) { return std::pair<const void*, size_t>(nullptr, 0); };
+  plan.complete = [](const inband::Received&) {};
+  plan.move = [impl](uint64_t slot, ring::Deadline deadline) {
+    std::vector<int64_t> marks(impl->size, 1);
+    ring::all_gather(*impl->context, slot, marks.data() + impl->rank, marks.data(), sizeof(int64_t), deadline);
+  };
+  return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });
 }
 
 void Communicator::rebuild() {

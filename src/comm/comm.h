@@ -21,8 +21,11 @@ ReduceOp parse_reduce_op(const std::string& name);  // "sum" | "avg" | "max"; Co
 struct CommOptions {
   // Deadline for each op (and for connecting). A rank missing for longer fails the op.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-  // Exchange (op, dtype, numel) with every peer before moving data, so mismatched calls are
-  // reported instead of corrupting or hanging. Costs one small round trip per op.
+  // Check (sequence number, generation, op, dtype, numel, reduction/root) across ranks before
+  // any data is folded into outputs, so mismatched calls are reported instead of corrupting or
+  // hanging. The check rides in the op's own first exchange (comm/inband.h): a small op (up to
+  // 256 KiB across the ranks, 128 KiB broadcast) sends its data with it, a larger one sends a
+  // 64-byte header to each peer before its ring.
   bool validate = true;
 };
 

@@ -1,5 +1,5 @@
 // `cadre bench collectives` with 2 ranks: a table for every collective, dtype and reduction,
-// no wrong elements, the nccl-tests columns and footer.
+// no wrong elements, the nccl-tests columns and footer; timed with the cross-rank check on.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -48,10 +48,28 @@ TEST(BenchCollectives, PrintsEveryOpAndDtypeWithNoWrongResults) {
   EXPECT_NE(out.find("# Avg bus bandwidth"), std::string::npos);
 }
 
+// What training pays: ops timed with the cross-rank check on, one at a time; the header says so
+// and every result is right.
+TEST(BenchCollectives, ValidatedBlockingRunSaysWhatItTimed) {
+  auto results = run_ranks(2, {CADRE_BIN, "bench", "collectives", "all_reduce", "all_gather", "reduce_scatter",
+                               "broadcast", "-b", "8", "-e", "64K", "-f", "8192", "-n", "3", "-w", "1", "--validate",
+                               "1", "--blocking", "1"});
+  ASSERT_EQ(results[0].exit_code, 0) << describe(results);
+  ASSERT_EQ(results[1].exit_code, 0) << describe(results);
+  const std::string& out = results[0].output;
+  EXPECT_NE(out.find("# timed ops: cross-rank check on (--validate 1); each waited before the next is issued, time = median"),
+            std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
+}
+
 TEST(BenchCollectives, BadFlagIsAConfigError) {
   auto results = run_ranks(1, {CADRE_BIN, "bench", "collectives", "-b", "12Q"});
   EXPECT_EQ(results[0].exit_code, 2) << describe(results);
   EXPECT_NE(results[0].output.find("-b"), std::string::npos) << describe(results);
+  results = run_ranks(1, {CADRE_BIN, "bench", "collectives", "--validate", "2"});
+  EXPECT_EQ(results[0].exit_code, 2) << describe(results);
+  EXPECT_NE(results[0].output.find("--validate takes 0 or 1"), std::string::npos) << describe(results);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Communicator behaviour with 2, 3 and 4 real processes on loopback: every op and dtype on odd
-// and zero sizes, sub-groups, sizes that differ across ranks, and a rank that never arrives.
+// and zero sizes, sub-groups, sizes and ops that differ across ranks, ranks out of step, and a
+// rank that never arrives.
 #include <gtest/gtest.h>
 
 #include "support/rank_processes.h"
@@ -23,6 +24,8 @@ TEST(Communicator, EveryOpAndDtypeWith4Ranks) { expect_all_pass(4, "ops"); }
 
 TEST(Communicator, SizesDifferingAcrossRanksFailClearlyWith2Ranks) { expect_all_pass(2, "mismatch"); }
 TEST(Communicator, SizesDifferingAcrossRanksFailClearlyWith3Ranks) { expect_all_pass(3, "mismatch"); }
+
+TEST(Communicator, RanksOutOfStepFailAtOnceAndRebuildRecovers) { expect_all_pass(2, "out_of_step"); }
 
 TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith2Ranks) { expect_all_pass(2, "missing"); }
 TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith3Ranks) { expect_all_pass(3, "missing"); }

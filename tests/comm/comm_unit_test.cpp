@@ -1,9 +1,14 @@
-// In-process checks of the communicator's argument handling and names (one rank, no network).
+// In-process checks of the communicator's argument handling and names (one rank, no network),
+// and of the progress record the timeout diagnosis reads.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <thread>
 
 #include "comm/comm.h"
+#include "comm/progress.h"
 #include "core/error.h"
 
 namespace {
@@ -50,6 +55,39 @@ TEST(CommNames, ParseDtypesAndReductions) {
   EXPECT_THROW(cadre::comm::parse_dtype("int8"), cadre::ConfigError);
   EXPECT_EQ(cadre::comm::parse_reduce_op("avg"), cadre::comm::ReduceOp::Avg);
   EXPECT_THROW(cadre::comm::parse_reduce_op("prod"), cadre::ConfigError);
+}
+
+std::string stored(c10d::Store& store, const std::string& key) {
+  auto v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+
+// Ops only update memory: nothing reaches the store until the interval passes or a failing op
+// asks for it, and then only the latest op.
+TEST(ProgressPublisher, WritesTheLatestOpOnlyWhenAskedOrAtItsInterval) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  {
+    cadre::comm::ProgressPublisher publisher(3, std::chrono::hours(1));
+    publisher.set_store(store);
+    for (int seq = 1; seq <= 100; ++seq) publisher.reached(seq, cadre::str("all_reduce #", seq));
+    EXPECT_FALSE(store->check({"arrive/3"}));
+    EXPECT_EQ(publisher.publish_now(), "");
+    EXPECT_EQ(stored(*store, "arrive/3"), "100 all_reduce #100");
+    // A new generation starts from nothing: no mark until its first op.
+    auto next = c10::make_intrusive<c10d::HashStore>();
+    publisher.set_store(next);
+    EXPECT_EQ(publisher.publish_now(), "");
+    EXPECT_FALSE(next->check({"arrive/3"}));
+  }
+  cadre::comm::ProgressPublisher publisher(4, std::chrono::milliseconds(10));
+  publisher.set_store(store);
+  publisher.reached(7, "barrier");
+  // The background thread writes it within its interval; wait for that (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!store->check({"arrive/4"}) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(store->check({"arrive/4"}));
+  EXPECT_EQ(stored(*store, "arrive/4"), "7 barrier");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "comm/comm.h"
@@ -111,29 +112,88 @@ void scenario_ops(Communicator& comm) {
   comm.barrier();
 }
 
-// Ranks pass different sizes: every rank gets an error naming both calls, nothing hangs, and
-// the communicator stays usable (no data was sent).
-void scenario_mismatch(Communicator& comm) {
-  at::Tensor t = at::ones({10 + comm.rank()});
-  std::string error;
+std::string error_of(const std::function<void()>& op) {
   try {
-    comm.all_reduce(t);
+    op();
   } catch (const cadre::Error& e) {
-    error = e.what();
+    std::printf("error: %s\n", e.what());
+    return e.what();
   }
-  std::printf("error: %s\n", error.c_str());
+  return "no error";
+}
+
+// Ranks pass different sizes, different ops, or ops of which one carries its data with the
+// header and the other does not: every rank gets an error naming both calls, nothing hangs,
+// nothing is written to the outputs, and the communicator stays usable (the connections stay
+// in step: a large all_reduce afterwards moves the right data).
+void scenario_mismatch(Communicator& comm) {
+  const int r = comm.rank();
+  at::Tensor t = at::ones({10 + r});
+  std::string error = error_of([&] { comm.all_reduce(t); });
   EXPECT(error.find("ranks called different ops or sizes") != std::string::npos, "no mismatch error: '", error, "'");
   EXPECT(error.find("all_reduce(sum) of 11 x float") != std::string::npos, "error does not name rank 1's call: ", error);
+  EXPECT(error.find("rank 1 called") != std::string::npos || r == 1, "error does not name rank 1: ", error);
+  EXPECT(at::equal(t, at::ones({10 + r})), "a mismatched all_reduce wrote its output");
   EXPECT(!comm.poisoned(), "a mismatch caught before sending must not poison the communicator");
+
+  // Rank 0 moves 4 MiB (header alone first), the others a 3-element all_gather (data with the header).
+  at::Tensor big = at::full({1 << 20}, 2.0f);
+  at::Tensor gathered = at::full({3 * comm.size()}, -1.0f);
+  error = error_of([&] { r == 0 ? comm.all_reduce(big) : comm.all_gather(gathered, at::ones({3})); });
+  EXPECT(error.find("all_reduce(sum) of 1048576 x float (4194304 bytes)") != std::string::npos &&
+             error.find("all_gather of 3 x float") != std::string::npos,
+         "error does not name both calls: ", error);
+  EXPECT(at::equal(big, at::full({1 << 20}, 2.0f)) && at::equal(gathered, at::full({3 * comm.size()}, -1.0f)),
+         "a mismatched op wrote its output");
+
+  error = error_of([&] { r == 0 ? comm.barrier() : comm.broadcast(t, 0); });
+  EXPECT(error.find("barrier") != std::string::npos && error.find("broadcast(root 0)") != std::string::npos,
+         "error does not name barrier and broadcast: ", error);
+  EXPECT(!comm.poisoned(), "mismatches must not poison the communicator");
+
   at::Tensor ok = at::ones({4});
   comm.all_reduce(ok);
   EXPECT(at::equal(ok, at::full({4}, float(comm.size()))), "all_reduce after a mismatch");
+  big.fill_(float(r));
+  comm.all_reduce(big);
+  EXPECT(at::equal(big, at::full({1 << 20}, float(comm.size() * (comm.size() - 1) / 2))), "large all_reduce after mismatches");
+}
+
+// Rank 1 runs an op that moves nothing with the check off (no header sent, yet it counts), so
+// its next op's header carries the next sequence number: both ranks see that they are out of
+// step at once (the error is not the timeout's), the error names both collectives and asks for rebuild(), the
+// communicator refuses ops until then, and works after it.
+void scenario_out_of_step(Communicator& comm) {
+  const int r = comm.rank();
+  at::Tensor empty = at::ones({0});
+  std::string error;
+  if (r == 1) {
+    comm.set_validate(false);
+    comm.all_reduce(empty);
+    comm.set_validate(true);
+    error = error_of([&] { comm.barrier(); });
+  } else {
+    error = error_of([&] { comm.all_reduce(empty); });
+  }
+  EXPECT(error.find("ranks issued different numbers of collectives") != std::string::npos, "no out-of-step error: ", error);
+  EXPECT(error.find(r == 1 ? "rank 0 is at collective #1 (generation 0, all_reduce(sum) of 0 x float"
+                           : "rank 1 is at collective #2 (generation 0, barrier)") != std::string::npos,
+         "error does not name the other rank's collective: ", error);
+  EXPECT(error.find("until every rank calls rebuild()") != std::string::npos, "error does not ask for rebuild(): ", error);
+  EXPECT(comm.poisoned(), "an out-of-step communicator must refuse further ops");
+  comm.rebuild();
+  at::Tensor t = at::ones({5});
+  comm.all_reduce(t);
+  EXPECT(at::equal(t, at::full({5}, 2.0f)), "all_reduce after rebuild");
 }
 
 // The last rank skips an op: the others fail after their timeout naming it, the communicator
 // refuses further ops until every rank rebuilds it, then it works again.
 void scenario_missing(Communicator& comm) {
   const int last = comm.size() - 1;
+  // Every rank has connected before the last one rebuilds (which closes its connections: a
+  // rank still connecting would see them reset and fail to start).
+  comm.barrier();
   if (comm.rank() != last) {
     at::Tensor t = at::ones({1000}, at::kBFloat16);
     std::string error;
@@ -145,6 +205,10 @@ void scenario_missing(Communicator& comm) {
     std::printf("error: %s\n", error.c_str());
     EXPECT(error.find("all_reduce(sum) of 1000 x bfloat16 (2000 bytes)") != std::string::npos, "error lacks op/size/dtype: ", error);
     EXPECT(error.find(cadre::str("did not arrive: rank ", last)) != std::string::npos, "error does not name rank ", last, ": ", error);
+    // Its progress mark, published in the background (every 2 s with this 8 s timeout), names
+    // the op it reached last.
+    EXPECT(error.find(cadre::str("rank ", last, " (last op reached: 1 barrier)")) != std::string::npos,
+           "error does not name rank ", last, "'s last op: ", error);
     EXPECT(comm.poisoned(), "communicator not marked failed");
     std::string refused;
     try {
@@ -164,7 +228,7 @@ void scenario_missing(Communicator& comm) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing\n");
+    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing|out_of_step\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -178,6 +242,7 @@ int main(int argc, char** argv) {
     if (scenario == "ops") scenario_ops(comm);
     else if (scenario == "mismatch") scenario_mismatch(comm);
     else if (scenario == "missing") scenario_missing(comm);
+    else if (scenario == "out_of_step") scenario_out_of_step(comm);
     else throw std::runtime_error("unknown scenario " + scenario);
     std::printf("PASS %s rank %d\n", scenario.c_str(), rank);
     return 0;
