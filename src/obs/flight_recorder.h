@@ -69,8 +69,8 @@ class FlightRecorder {
 
   // On issue (any thread): returns the record's id for the updates below; 0 when disabled.
   uint64_t issued(const CollectiveInfo& info);
-  // On the communication thread, when the op starts (its arrival mark and header exchange,
-  // then the data), with its sequence number and the communicator's generation.
+  // On the communication thread, when the op starts (its first exchange carries the in-band
+  // header check, then the data), with its sequence number and the communicator's generation.
   void started(uint64_t id, int64_t seq, int generation = 0);
   void finished(uint64_t id, bool ok);
   // Progress outside collectives (an evaluation batch): activity for the agent's stall detection
