@@ -13,8 +13,13 @@ venv's PyTorch 2.x (SDPA attention, what a PyTorch user writes):
   peak RSS per rank (rank 0), activation         FULL_SHARD     vs FSDP2, both checkpointing every block
   checkpointing on both sides, 2 ranks
 
-Usage: bench/vs_pytorch2.py [--build build-torch2] [--python VENV/bin/python] [--steps 10] [--compile]
-Writes bench/results/vs_pytorch2.{json,md}. ~15 minutes on 2 cores; quiet machine only.
+Throughput rows run each side --repeats times, alternating (Cadre, peer, Cadre, peer, ...), so
+a busy spell on the machine hits both; a row gives each side's median and the median of the
+per-repeat ratios.
+
+Usage: bench/vs_pytorch2.py [--build build-torch2] [--python VENV/bin/python] [--steps 10] [--repeats 3]
+                            [--compile] [--only single|ranks|memory|checkpoint ...]
+Writes bench/results/vs_pytorch2.{json,md}. ~25 minutes on 2 cores; a quiet machine for figures.
 """
 import argparse
 import json
@@ -61,36 +66,48 @@ def peer_job(args, data, mode, threads, precision, extra=()):
     return json.loads(run(cmd).strip().splitlines()[-1])
 
 
+def paired_row(case, peer_name, cadre_runs, peer_runs, goal):
+    """Each side's median tokens/s and the median of the per-repeat ratios (runs in time order)."""
+    ratios = [c / p for c, p in zip(cadre_runs, peer_runs)]
+    return dict(case=case, peer_name=peer_name, cadre=statistics.median(cadre_runs),
+                peer=statistics.median(peer_runs), ratio=statistics.median(ratios), ratios=ratios,
+                cadre_runs=cadre_runs, peer_runs=peer_runs, goal=goal)
+
+
 def single_process_rows(args, data, work):
     rows = []
     for dtype, precision in [("float32", "fp32"), ("bfloat16", "bf16")]:
-        cadre = cadre_job(args, data, work, f"single-{dtype}", 1, 2, [f"parallel.mixed_precision.param_dtype={dtype}"])
-        peer = peer_job(args, data, "single", 2, precision)
-        rows.append(dict(case=f"1 process x 2 threads, {dtype}", cadre=cadre["tokens_per_s"],
-                         peer_name="PyTorch eager", peer=peer["tokens_per_s"], goal=1.2))
+        cadre, peer, comp = [], [], []
+        for rep in range(args.repeats):
+            cadre.append(cadre_job(args, data, work, f"single-{dtype}-{rep}", 1, 2,
+                                   [f"parallel.mixed_precision.param_dtype={dtype}"])["tokens_per_s"])
+            peer.append(peer_job(args, data, "single", 2, precision)["tokens_per_s"])
+            if args.compile:
+                comp.append(peer_job(args, data, "single", 2, precision, ["--compile"])["tokens_per_s"])
+        rows.append(paired_row(f"1 process x 2 threads, {dtype}", "PyTorch eager", cadre, peer, 1.2))
         if args.compile:
-            comp = peer_job(args, data, "single", 2, precision, ["--compile"])
-            rows.append(dict(case=f"1 process x 2 threads, {dtype} (reference)", cadre=cadre["tokens_per_s"],
-                             peer_name="torch.compile", peer=comp["tokens_per_s"], goal=None))
+            rows.append(paired_row(f"1 process x 2 threads, {dtype} (reference)", "torch.compile", cadre, comp, None))
     return rows
 
 
 def two_rank_rows(args, data, work):
     bf16 = ["parallel.mixed_precision.param_dtype=bfloat16", "parallel.mixed_precision.reduce_dtype=float32"]
-    full = cadre_job(args, data, work, "full", 2, 1, bf16 + ["parallel.strategy=FULL_SHARD"])
-    none = cadre_job(args, data, work, "noshard", 2, 1, bf16 + ["parallel.strategy=NO_SHARD"])
-    fsdp2 = peer_job(args, data, "fsdp2", 1, "bf16")
-    ddp = peer_job(args, data, "ddp", 1, "bf16")
+    runs = {"full": [], "none": [], "fsdp2": [], "ddp": []}
+    exposed = []
+    for rep in range(args.repeats):
+        full = cadre_job(args, data, work, f"full-{rep}", 2, 1, bf16 + ["parallel.strategy=FULL_SHARD"])
+        runs["full"].append(full["tokens_per_s"])
+        exposed.append(full["exposed_comm"])
+        runs["fsdp2"].append(peer_job(args, data, "fsdp2", 1, "bf16")["tokens_per_s"])
+        runs["none"].append(cadre_job(args, data, work, f"noshard-{rep}", 2, 1,
+                                      bf16 + ["parallel.strategy=NO_SHARD"])["tokens_per_s"])
+        runs["ddp"].append(peer_job(args, data, "ddp", 1, "bf16")["tokens_per_s"])
     case = "2 ranks x 1 thread, bf16"
-    rows = [dict(case=f"{case}, FULL_SHARD", cadre=full["tokens_per_s"], peer_name="FSDP2 (Gloo)",
-                 peer=fsdp2["tokens_per_s"], goal=1.5),
-            dict(case=f"{case}, FULL_SHARD", cadre=full["tokens_per_s"], peer_name="DDP (Gloo)",
-                 peer=ddp["tokens_per_s"], goal=1.2),
-            dict(case=f"{case}, NO_SHARD", cadre=none["tokens_per_s"], peer_name="DDP (Gloo)",
-                 peer=ddp["tokens_per_s"], goal=1.1),
-            dict(case=f"{case}, FULL_SHARD", cadre=full["tokens_per_s"], peer_name="Cadre NO_SHARD",
-                 peer=none["tokens_per_s"], goal=0.97)]
-    return rows, full["exposed_comm"]
+    rows = [paired_row(f"{case}, FULL_SHARD", "FSDP2 (Gloo)", runs["full"], runs["fsdp2"], 1.5),
+            paired_row(f"{case}, FULL_SHARD", "DDP (Gloo)", runs["full"], runs["ddp"], 1.2),
+            paired_row(f"{case}, NO_SHARD", "DDP (Gloo)", runs["none"], runs["ddp"], 1.1),
+            paired_row(f"{case}, FULL_SHARD", "Cadre NO_SHARD", runs["full"], runs["none"], 0.97)]
+    return rows, statistics.median(exposed)
 
 
 def memory_rows(args, data, work):
@@ -125,21 +142,29 @@ def checkpoint_rows(args, data, work, interval=4, saves=3):
                  peer_name="-", peer=float("nan"), goal=None)]
 
 
+def ratio_of(row):
+    return row.get("ratio", row["cadre"] / row["peer"])
+
+
 def goal_text(row):
     if row["goal"] is None:
         return "-"
-    ratio = row["cadre"] / row["peer"]
+    ratio = ratio_of(row)
     met = ratio <= row["goal"] if row.get("lower_is_better") else ratio >= row["goal"]
     return f"{'<=' if row.get('lower_is_better') else '>='} {row['goal']}x: {'met' if met else 'not met'}"
 
 
 def table(rows, exposed, args):
-    lines = [f"Llama 35.7M, batch 8 x 256 per rank, {args.steps} steps (median after {WARMUP}); "
-             f"Cadre {args.cadre}; peer {args.python} (torch {args.torch})", "",
+    lines = [f"Llama 35.7M, batch 8 x 256 per rank, {args.steps} steps (median after {WARMUP}), "
+             f"{args.repeats} alternating repeats per throughput row (Cadre/peer: median of the per-repeat "
+             f"ratios, each repeat's in brackets); Cadre {args.cadre}; peer {args.python} (torch {args.torch}); "
+             f"load average {min(args.loads):.1f}-{max(args.loads):.1f}", "",
              "| case | Cadre | peer | peer figure | Cadre/peer | goal |", "|---|---:|---|---:|---:|---|"]
     for r in rows:
         d = r.get("digits", 0)
-        ratio = "-" if r["peer"] != r["peer"] else f"{r['cadre'] / r['peer']:.2f}x"
+        ratio = "-" if r["peer"] != r["peer"] else f"{ratio_of(r):.2f}x"
+        if "ratios" in r:
+            ratio += " (" + ", ".join(f"{x:.2f}" for x in r["ratios"]) + ")"
         lines.append(f"| {r['case']} | {r['cadre']:.{d}f} | {r['peer_name']} | {r['peer']:.{d}f} | "
                      f"{ratio} | {goal_text(r)} |")
     lines += ["", f"Exposed communication, FULL_SHARD 2 ranks (median comm wait / step time): "
@@ -152,6 +177,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--python", default=peer_python())
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each side per throughput row")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile on one process")
     ap.add_argument("--only", choices=["single", "ranks", "memory", "checkpoint"], action="append",
                     help="run only these cases (repeatable)")
@@ -162,22 +188,26 @@ def main():
     args.torch = run([args.python, "-c", "import torch; print(torch.__version__)"]).strip()
     only = set(args.only or ["single", "ranks", "memory", "checkpoint"])
     data = ensure_dataset(args.cadre)
+    args.loads = [os.getloadavg()[0]]
     rows, exposed = [], float("nan")
     with tempfile.TemporaryDirectory() as work:
         if "single" in only:
             rows += single_process_rows(args, data, work)
+            args.loads.append(os.getloadavg()[0])
         if "ranks" in only:
             ranks, exposed = two_rank_rows(args, data, work)
             rows += ranks
+            args.loads.append(os.getloadavg()[0])
         if "memory" in only:
             rows += memory_rows(args, data, work)
         if "checkpoint" in only:
             rows += checkpoint_rows(args, data, work)
+        args.loads.append(os.getloadavg()[0])
     text = table(rows, exposed, args)
     print(text)
     out_dir = os.path.join(ROOT, "bench", "results")
     os.makedirs(out_dir, exist_ok=True)
-    json.dump(dict(rows=rows, exposed_comm=exposed, cadre=args.cadre, torch=args.torch),
+    json.dump(dict(rows=rows, exposed_comm=exposed, cadre=args.cadre, torch=args.torch, load_averages=args.loads),
               open(os.path.join(out_dir, "vs_pytorch2.json"), "w"), indent=2)
     open(os.path.join(out_dir, "vs_pytorch2.md"), "w").write(text + "\n")
 
