@@ -19,6 +19,7 @@ struct CollectivesBenchOptions {
   std::vector<std::string> redops{"sum"};        // -o (or "all")
   std::vector<std::string> collectives{"all"};   // positional
   int64_t timeout_s = 120;
+  std::string device = "cpu";  // --device: where the buffers live (cpu | cuda | auto); cuda goes through NCCL
 };
 
 // Parses "8", "64K", "16M", "1G" (powers of 1024). ConfigError on anything else.

@@ -30,6 +30,7 @@ int bench_collectives(const Args& args) {
   flags.add("-d", &dtype, "float, bfloat16, half, int64 or all (default float)");
   flags.add("-o", &redop, "reduction: sum, avg, max or all (default sum)");
   flags.add("--timeout", &o.timeout_s, "seconds before an op fails (default 120)");
+  flags.add("--device", &o.device, "where the buffers live: cpu (default), cuda (NCCL; the GPU LOCAL_RANK picks) or auto");
   auto positional = flags.parse(args);
   o.min_bytes = bench::parse_byte_size(min_bytes, "-b");
   o.max_bytes = bench::parse_byte_size(max_bytes, "-e");
