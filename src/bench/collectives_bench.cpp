@@ -94,7 +94,9 @@ struct Case {
   void init() {
     const int64_t per = count / n;
     const auto zeros_here = at::TensorOptions(dtype).device(device);
-    auto pattern_here = [&](int64_t numel, int64_t first_index, int r) { return pattern(numel, first_index, r, dtype).to(device); };
+    auto pattern_here = [&](int64_t numel, int64_t first_index, int r) {
+      return pattern(numel, first_index, r, dtype).to(device);
+    };
     switch (kind) {
       case Collective::AllReduce:
       case Collective::C10dAllReduce:

@@ -113,7 +113,8 @@ int cmd_generate(const Args& args) {
                  "(%s weights on %s, %s kernels, %lld threads, seed %llu)\n",
                  m.source.c_str(), static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
                  static_cast<long long>(stats.generated_tokens), finish_reason(finish), rate, dtype.c_str(),
-                 device_describe(device).c_str(), device.is_cpu() ? batch_invariant_linear_isa() : "device", static_cast<long long>(threads),
+                 device_describe(device).c_str(), device.is_cpu() ? batch_invariant_linear_isa() : "tensor-op",
+                 static_cast<long long>(threads),
                  static_cast<unsigned long long>(params.sampling.seed));
   return 0;
 }

@@ -89,7 +89,8 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(context >= 0 && context <= m.lm().max_seq_len(), "--context must be in 1..", m.lm().max_seq_len(),
                      " (the model's max_seq_len)");
   ChatTemplate chat = ChatTemplate::load(chat_template);
-  std::unique_ptr<Decoder> decoder = m.lm().decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
+  std::unique_ptr<Decoder> decoder =
+      m.lm().decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   m.model.reset();  // the decoder holds its own (packed) copy of the weights
   ServeMetrics metrics;
   Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);

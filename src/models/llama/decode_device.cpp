@@ -15,7 +15,6 @@
 namespace cadre {
 namespace {
 
-using at::indexing::None;
 using at::indexing::Slice;
 
 at::Tensor packed_on(const std::vector<at::Tensor>& parts, at::ScalarType dtype, const c10::Device& device) {
