@@ -15,6 +15,7 @@
 
 #include "comm/c10d_baseline.h"
 #include "comm/comm.h"
+#include "core/device.h"
 #include "core/error.h"
 
 namespace cadre::bench {
@@ -72,7 +73,7 @@ at::Tensor reduced_pattern(int64_t numel, int64_t first_index, int n, ReduceOp o
 }
 
 int64_t count_wrong(const at::Tensor& got, const at::Tensor& expected) {
-  return got.reshape(-1).ne(expected.reshape(-1)).sum().item<int64_t>();
+  return got.reshape(-1).to(at::kCPU).ne(expected.reshape(-1)).sum().item<int64_t>();
 }
 
 struct Result {
@@ -89,31 +90,36 @@ struct Case {
   bool in_place;
   int rank, n;
   at::Tensor input, output;
+  c10::Device device = c10::Device(c10::kCPU);  // where input and output are allocated
 
   void init() {
     const int64_t per = count / n;
+    const auto zeros_here = at::TensorOptions(dtype).device(device);
+    auto pattern_here = [&](int64_t numel, int64_t first_index, int r) {
+      return pattern(numel, first_index, r, dtype).to(device);
+    };
     switch (kind) {
       case Collective::AllReduce:
       case Collective::C10dAllReduce:
-        output = pattern(count, 0, rank, dtype);
+        output = pattern_here(count, 0, rank);
         input = output;
         break;
       case Collective::Broadcast:
-        output = rank == 0 ? pattern(count, 0, 0, dtype) : at::zeros({count}, at::TensorOptions(dtype));
+        output = rank == 0 ? pattern_here(count, 0, 0) : at::zeros({count}, zeros_here);
         input = output;
         break;
       case Collective::AllGather:
-        output = at::zeros({count}, at::TensorOptions(dtype));
+        output = at::zeros({count}, zeros_here);
         if (in_place) {
           input = output.narrow(0, rank * per, per);
-          input.copy_(pattern(per, 0, rank, dtype));
+          input.copy_(pattern_here(per, 0, rank));
         } else {
-          input = pattern(per, 0, rank, dtype);
+          input = pattern_here(per, 0, rank);
         }
         break;
       case Collective::ReduceScatter:
-        input = pattern(count, 0, rank, dtype);
-        output = in_place ? input.narrow(0, rank * per, per) : at::zeros({per}, at::TensorOptions(dtype));
+        input = pattern_here(count, 0, rank);
+        output = in_place ? input.narrow(0, rank * per, per) : at::zeros({per}, zeros_here);
         break;
     }
   }
@@ -150,6 +156,7 @@ class Runner {
     c.init();
     comm_.barrier();
     for (int64_t i = 0; i < options_.warmup; ++i) issue(c).wait();
+    device_synchronize(c.device);
     comm_.barrier();
     // Unless --validate, timed ops skip the cross-rank check: the warm-up already matched every rank.
     comm_.set_validate(options_.validate);
@@ -183,6 +190,7 @@ class Runner {
     std::vector<comm::Work> works;
     for (int64_t i = 0; i < options_.iters; ++i) works.push_back(issue(c));
     for (auto& w : works) w.wait();
+    device_synchronize(c.device);  // a GPU op's wait() only orders streams: wait for the device itself
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
            double(std::max<int64_t>(options_.iters, 1));
   }
@@ -194,6 +202,7 @@ class Runner {
     for (int64_t i = 0; i < options_.iters; ++i) {
       auto start = std::chrono::steady_clock::now();
       issue(c).wait();
+      device_synchronize(c.device);
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
@@ -284,6 +293,7 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
     else ops.push_back(comm::parse_reduce_op(o));
   }
 
+  const c10::Device device = device_select(options.device, "--device");
   const comm::JobEnv env = comm::JobEnv::from_env();
   at::set_num_threads(1);
   Runner runner(options, env);
@@ -296,8 +306,8 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
     std::fprintf(out, "# cadre bench collectives: nRanks %d minBytes %lld maxBytes %lld step: %lld(factor) warmup iters: %lld iters: %lld validation: %d\n",
                  n, (long long)options.min_bytes, (long long)options.max_bytes, (long long)options.step_factor,
                  (long long)options.warmup, (long long)options.iters, options.check ? 1 : 0);
-    std::fprintf(out, "# backend %s (tcp) on %s, pid %d; times are the slowest rank's per op\n",
-                 runner.comm().backend(), host, (int)getpid());
+    std::fprintf(out, "# backend %s (tcp) on %s, pid %d, buffers on %s; times are the slowest rank's per op\n",
+                 runner.comm().backend(), host, (int)getpid(), device_describe(device).c_str());
     std::fprintf(out, "# timed ops: cross-rank check %s; %s\n", options.validate ? "on (--validate 1)" : "off",
                  options.blocking ? "each waited before the next is issued, time = median per op (--blocking 1)"
                                   : "issued all at once, time = mean per op");
@@ -333,6 +343,7 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
           Result results[2];
           for (int place = 0; place < 2; ++place) {
             Case k{c->kind, dtype, op.value_or(ReduceOp::Sum), count, place == 1, rank, n, {}, {}};
+            k.device = device;
             results[place] = runner.run(k);
             total_wrong += results[place].wrong;
           }

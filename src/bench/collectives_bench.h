@@ -26,6 +26,7 @@ struct CollectivesBenchOptions {
   // and report the median op; off, the timed ops are all issued at once, run back to back, and
   // the mean is reported.
   bool blocking = false;
+  std::string device = "cpu";  // --device: where the buffers live (cpu | cuda | auto); cuda goes through NCCL
 };
 
 // Parses "8", "64K", "16M", "1G" (powers of 1024). ConfigError on anything else.

@@ -33,6 +33,7 @@ int bench_collectives(const Args& args) {
   int64_t validate = 0, blocking = 0;
   flags.add("--validate", &validate, "1: time ops with the cross-rank check on, as training runs them (default 0)");
   flags.add("--blocking", &blocking, "1: wait for each timed op before issuing the next (default 0)");
+  flags.add("--device", &o.device, "where the buffers live: cpu (default), cuda (NCCL; the GPU LOCAL_RANK picks) or auto");
   auto positional = flags.parse(args);
   CADRE_CONFIG_CHECK(validate == 0 || validate == 1, "--validate takes 0 or 1, got ", validate);
   CADRE_CONFIG_CHECK(blocking == 0 || blocking == 1, "--blocking takes 0 or 1, got ", blocking);

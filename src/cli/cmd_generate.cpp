@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "generate/generator.h"
@@ -20,7 +21,7 @@
 namespace cadre {
 
 int cmd_generate(const Args& args) {
-  std::string model, prompt, tokenizer_path, dtype = "float32";
+  std::string model, prompt, tokenizer_path, dtype = "float32", device_name = "cpu";
   int64_t max_tokens = 128, top_k = 0, threads = 2, seed = -1;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
   bool greedy = false, ignore_eos = false, json_out = false, quiet = false;
@@ -40,6 +41,7 @@ int cmd_generate(const Args& args) {
   flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
   flags.add("--threads", &threads, "compute threads (default 2)");
   flags.add("--dtype", &dtype, "weights: float32 (the trained values) or bfloat16 (half the memory traffic)");
+  flags.add("--device", &device_name, "cpu (default), cuda (the GPU LOCAL_RANK picks) or auto (cuda when usable)");
   flags.add("--json", &json_out, "print one JSON object (tokens, text, timings) instead of streaming text");
   flags.add("--quiet", &quiet, "no statistics line on stderr");
   auto rest = flags.parse(args);
@@ -54,12 +56,13 @@ int cmd_generate(const Args& args) {
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
   CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
 
+  const c10::Device device = device_select(device_name, "--device");
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_load(model, tokenizer_path);
   Tokenizer tokenizer(m.tokenizer);
   CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
                      tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
-  std::unique_ptr<Decoder> decoder_ptr = m.lm().decoder({1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  std::unique_ptr<Decoder> decoder_ptr = m.lm().decoder({1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   Decoder& decoder = *decoder_ptr;
 
   std::vector<int> ids = {tokenizer.bos_id()};
@@ -97,7 +100,8 @@ int cmd_generate(const Args& args) {
                         {"seed", params.sampling.seed},
                         {"prefill_s", stats.prefill_s},
                         {"decode_s", stats.decode_s},
-                        {"decode_tokens_per_s", rate}};
+                        {"decode_tokens_per_s", rate},
+                        {"device", device_describe(device)}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -106,10 +110,11 @@ int cmd_generate(const Args& args) {
   if (!quiet)
     std::fprintf(stderr,
                  "generate: %s; %lld prompt tokens in %.3f s, %lld tokens generated (%s), %.1f tokens/s decoding "
-                 "(%s weights, %s kernels, %lld threads, seed %llu)\n",
+                 "(%s weights on %s, %s kernels, %lld threads, seed %llu)\n",
                  m.source.c_str(), static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
                  static_cast<long long>(stats.generated_tokens), finish_reason(finish), rate, dtype.c_str(),
-                 batch_invariant_linear_isa(), static_cast<long long>(threads),
+                 device_describe(device).c_str(), device.is_cpu() ? batch_invariant_linear_isa() : "tensor-op",
+                 static_cast<long long>(threads),
                  static_cast<unsigned long long>(params.sampling.seed));
   return 0;
 }

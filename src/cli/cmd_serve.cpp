@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
@@ -31,6 +32,7 @@ namespace cadre {
 
 int cmd_serve(const Args& args) {
   std::string model, tokenizer_path, chat_template = "llama2", dtype = "float32", model_name;
+  std::string device_name = "cpu";
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
   int64_t max_body_kib = 1024, max_header_kib = 32, max_connections = 256, max_per_client = 64;
@@ -67,6 +69,7 @@ int cmd_serve(const Args& args) {
             "cancelled (default 30)");
   flags.add("--threads", &threads, "compute threads (default 2)");
   flags.add("--dtype", &dtype, "weights: float32 (default) or bfloat16");
+  flags.add("--device", &device_name, "cpu (default), cuda (the GPU LOCAL_RANK picks) or auto (cuda when usable)");
   flags.add("--drain-timeout", &drain_timeout, "seconds SIGTERM waits for requests in flight (default 60)");
   auto rest = flags.parse(args);
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
@@ -103,6 +106,7 @@ int cmd_serve(const Args& args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanished must not kill the server
 
+  const c10::Device device = device_select(device_name, "--device");
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_load(model, tokenizer_path);
   Tokenizer tokenizer(m.tokenizer);
@@ -111,7 +115,8 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(context >= 0 && context <= m.lm().max_seq_len(), "--context must be in 1..", m.lm().max_seq_len(),
                      " (the model's max_seq_len)");
   ChatTemplate chat = ChatTemplate::load(chat_template);
-  std::unique_ptr<Decoder> decoder = m.lm().decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+  std::unique_ptr<Decoder> decoder =
+      m.lm().decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   m.model.reset();  // the decoder holds its own (packed) copy of the weights
   ServeMetrics metrics;
   Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
@@ -126,7 +131,7 @@ int cmd_serve(const Args& args) {
   server.bind();
   log::info(str("serve: ", m.source, " as '", http.model_name, "' on http://", http.host, ":", server.bound_port(),
                 " (max batch ", max_batch, ", queue ", max_queue, ", context ", decoder->max_len(), ", ", dtype,
-                " weights ", decoder->weight_bytes() / 1e6, " MB, KV cache ", decoder->cache_bytes() / 1e6, " MB, ",
+                " weights on ", device_describe(device), " ", decoder->weight_bytes() / 1e6, " MB, KV cache ", decoder->cache_bytes() / 1e6, " MB, ",
                 batch_invariant_linear_isa(), " kernels, ", threads, " threads", http.api_key.empty() ? "" : ", API key required",
                 ")"));
   std::printf("listening on http://%s:%d\n", http.host.c_str(), server.bound_port());

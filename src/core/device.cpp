@@ -74,6 +74,41 @@ std::string device_describe(const c10::Device& device) {
   return str(device);
 }
 
+GpuProperties gpu_properties(const c10::Device& device) {
+  CADRE_CHECK(device.is_cuda(), "gpu_properties: ", device, " is not a GPU");
+#ifdef CADRE_CUDA
+  GpuProperties p;
+  p.index = device.index();
+  cudaDeviceProp prop{};
+  const cudaError_t got = cudaGetDeviceProperties(&prop, p.index);
+  CADRE_CHECK(got == cudaSuccess, "GPU ", p.index, ": cudaGetDeviceProperties failed: ", cudaGetErrorString(got));
+  p.name = prop.name;
+  p.major = prop.major;
+  p.minor = prop.minor;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(p.index);  // cudaMemGetInfo answers for the current device
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t mem = cudaMemGetInfo(&free_bytes, &total_bytes);
+  cudaSetDevice(previous);
+  CADRE_CHECK(mem == cudaSuccess, "GPU ", p.index, " (", p.name, "): cudaMemGetInfo failed: ", cudaGetErrorString(mem));
+  p.total_bytes = static_cast<int64_t>(total_bytes);
+  p.free_bytes = static_cast<int64_t>(free_bytes);
+  return p;
+#else
+  CADRE_CHECK(false, "gpu_properties: this build has no CUDA code paths (CADRE_CUDA=OFF)");
+  return {};
+#endif
+}
+
+void device_synchronize(const c10::Device& device) {
+#ifdef CADRE_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#else
+  (void)device;
+#endif
+}
+
 std::string libtorch_version() {
   return str(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
 }

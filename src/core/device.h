@@ -37,6 +37,20 @@ c10::Device device_select(const std::string& name, const std::string& where);
 // "cpu", "cuda:1 (NVIDIA H100 80GB HBM3)": for the log.
 std::string device_describe(const c10::Device& device);
 
+// A GPU as the doctor reports it: name, memory (free as the driver counts it, other processes'
+// use included) and compute capability. Error naming the device for a CPU device, in a build
+// without CADRE_CUDA, or when the driver does not answer.
+struct GpuProperties {
+  int index = 0;
+  std::string name;
+  int64_t total_bytes = 0, free_bytes = 0;
+  int major = 0, minor = 0;
+};
+GpuProperties gpu_properties(const c10::Device& device);
+
+// Waits until the work queued on `device` is done (nothing to wait for on the CPU): for timing.
+void device_synchronize(const c10::Device& device);
+
 // The libtorch this build compiled against ("2.11.0") and the CUDA runtime it links ("13.0"; ""
 // without CADRE_CUDA): for summaries and the GPU check's table.
 std::string libtorch_version();

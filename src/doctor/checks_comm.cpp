@@ -74,6 +74,25 @@ std::vector<CheckResult> check_collectives(comm::Communicator& comm) {
   return results;
 }
 
+CheckResult check_all_reduce_on(comm::Communicator& comm, const c10::Device& device, const std::string& gpu) {
+  const int n = comm.size(), r = comm.rank();
+  const int64_t numel = n * 1001 + 3;
+  CheckResult c{"device_all_reduce"};
+  c.gpu = gpu;
+  std::vector<std::string> wrong;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::Tensor t = pattern(numel, 0, r, dtype).to(device);
+    comm.all_reduce(t, ReduceOp::Sum);
+    if (!at::equal(t.to(at::kCPU), reduced(numel, 0, n, ReduceOp::Sum, dtype))) wrong.push_back(comm::dtype_name(dtype));
+  }
+  c.ok = wrong.empty();
+  c.value = double(wrong.size());
+  c.unit = "wrong ops";
+  c.detail = str("all_reduce(sum) of float32 and bfloat16 on ", device, gpu.empty() ? "" : " " + gpu);
+  for (const auto& w : wrong) c.detail += (w == wrong.front() ? ": wrong results in " : ", ") + w;
+  return c;
+}
+
 CheckResult check_bandwidth(comm::Communicator& comm, const DoctorOptions& o) {
   CheckResult c{"allreduce_busbw"};
   const int64_t numel = (16 << 20) / 4;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/comm.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -19,7 +20,7 @@ namespace {
 
 nlohmann::json to_json(const CheckResult& c) {
   return {{"name", c.name}, {"rank", c.rank}, {"ok", c.ok}, {"value", c.value},
-          {"limit", c.limit}, {"unit", c.unit}, {"detail", c.detail}};
+          {"limit", c.limit}, {"unit", c.unit}, {"detail", c.detail}, {"gpu", c.gpu}};
 }
 
 CheckResult from_json(const nlohmann::json& j) {
@@ -31,6 +32,7 @@ CheckResult from_json(const nlohmann::json& j) {
   c.limit = j.at("limit");
   c.unit = j.at("unit");
   c.detail = j.at("detail");
+  c.gpu = j.at("gpu");
   return c;
 }
 
@@ -75,9 +77,30 @@ void print_human(const std::vector<CheckResult>& checks, int world_size, const s
   std::fflush(stdout);
 }
 
+// This rank's GPU checks; an error from the GPU itself (a CUDA error, a lost device) is reported
+// as a failed check naming the GPU, so the report still comes.
+std::vector<CheckResult> gpu_checks(const c10::Device& device, const DoctorOptions& o) {
+  try {
+    return check_gpu(device, o);
+  } catch (const std::exception& e) {
+    CheckResult failed("gpu_visible");
+    failed.ok = false;
+    failed.gpu = str("GPU ", int(device.index()));
+    failed.detail = e.what();
+    return {failed};
+  }
+}
+
+std::string gpu_of(const std::vector<CheckResult>& checks) {
+  for (const auto& c : checks)
+    if (!c.gpu.empty()) return c.gpu;
+  return "";
+}
+
 }  // namespace
 
 int run_doctor(const DoctorOptions& o) {
+  const c10::Device device = device_select(o.device, "--device");  // before any work: a bad --device exits 2
   const comm::JobEnv env = comm::JobEnv::from_env();
   comm::CommOptions comm_options;
   comm_options.timeout = std::chrono::seconds(o.timeout_s);
@@ -86,10 +109,14 @@ int run_doctor(const DoctorOptions& o) {
 
   std::vector<CheckResult> local{check_tensor_sanity(), check_fp32_matmul(o, threads), check_bf16_matmul(o, threads),
                                  check_memory(o)};
+  if (device.is_cuda())
+    for (auto& c : gpu_checks(device, o)) local.push_back(c);
+  const std::string gpu = gpu_of(local);
   std::vector<CheckResult> global;
   bool comm_ok = true;
   try {
     for (auto& c : check_collectives(comm)) local.push_back(c);
+    if (device.is_cuda()) local.push_back(check_all_reduce_on(comm, device, gpu));
     global.push_back(check_bandwidth(comm, o));
     global.push_back(check_latency(comm, o));
     global.push_back(check_straggler(comm, o));
@@ -98,6 +125,7 @@ int run_doctor(const DoctorOptions& o) {
     CheckResult failed("collectives");
     failed.ok = false;
     failed.detail = e.what();
+    failed.gpu = gpu;
     local.push_back(failed);
   }
   for (auto& c : local) c.rank = env.rank;
@@ -115,7 +143,7 @@ int run_doctor(const DoctorOptions& o) {
 
   std::vector<std::string> failing;
   for (const auto& c : all)
-    if (!c.ok) failing.push_back(c.rank < 0 ? c.name : str(c.name, " on rank ", c.rank));
+    if (!c.ok) failing.push_back(failure_name(c));
   std::string verdict = "doctor: all checks passed";
   if (!failing.empty()) {
     verdict = "doctor: FAILED:";

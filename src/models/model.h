@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/nn/module.h>
 
 #include <cstdint>
@@ -40,6 +41,11 @@ struct DecodeOptions {
   // float32 reproduces the training forward; bfloat16 stores the matrices in half the bytes
   // (decode reads every weight once per step, so it is faster where memory bandwidth limits).
   at::ScalarType weight_dtype = at::kFloat;
+  // Where the weights and caches live and the forward runs. The CPU gets the batch-invariant
+  // kernels; another device gets tensor operations (its own kernels), whose logits agree with
+  // the CPU's to float32 rounding but are not promised batch-invariant. Logits come back on
+  // the CPU either way: one copy per step, and sampling stays on the host.
+  c10::Device device = c10::Device(c10::kCPU);
 };
 
 // One new token of one sequence: it goes to position length(slot) (plus the rows of that

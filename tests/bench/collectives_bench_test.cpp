@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "support/process.h"
 #include "support/rank_processes.h"
 
 namespace {
@@ -19,6 +20,7 @@ TEST(BenchCollectives, PrintsEveryOpAndDtypeWithNoWrongResults) {
   const std::string& out = results[0].output;
   EXPECT_NE(out.find("#wrong"), std::string::npos);
   EXPECT_NE(out.find("algbw"), std::string::npos);
+  EXPECT_NE(out.find(", buffers on cpu;"), std::string::npos) << out;  // --device's default
   for (const char* dtype : {"float", "bfloat16", "half", "int64"}) {
     for (const char* op : {"sum", "avg", "max"}) {
       for (const char* coll : {"all_reduce", "reduce_scatter"})
@@ -70,6 +72,14 @@ TEST(BenchCollectives, BadFlagIsAConfigError) {
   results = run_ranks(1, {CADRE_BIN, "bench", "collectives", "--validate", "2"});
   EXPECT_EQ(results[0].exit_code, 2) << describe(results);
   EXPECT_NE(results[0].output.find("--validate takes 0 or 1"), std::string::npos) << describe(results);
+}
+
+// With every GPU hidden (any machine, any build), --device cuda is refused naming the flag.
+TEST(BenchCollectives, CudaWithoutAVisibleGpuExits2NamingTheFlag) {
+  auto r = cadre::test::run_process({CADRE_BIN, "bench", "collectives", "all_reduce", "--device", "cuda"},
+                                    {"CUDA_VISIBLE_DEVICES="}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device: cuda was asked for, but"), std::string::npos) << r.output;
 }
 
 }  // namespace

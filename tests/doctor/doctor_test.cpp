@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/file_util.h"
+#include "support/process.h"
 #include "support/rank_processes.h"
 
 namespace {
@@ -82,6 +83,14 @@ TEST(Doctor, RankSharingItsCoreIsNamedAsStraggler) {
   EXPECT_EQ(results[0].exit_code, 1) << describe(results);
   EXPECT_NE(results[0].output.find("doctor: FAILED: straggler"), std::string::npos) << describe(results);
   EXPECT_NE(results[0].output.find("rank 1 is slow"), std::string::npos) << describe(results);
+}
+
+// With every GPU hidden (any machine, any build), --device cuda stops before any check, naming
+// the flag and what is missing; no launcher environment is needed for that.
+TEST(Doctor, CudaWithoutAVisibleGpuExits2NamingTheFlag) {
+  auto r = cadre::test::run_process(doctor({"--device", "cuda"}), {"CUDA_VISIBLE_DEVICES="}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device: cuda was asked for, but"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -28,22 +28,22 @@ class GenerateCli : public ::testing::Test {
   }
 
   // The --json output of `cadre generate` with these extra flags (24 tokens, EOS ignored).
-  json generate(const std::vector<std::string>& flags) {
+  json generate(const std::vector<std::string>& flags, const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {CADRE_BIN, "generate", "--model", fixture_ + "/run", "--tokenizer",
                                      fixture_ + "/data/tokenizer.model", "--prompt", "The state of the Union is",
                                      "--max-tokens", "24", "--ignore-eos", "--json", "--quiet"};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    auto r = cadre::test::run_process(argv, {}, 120);
+    auto r = cadre::test::run_process(argv, env, 120);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const size_t brace = r.output.find('{');
     if (r.exit_code != 0 || brace == std::string::npos) return json::object();
     return json::parse(r.output.substr(brace));
   }
 
-  cadre::test::RunResult refused(const std::vector<std::string>& flags) {
+  cadre::test::RunResult refused(const std::vector<std::string>& flags, const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {CADRE_BIN, "generate", "--model", fixture_ + "/run", "--prompt", "x"};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    return cadre::test::run_process(argv, {}, 60);
+    return cadre::test::run_process(argv, env, 60);
   }
 
   std::string fixture_;
@@ -113,6 +113,27 @@ TEST_F(GenerateCli, BadSamplingValuesExit2NamingTheFlag) {
     EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << ": " << r.output;
     EXPECT_NE(r.output.find(name), std::string::npos) << r.output;
   }
+}
+
+// With no GPU visible (CUDA_VISIBLE_DEVICES empty hides every one, on any machine): --device
+// cpu is today's decoder, auto falls back to it, and cuda is refused naming the flag and what
+// is missing (a build without CUDA, or no visible device).
+TEST_F(GenerateCli, DeviceCpuAndAutoKeepTheGreedyTokensAndCudaWithoutAGpuExits2) {
+  const std::vector<std::string> no_gpu = {"CUDA_VISIBLE_DEVICES="};
+  const json plain = generate({"--greedy"});
+  ASSERT_EQ(tokens(plain).size(), 24u);
+  EXPECT_EQ(plain.value("device", ""), "cpu");
+  EXPECT_EQ(tokens(generate({"--greedy", "--device", "cpu"})), tokens(plain));
+  const json automatic = generate({"--greedy", "--device", "auto"}, no_gpu);
+  EXPECT_EQ(automatic.value("device", ""), "cpu");
+  EXPECT_EQ(tokens(automatic), tokens(plain));
+  auto cuda = refused({"--device", "cuda"}, no_gpu);
+  EXPECT_EQ(cuda.exit_code, 2) << cuda.output;
+  EXPECT_NE(cuda.output.find("--device: cuda was asked for, but"), std::string::npos) << cuda.output;
+  EXPECT_NE(cuda.output.find("or use cpu"), std::string::npos) << cuda.output;
+  auto bad = refused({"--device", "tpu"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--device: 'tpu' is not a device"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 // - The batch-invariant linear is judged against float64, as the parity tests are
 //   (fp64_judge.h): its error at most 4x that of at::matmul (OpenBLAS, whose error ranged
 //   2.6e-7 to 7.5e-7 by core type for K = 333), not a fixed gap to it.
+// - The tensor-operation decoder (decode_device.h, what a GPU runs) on the CPU against the
+//   batch-invariant one: the same float32 forward in other summation orders, so the same 1e-5
+//   bound relative to the largest logit, and the same greedy tokens.
 // - Bit for bit: a prompt fed in one call or token by token; a sequence decoded alone or in
 //   one forward with other sequences at other positions; the AVX-512 and the portable kernels.
 #include <c10/core/GradMode.h>
@@ -21,6 +24,7 @@
 
 #include "models/batch_invariant_linear.h"
 #include "models/llama/decode.h"
+#include "models/llama/decode_device.h"
 #include "models/llama/model.h"
 #include "fp64_judge.h"
 
@@ -51,7 +55,7 @@ at::Tensor random_tokens(int64_t vocab, int64_t n, uint64_t seed) {
 }
 
 // Logits of every position, feeding `chunk` tokens per call.
-at::Tensor decode_all(cadre::LlamaDecoder& decoder, int64_t slot, const at::Tensor& tokens, int64_t chunk) {
+at::Tensor decode_all(cadre::Decoder& decoder, int64_t slot, const at::Tensor& tokens, int64_t chunk) {
   decoder.reset(slot);
   std::vector<at::Tensor> parts;
   for (int64_t i = 0; i < tokens.size(0); i += chunk) {
@@ -125,6 +129,71 @@ TEST(LlamaDecodeBatch, SequencesGiveTheSameBitsAloneOrBatchedWithOthers) {
     for (size_t i = 0; i < owner.size(); ++i) got[owner[i]].push_back(logits[static_cast<int64_t>(i)]);
   }
   for (int64_t s = 0; s < S; ++s) EXPECT_TRUE(at::equal(at::stack(got[s]), alone[s])) << "sequence " << s;
+}
+
+// Greedy decoding of `steps` tokens after `prompt` (fed in one call).
+std::vector<int64_t> greedy_tokens(cadre::Decoder& decoder, int64_t slot, const at::Tensor& prompt, int64_t steps) {
+  decoder.reset(slot);
+  std::vector<cadre::DecodeRow> rows;
+  for (int64_t k = 0; k < prompt.size(0); ++k) rows.push_back({slot, prompt[k].item<int64_t>(), k + 1 == prompt.size(0)});
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < steps; ++i) {
+    out.push_back(decoder.forward(rows).argmax(-1).item<int64_t>());
+    rows = {{slot, out.back(), true}};
+  }
+  return out;
+}
+
+TEST_P(LlamaDecode, DeviceDecoderOnTheCpuMatchesTheBatchInvariantOne) {
+  at::set_num_threads(2);
+  const auto [tied, kv] = GetParam();
+  cadre::Llama model(small_config(tied, kv));
+  model.init_weights(12);
+  cadre::DecodeOptions options{3, 0, at::kFloat, c10::Device(c10::kCPU)};
+  cadre::LlamaDecoder reference(model, options);
+  cadre::LlamaDeviceDecoder device(model, options);
+  const at::Tensor tokens = random_tokens(300, 60, 6);
+  // Token by token, in one call, and in chunks (rows of one slot attending within a call).
+  const at::Tensor want = decode_all(reference, 1, tokens, 1);
+  for (int64_t chunk : {int64_t{1}, int64_t{60}, int64_t{7}}) {
+    const at::Tensor got = decode_all(device, 1, tokens, chunk);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_TRUE(got.device().is_cpu());
+    for (int64_t t = 0; t < tokens.size(0); ++t)
+      EXPECT_LT(relative_error(got[t], want[t]), 1e-5) << "chunk " << chunk << ", position " << t;
+  }
+  // Two slots in one call at different positions: each row sees only its own slot.
+  device.reset(0);
+  device.reset(2);
+  std::vector<cadre::DecodeRow> rows;
+  for (int64_t k = 0; k < 9; ++k) rows.push_back({2, tokens[k].item<int64_t>(), true});
+  for (int64_t k = 0; k < 4; ++k) rows.push_back({0, tokens[k].item<int64_t>(), true});
+  const at::Tensor mixed = device.forward(rows);
+  for (int64_t k = 0; k < 9; ++k) EXPECT_LT(relative_error(mixed[k], want[k]), 1e-5) << "slot 2, position " << k;
+  for (int64_t k = 0; k < 4; ++k) EXPECT_LT(relative_error(mixed[9 + k], want[k]), 1e-5) << "slot 0, position " << k;
+  EXPECT_EQ(device.length(2), 9);
+  EXPECT_EQ(device.length(0), 4);
+  EXPECT_EQ(greedy_tokens(device, 0, tokens.narrow(0, 0, 12), 30), greedy_tokens(reference, 0, tokens.narrow(0, 0, 12), 30));
+}
+
+TEST(LlamaDecodeDevice, Bf16WeightsTakeTheSameBytesAndStayCloseToTheBatchInvariantDecoders) {
+  at::set_num_threads(2);
+  cadre::Llama model(small_config(false, 2));
+  model.init_weights(1);
+  cadre::LlamaDeviceDecoder device(model, {1, 0, at::kBFloat16, c10::Device(c10::kCPU)});
+  cadre::LlamaDecoder reference(model, {1, 0, at::kBFloat16});
+  EXPECT_EQ(device.weight_bytes(), reference.weight_bytes());
+  EXPECT_EQ(device.cache_bytes(), reference.cache_bytes());
+  // Both use the same bf16-rounded weights; the tensor path also rounds each matrix's input
+  // to bf16 (what a GPU's bf16 matmul takes): 2^-9 relative per element, once for each of the
+  // 9 matrices a token passes (4 per layer, the head), so even all aligned under 9 x 2^-9 =
+  // 1.8e-2 of the largest logit; measured 4.8e-3.
+  const at::Tensor tokens = random_tokens(300, 40, 9);
+  const at::Tensor got = decode_all(device, 0, tokens, 5), want = decode_all(reference, 0, tokens, 1);
+  double worst = 0;
+  for (int64_t t = 0; t < tokens.size(0); ++t) worst = std::max(worst, relative_error(got[t], want[t]));
+  std::printf("bf16: max relative error over %lld positions: %.2e\n", static_cast<long long>(tokens.size(0)), worst);
+  EXPECT_LT(worst, 3e-2);
 }
 
 TEST(BatchInvariantLinear, RowsEqualAloneAndMatchMatmul) {

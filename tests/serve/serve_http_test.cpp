@@ -339,6 +339,14 @@ TEST_F(ServeHttp, BadHttpLimitsExit2NamingTheFlag) {
   }
 }
 
+// CUDA_VISIBLE_DEVICES empty hides every GPU, on any machine and build.
+TEST_F(ServeHttp, CudaWithoutAVisibleGpuIsRefusedAtStartNamingTheFlag) {
+  auto r = cadre::test::run_process({CADRE_BIN, "serve", "--model", model_dir(), "--device", "cuda"},
+                                    {"CUDA_VISIBLE_DEVICES="}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--device: cuda was asked for, but"), std::string::npos) << r.output;
+}
+
 TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
   Server s;
   for (bool stream : {false, true}) {

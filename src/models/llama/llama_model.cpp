@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "models/llama/decode.h"
+#include "models/llama/decode_device.h"
 #include "models/llama/parallelize.h"
 #include "models/llama/tensor_parallel.h"
 
@@ -37,7 +38,8 @@ std::string LlamaModel::describe() const {
 int64_t LlamaModel::param_count() const { return llama_param_count(config_); }
 
 std::unique_ptr<Decoder> LlamaModel::decoder(const DecodeOptions& options) const {
-  return std::make_unique<LlamaDecoder>(*llama_, options);
+  if (options.device.is_cpu()) return std::make_unique<LlamaDecoder>(*llama_, options);
+  return std::make_unique<LlamaDeviceDecoder>(*llama_, options);
 }
 
 double LlamaModel::flops_per_sample(int64_t seq_len) const {

@@ -1,0 +1,55 @@
+// KV-cache decoding for Llama through tensor operations, so it runs on any device (a GPU's
+// kernels, or the CPU's for its tests): weights and caches live on the device, every step
+// copies the rows' tokens there and the requested logits back, nothing else crosses.
+// The CPU keeps LlamaDecoder (decode.h), whose hand-written kernels make every row's bits
+// independent of the batch; this one makes no such promise (cuBLAS picks its kernel by shape),
+// so greedy tokens match the CPU decoder's while logits agree to float32 rounding.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/llama/model.h"
+#include "models/model.h"
+
+namespace cadre {
+
+class LlamaDeviceDecoder : public Decoder {
+ public:
+  // Copies the weights it needs to options.device (packed as LlamaDecoder packs them).
+  LlamaDeviceDecoder(const Llama& model, DecodeOptions options);
+
+  at::Tensor forward(const std::vector<DecodeRow>& rows) override;  // logits on the CPU
+  void reset(int64_t slot) override;
+  int64_t length(int64_t slot) const override { return lengths_.at(static_cast<size_t>(slot)); }
+  int64_t slots() const override { return options_.slots; }
+  int64_t max_len() const override { return options_.max_len; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t weight_bytes() const override;
+  int64_t cache_bytes() const override;
+
+ private:
+  struct Layer {
+    at::Tensor attention_norm, ffn_norm;  // float32 [dim]
+    at::Tensor wqkv, wo, w13, w2;         // weight_dtype
+    at::Tensor k_cache, v_cache;          // float32 [slots, n_kv_heads, max_len, head_dim]
+  };
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  at::Tensor attention(const Layer& layer, const std::vector<DecodeRow>& rows, const std::vector<int64_t>& positions,
+                       const at::Tensor& q) const;
+
+  LlamaConfig config_;
+  DecodeOptions options_;
+  int64_t head_dim_ = 0;
+  at::Tensor embedding_, norm_, head_;  // on the device; embedding float32, head weight_dtype
+  at::Tensor rope_cos_, rope_sin_;      // [max_seq_len, head_dim] float32, on the device
+  std::vector<Layer> layers_;
+  std::vector<int64_t> lengths_;
+};
+
+}  // namespace cadre
