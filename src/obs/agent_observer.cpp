@@ -53,6 +53,14 @@ AgentObserver::AgentObserver(AgentObserverOptions options)
     : options_(std::move(options)),
       metrics_(std::make_unique<JobMetrics>(options_.job, options_.node)),
       channel_(std::make_unique<ChannelReceiver>()) {
+  // The server first: a port already taken throws (ConfigError naming --metrics-port) before any
+  // thread of this object runs, so the constructor's failure leaves nothing joinable behind.
+  if (options_.metrics_port >= 0) {
+    server_ = std::make_unique<MetricsServer>(options_.metrics_addr, options_.metrics_port,
+                                              [this] { return metrics_->exposition(); });
+    log::info("metrics: serving " + server_->url());
+    if (!options_.log_dir.empty()) file_write_atomic(options_.log_dir + "/metrics.url", server_->url() + "\n");
+  }
   receiver_ = std::thread([this] {
     bool warned = false;
     while (!stopping_) {
@@ -66,12 +74,6 @@ AgentObserver::AgentObserver(AgentObserverOptions options)
       }
     }
   });
-  if (options_.metrics_port >= 0) {
-    server_ = std::make_unique<MetricsServer>(options_.metrics_addr, options_.metrics_port,
-                                              [this] { return metrics_->exposition(); });
-    log::info("metrics: serving " + server_->url());
-    if (!options_.log_dir.empty()) file_write_atomic(options_.log_dir + "/metrics.url", server_->url() + "\n");
-  }
 }
 
 AgentObserver::~AgentObserver() {

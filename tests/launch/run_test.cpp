@@ -3,6 +3,9 @@
 // cause, a SIGKILLed agent, a late agent (scale-up), SIGTERM without orphans, a rendezvous port in
 // use, and bad flags.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <map>
 #include <nlohmann/json.hpp>
@@ -398,6 +401,27 @@ TEST_F(RunTest, BadFlagsExitWithCode2AndSayWhy) {
   ASSERT_TRUE(p.wait_exit(30));
   EXPECT_EQ(p.exit_code(), 2) << p.output();
   EXPECT_EQ(read_file(dir.path + "/bad-code"), "2\n") << p.output();
+}
+
+// A metrics port another process holds is bad input like any flag: exit 2 naming it (it once
+// ended in std::terminate, the observer's thread already running when the bind failed).
+TEST_F(RunTest, ATakenMetricsPortExits2NamingTheFlag) {
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  Proc p({CADRE_BIN, "run", "--metrics-addr", "127.0.0.1", "--metrics-port", port, "--", "/bin/true"},
+         dir.path + "/taken-port.out");
+  ASSERT_TRUE(p.wait_exit(30));
+  ::close(holder);
+  EXPECT_EQ(p.exit_code(), 2) << p.output();
+  EXPECT_NE(p.output().find("--metrics-port: cannot listen on 127.0.0.1:" + port), std::string::npos) << p.output();
 }
 
 }  // namespace
