@@ -13,8 +13,11 @@ namespace cadre::http {
 namespace {
 
 constexpr size_t kReadChunk = 16384;
-constexpr double kLingerSeconds = 1.0;
-constexpr size_t kLingerBytes = size_t{1} << 20;
+// After an error answer, the client's bytes still in flight are dropped for this long or this
+// many, so a client sending an oversized body can finish its write and read the 413 instead of
+// meeting a reset (or SIGPIPE) mid-write; 4 MiB covers a body a few times the default limit.
+constexpr double kLingerSeconds = 2.0;
+constexpr size_t kLingerBytes = size_t{4} << 20;
 
 class Connection {
  public:
