@@ -20,11 +20,14 @@ reference_run() {  # reference_run RUN_DIR STEPS: one node, 2 workers (the same 
     >"$tmp/log/reference-$2.out" 2>&1 || fail "reference run: $(tail -5 "$tmp/log/reference-$2.out")"
 }
 
+# Every job's agents take a free metrics port (--metrics-port 0): the fake nodes share one host,
+# and jobs run side by side.
 deploy_job() {  # deploy_job NAME STEPS [deploy flags...]: writes $tmp/NAME/NAME.sbatch, prints its path
   local name=$1 steps=$2; shift 2
   # shellcheck disable=SC2046
   "$cadre" deploy slurm --config "$src/configs/tiny.yaml" --set $(tiny_sets "$tmp/runs/$name" "$steps") \
-    --name "$name" --nodes 2 --nproc-per-node 1 --partition debug --workdir "$tmp" --out "$tmp/$name" "$@" \
+    --name "$name" --nodes 2 --nproc-per-node 1 --partition debug --workdir "$tmp" --out "$tmp/$name" \
+    --metrics-port 0 "$@" \
     >"$tmp/log/deploy-$name.out" 2>&1 || fail "deploy $name: $(cat "$tmp/log/deploy-$name.out")"
   echo "$tmp/$name/$name.sbatch"
 }

@@ -21,8 +21,7 @@ prepare_tiny_data
 
 # 1. Submit, complete, expected losses.
 reference_run "$tmp/ref-40" 40
-# Both fake nodes share one host: each agent's /metrics takes a free port (--metrics-port 0).
-script=$(deploy_job plain 40 --metrics-port 0)
+script=$(deploy_job plain 40)
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
 wait_for 120 job_finished "$id" || fail "job $id still $(job_field "$id" JobState) after 120 s"
 [[ $(job_field "$id" JobState) == COMPLETED ]] || fail "job $id ended $(job_field "$id" JobState): $(cat "$tmp"/plain/logs/*)"
@@ -36,7 +35,7 @@ echo "ok: job $id COMPLETED, 40 steps, final loss $(losses "$tmp/runs/plain" | t
 #    job, the next attempt resumes from the checkpoint.
 steps=400
 reference_run "$tmp/ref-$steps" "$steps"
-script=$(deploy_job killed "$steps" --metrics-port 0)
+script=$(deploy_job killed "$steps")
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
 wait_for 120 past_step "$tmp/runs/killed" 25 || fail "job $id did not reach step 25: $(job_field "$id" JobState)"
 metrics_step() {  # metrics_step NODE RANK: cadre_train_step of RANK from NODE's agent's /metrics
@@ -66,7 +65,7 @@ resumed=$(grep -oP 'resumed from \S+ at step \K[0-9]+' "$tmp"/killed/logs/job-"$
 echo "ok: job $id requeued $restarts time(s), resumed at step $resumed (killed at $killed_at), $steps steps equal to the uninterrupted run"
 # 3. Bad input on every node: each agent gives up with the workers' exit 2, and the script reads
 #    the agents' exit-code files rather than srun's status.
-script=$(deploy_job badinput 40 --metrics-port 0 --set "data.dir=$tmp/no-such-data")
+script=$(deploy_job badinput 40 --set "data.dir=$tmp/no-such-data")
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
 wait_for 120 job_finished "$id" || fail "job $id still $(job_field "$id" JobState) after 120 s"
 out="$tmp/badinput/logs/badinput-$id.out"
