@@ -25,20 +25,12 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from llama_ref import Llama, loss_fn, make_adamw  # noqa: E402
+from torch_peer import load_samples  # noqa: E402  (bench/, the script's own folder)
 
 
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def load_samples(data_dir):
-    manifest = json.load(open(os.path.join(data_dir, "manifest.json")))
-    per = manifest["seq_len"] + 1
-    dtype = np.uint16 if manifest["token_bytes"] == 2 else np.uint32
-    arrays = [np.memmap(os.path.join(data_dir, s["file"]), dtype=dtype, mode="r", offset=64).reshape(-1, per)
-              for s in manifest["train"]]
-    return np.concatenate(arrays), manifest["seq_len"]
 
 
 def train(args, device, compiled):
