@@ -27,3 +27,9 @@
 // store as a std::shared_ptr, before it a reference. Torch 2.11 pins a later gloo; 2.8 is the
 // first release that can carry it, not checked.
 #define CADRE_GLOO_SHARED_STORE CADRE_TORCH_AT_LEAST(2, 8)
+
+// at::_fused_adamw_: one multi-tensor AdamW kernel per device and dtype, taking lr as a double
+// and the step counts as float32 tensors. Its CUDA kernel came in 2.1, its CPU kernel in 2.4;
+// Cadre uses it from 2.4 so that the CPU tests run the same op (only 1.13 and 2.11 are built).
+// 1.13 has the at::_foreach_* ops that torch.optim.AdamW's foreach path uses instead.
+#define CADRE_TORCH_HAS_FUSED_ADAMW CADRE_TORCH_AT_LEAST(2, 4)

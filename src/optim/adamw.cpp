@@ -6,8 +6,12 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "core/error.h"
+#include "core/torch_compat.h"
 
 namespace cadre {
 
@@ -43,39 +47,118 @@ void adamw_update_fused(float* p, const G* g, float* m, float* v, int64_t n, flo
 
 }  // namespace
 
+// Float32 parameters in CPU memory with float32 or bfloat16 gradients, all contiguous.
+bool AdamW::takes_cpu_loop(size_t i) const {
+  const at::Tensor& p = params_[i];
+  const at::Tensor& g = p.grad();
+  return !options_.multi_tensor_on_cpu && p.device().is_cpu() && p.scalar_type() == at::kFloat &&
+         (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16) && p.is_contiguous() &&
+         g.is_contiguous() && exp_avg_[i].is_contiguous() && exp_avg_sq_[i].is_contiguous();
+}
+
 void AdamW::step(double lr) {
   c10::NoGradGuard no_grad;
   ++step_;
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(step_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(step_)));
+  std::vector<size_t> multi;
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i];
     const at::Tensor& g = p.grad();
     if (!g.defined()) continue;
-    const double decay = decay_[i] ? 1.0 - lr * options_.weight_decay : 1.0;
-    bool fusable = p.scalar_type() == at::kFloat && (g.scalar_type() == at::kFloat || g.scalar_type() == at::kBFloat16) &&
-                   p.is_contiguous() && g.is_contiguous() && p.device().is_cpu() && exp_avg_[i].is_contiguous() &&
-                   exp_avg_sq_[i].is_contiguous();
-    if (fusable) {
-      float* m = exp_avg_[i].data_ptr<float>();
-      float* v = exp_avg_sq_[i].data_ptr<float>();
-      if (g.scalar_type() == at::kFloat)
-        adamw_update_fused(p.data_ptr<float>(), g.data_ptr<float>(), m, v, p.numel(), float(decay), float(b1),
-                           float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
-      else
-        adamw_update_fused(p.data_ptr<float>(), g.data_ptr<c10::BFloat16>(), m, v, p.numel(), float(decay),
-                           float(b1), float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
+    if (!takes_cpu_loop(i)) {
+      multi.push_back(i);
       continue;
     }
-    // Any other dtype or layout (CUDA tensors in libtorch 2.x builds): the same update op by op.
-    const at::Tensor gf = g.to(p.scalar_type());
-    if (decay != 1.0) p.mul_(decay);
-    exp_avg_[i].lerp_(gf, 1.0 - b1);
-    exp_avg_sq_[i].mul_(b2).addcmul_(gf, gf, 1.0 - b2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / bias2_sqrt).add_(options_.eps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+    const double decay = decay_[i] ? 1.0 - lr * options_.weight_decay : 1.0;
+    float* m = exp_avg_[i].data_ptr<float>();
+    float* v = exp_avg_sq_[i].data_ptr<float>();
+    if (g.scalar_type() == at::kFloat)
+      adamw_update_fused(p.data_ptr<float>(), g.data_ptr<float>(), m, v, p.numel(), float(decay), float(b1),
+                         float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
+    else
+      adamw_update_fused(p.data_ptr<float>(), g.data_ptr<c10::BFloat16>(), m, v, p.numel(), float(decay), float(b1),
+                         float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
   }
+  if (!multi.empty()) step_multi_tensor(multi, lr);
+}
+
+namespace {
+
+// The tensors of one multi-tensor launch: the kernels take one device and dtype per list, and
+// one weight decay.
+struct Group {
+  std::vector<at::Tensor> params, grads, exp_avg, exp_avg_sq;
+};
+
+}  // namespace
+
+at::Tensor& AdamW::step_count(const at::Device& device) {
+  auto it = step_counts_.find(device);
+  if (it == step_counts_.end())
+    it = step_counts_.emplace(device, at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device))).first;
+  return it->second;
+}
+
+void AdamW::step_multi_tensor(const std::vector<size_t>& which, double lr) {
+  std::map<std::tuple<std::string, at::ScalarType, bool>, Group> groups;
+  for (size_t i : which) {
+    const at::Tensor& p = params_[i];
+    // Multi-tensor kernels index flat storage; anything strided goes op by op.
+    if (!p.is_contiguous() || !p.is_floating_point() || !exp_avg_[i].is_contiguous() ||
+        !exp_avg_sq_[i].is_contiguous()) {
+      step_one_by_one(i, lr);
+      continue;
+    }
+    Group& g = groups[{p.device().str(), p.scalar_type(), bool(decay_[i])}];
+    g.params.push_back(p);
+    // The kernels want gradients in the parameters' dtype (ZeRO-1 keeps bfloat16 ones).
+    g.grads.push_back(p.grad().scalar_type() == p.scalar_type() ? p.grad() : p.grad().to(p.scalar_type()));
+    g.exp_avg.push_back(exp_avg_[i]);
+    g.exp_avg_sq.push_back(exp_avg_sq_[i]);
+  }
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  for (auto& [key, g] : groups) {
+    const double weight_decay = std::get<2>(key) ? options_.weight_decay : 0.0;
+#if CADRE_TORCH_HAS_FUSED_ADAMW
+    // One launch per group; the kernel reads the step from a device tensor (no host sync).
+    at::Tensor& steps = step_count(g.params[0].device());
+    steps.fill_(double(step_));
+    const std::vector<at::Tensor> state_steps(g.params.size(), steps);
+    at::_fused_adamw_(g.params, g.grads, g.exp_avg, g.exp_avg_sq, /*max_exp_avg_sqs=*/{}, state_steps, lr, b1, b2,
+                      weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+    // libtorch 1.13 has no fused AdamW (its _fused_adam_ is CUDA-only Adam with L2 decay, not
+    // decoupled): torch.optim.AdamW's foreach sequence, a few multi-tensor launches per group.
+    const double bias1 = 1.0 - std::pow(b1, double(step_));
+    const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(step_)));
+    if (weight_decay != 0.0) at::_foreach_mul_(g.params, 1.0 - lr * weight_decay);
+    at::_foreach_mul_(g.exp_avg, b1);
+    at::_foreach_add_(g.exp_avg, g.grads, 1.0 - b1);
+    at::_foreach_mul_(g.exp_avg_sq, b2);
+    at::_foreach_addcmul_(g.exp_avg_sq, g.grads, g.grads, 1.0 - b2);
+    std::vector<at::Tensor> denom = at::_foreach_sqrt(g.exp_avg_sq);
+    at::_foreach_div_(denom, bias2_sqrt);
+    at::_foreach_add_(denom, options_.eps);
+    at::_foreach_addcdiv_(g.params, g.exp_avg, denom, -lr / bias1);
+#endif
+  }
+}
+
+// Strided or integer tensors: the same update op by op.
+void AdamW::step_one_by_one(size_t i, double lr) {
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1.0 - std::pow(b1, double(step_));
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(step_)));
+  at::Tensor& p = params_[i];
+  const at::Tensor gf = p.grad().to(p.scalar_type());
+  const double decay = decay_[i] ? 1.0 - lr * options_.weight_decay : 1.0;
+  if (decay != 1.0) p.mul_(decay);
+  exp_avg_[i].lerp_(gf, 1.0 - b1);
+  exp_avg_sq_[i].mul_(b2).addcmul_(gf, gf, 1.0 - b2);
+  at::Tensor denom = (exp_avg_sq_[i].sqrt() / bias2_sqrt).add_(options_.eps);
+  p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
 }
 
 }  // namespace cadre

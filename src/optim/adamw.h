@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <unordered_map>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -12,6 +13,10 @@ namespace cadre {
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // Tensors off the CPU take libtorch's multi-tensor kernels (at::_fused_adamw_ on 2.x, the
+  // _foreach_* ops on 1.13); float32 CPU tensors take Cadre's one-pass loop. For tests: CPU
+  // tensors take the multi-tensor path too.
+  bool multi_tensor_on_cpu = false;
 };
 
 class AdamW : public Optimizer {
@@ -31,7 +36,15 @@ class AdamW : public Optimizer {
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
 
  private:
+  bool takes_cpu_loop(size_t i) const;
+  void step_multi_tensor(const std::vector<size_t>& which, double lr);
+  void step_one_by_one(size_t i, double lr);
+  at::Tensor& step_count(const at::Device& device);
+
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  // The step as the fused kernel reads it: one float32 scalar per device, shared by all of that
+  // device's parameters, refilled from step_ before each step (so set_steps needs no care).
+  std::unordered_map<at::Device, at::Tensor> step_counts_;
   std::vector<bool> decay_;
   AdamWOptions options_;
   int64_t step_ = 0;
