@@ -131,6 +131,7 @@ void CheckpointSaver::save(const CheckpointManifest& header) {
   stats.step = header.step;
   try {
     fs::create_directories(partial);
+    snapshot_.finish();  // device copies started by staging land here, off the training thread
     CheckpointManifest index = rank_write(partial, options_.rank, snapshot_, header);
     stats.bytes = index.files.at(0).bytes;
     stats.write_s = seconds_since(t0);

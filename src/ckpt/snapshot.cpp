@@ -28,6 +28,12 @@ char* Snapshot::add(SnapshotPiece piece) {
   return bytes_.data() + pieces_.back().offset;
 }
 
+void Snapshot::finish() {
+  std::vector<std::function<void(Snapshot&)>> fills;
+  fills.swap(fills_);
+  for (auto& fill : fills) fill(*this);
+}
+
 void Snapshot::release_pages() {
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t start = reinterpret_cast<uintptr_t>(bytes_.data());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,19 @@ class Snapshot {
   void clear() {
     pieces_.clear();
     size_ = 0;
+    fills_.clear();
   }
   // Reserves room for a piece and returns where its bytes go (valid until the next add()).
   char* add(SnapshotPiece piece);
   const std::vector<SnapshotPiece>& pieces() const { return pieces_; }
   const char* data(const SnapshotPiece& p) const { return bytes_.data() + p.offset; }
+  char* data(const SnapshotPiece& p) { return bytes_.data() + p.offset; }
+  // Work that must be done before the staged bytes are read: copies from a device still in
+  // flight when staging returned are waited for by the writer, not the training thread.
+  void defer(std::function<void(Snapshot&)> fill) { fills_.push_back(std::move(fill)); }
+  // Runs the deferred fills in order, dropping them even when one throws; the writer calls it
+  // before reading. clear() drops any not run.
+  void finish();
   size_t size() const { return size_; }       // bytes staged
   size_t capacity() const { return bytes_.size(); }
   // Hands the buffer's whole pages back to the kernel once the staged bytes are written, keeping
@@ -40,6 +49,7 @@ class Snapshot {
   std::vector<SnapshotPiece> pieces_;
   std::vector<char> bytes_;  // grows once to the largest snapshot; its address range is reused
   size_t size_ = 0;
+  std::vector<std::function<void(Snapshot&)>> fills_;
 };
 
 size_t snapshot_piece_bytes(const SnapshotPiece& piece);

@@ -6,9 +6,11 @@
 #include <c10/core/GradMode.h>
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 
+#include "ckpt/host_staging.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/shape_text.h"
@@ -36,9 +38,14 @@ bool writes_tensor_parallel_copy(const ShardPiece& where, const TensorParallelLa
   return (p && !p->replicated) || tp->group->rank() == 0;
 }
 
-// A device tensor is staged through host memory (checkpoints are host files); a CPU tensor is
-// read in place. The copy waits for the device: checkpoint steps are off the hot path.
-at::Tensor on_host(const at::Tensor& t) { return t.device().is_cpu() ? t : t.to(at::kCPU); }
+// A CPU tensor is read in place, as the staging goes; a device tensor's copy is queued in
+// `staging` (HostStaging: page-locked buffers, copies that do not wait for the device) and its
+// pieces are filled by the writer. `cpu_too`: CPU tensors take the device path (for tests).
+struct Staging {
+  std::shared_ptr<HostStaging> copies = std::make_shared<HostStaging>();
+  bool cpu_too = false;
+  bool queues(const at::Tensor& t) const { return cpu_too || !t.device().is_cpu(); }
+};
 
 // Reads a checkpoint range into `t` wherever it lives: directly into CPU memory, through a
 // host buffer for a device tensor (so a checkpoint saved on one device loads on another).
@@ -50,17 +57,23 @@ void read_into(const CheckpointReader& reader, const std::string& name, const Bo
   t.view({-1}).copy_(host);
 }
 
-void stage_float(Snapshot& snapshot, const std::string& name, const ShardPiece& where, const GlobalPlace& place,
-                 const at::Tensor& device_values) {
-  const at::Tensor values = on_host(device_values);
+void stage_float(Snapshot& snapshot, Staging& staging, const std::string& name, const ShardPiece& where,
+                 const GlobalPlace& place, const at::Tensor& values) {
   CADRE_CHECK(values.scalar_type() == at::kFloat && values.is_contiguous(), "checkpoint: '", name,
               "' is not a contiguous float32 tensor");
   const char* from = static_cast<const char*>(values.data_ptr());
+  std::vector<size_t> pieces;
   for (const Box& box : box_split_range(place.part, where.start, values.numel())) {
+    char* out = snapshot.add({name, "float32", place.shape, box, 0});
+    if (staging.queues(values)) {
+      pieces.push_back(snapshot.pieces().size() - 1);
+      continue;
+    }
     const size_t bytes = static_cast<size_t>(box.numel()) * sizeof(float);
-    std::memcpy(snapshot.add({name, "float32", place.shape, box, 0}), from, bytes);
+    std::memcpy(out, from, bytes);
     from += bytes;
   }
+  if (!pieces.empty()) staging.copies->add(values, std::move(pieces));
 }
 
 // Checkpoint dtype names of the buffer dtypes Cadre stores.
@@ -109,11 +122,13 @@ at::Tensor rng_state() {
 
 }  // namespace
 
-void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank) {
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank, bool stage_cpu_as_device) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
   const std::vector<OptimizerState> state = optimizer.state();
+  Staging staging;
+  staging.cpu_too = stage_cpu_as_device;
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
     // A shard that several replicas hold is written once; units are spread over the replicas
@@ -121,21 +136,32 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
     if (static_cast<int>(where.unit % model.replica_count()) != model.replica_index()) continue;
     if (!writes_tensor_parallel_copy(where, tp)) continue;
     const GlobalPlace place = global_place(where, tp);
-    stage_float(snapshot, "model." + where.name, where, place, pieces[k]);
+    stage_float(snapshot, staging, "model." + where.name, where, place, pieces[k]);
     for (const OptimizerState& s : state)
-      stage_float(snapshot, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
+      stage_float(snapshot, staging, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
   }
   // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   if (rank == 0)
     for (const auto& [name, t] : model.unsharded_state()) {
-      at::Tensor values = on_host(t).contiguous();
+      const at::Tensor values = t.contiguous();
       const std::string dtype = buffer_dtype(values, name);
       char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), box_whole(values.sizes().vec()), 0});
-      std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
+      if (staging.queues(values))
+        staging.copies->add(values, {snapshot.pieces().size() - 1});
+      else
+        std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
     }
   at::Tensor rng = rng_state();
   char* out = snapshot.add({str("rng.cpu.rank", rank), "uint8", {rng.numel()}, box_whole({rng.numel()}), 0});
   std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
+  if (staging.copies->queued() == 0) return;
+  // The copies read the shards, moments and buffers on their device's current stream, the
+  // stream the next optimizer step updates them on; the buffers' broadcast and the gradients'
+  // collectives wait on that stream too (NcclGroup), and nothing else writes them. The stream's
+  // order keeps every later write behind the copies, so neither the training thread nor the
+  // stream waits here; only the writer waits for them (Snapshot::finish), before it reads.
+  staging.copies->start();
+  snapshot.defer([copies = staging.copies](Snapshot& s) { copies->finish(s); });
 }
 
 void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer) {

@@ -22,8 +22,12 @@
 
 namespace cadre {
 
-// Copies this rank's part of the model, optimizer and RNG state into `snapshot`.
-void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank);
+// Copies this rank's part of the model, optimizer and RNG state into `snapshot`. Tensors on a
+// device are copied into page-locked host buffers without waiting for the device; the writer
+// waits for those copies (Snapshot::finish) before reading. `stage_cpu_as_device` (for tests)
+// sends CPU tensors that way too.
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank,
+                       bool stage_cpu_as_device = false);
 
 // Checks that the checkpoint was written for this model (every parameter present with the
 // same shape, nothing extra; with `optimizer`, that optimizer's state too, and no other
