@@ -11,6 +11,7 @@
 #include "core/file_util.h"
 #include "deploy/job_spec.h"
 #include "deploy/k8s_etcd.h"
+#include "deploy/k8s_monitoring.h"
 #include "deploy/k8s_pytorchjob.h"
 #include "deploy/k8s_trainjob.h"
 #include "deploy/k8s_worker.h"
@@ -23,7 +24,8 @@ namespace {
 const char* kUsage =
     "cadre deploy k8s|slurm --config <yaml> [--set key=value ...] [flags]\n"
     "  k8s:   TrainJob + TrainingRuntime (or --api pytorchjob), a 3-member etcd StatefulSet, the config as a\n"
-    "         ConfigMap, a shared PersistentVolumeClaim; apply with `kubectl apply -f <out>/`\n"
+    "         ConfigMap, a shared PersistentVolumeClaim, a Prometheus configuration (ConfigMap) and, for\n"
+    "         train.device cuda, NVIDIA's dcgm-exporter (DaemonSet + Service); apply with `kubectl apply -f <out>/`\n"
     "  slurm: an sbatch script (srun one `cadre run` per node, checkpoint before the time limit, requeue,\n"
     "         --resume auto); submit with `sbatch <out>/<name>.sbatch`\n"
     "  Every flag below is also a key of the config's `deploy:` section (--nproc-per-node = deploy.nproc_per_node);\n"
@@ -46,6 +48,10 @@ int deploy_k8s(const deploy::DeploySpec& s, const fs::path& out) {
   fs::remove(out / other);
   write_file(out / job_file,
              s.api == "trainjob" ? yaml_write(trainjob_manifests(s)) : yaml_write({pytorchjob_manifest(s)}));
+  for (const auto& [file, text] : monitoring_files(s)) {
+    if (text.empty()) fs::remove(out / file);
+    else write_file(out / file, text);
+  }
   std::printf("job %s: %lld:%lld nodes x %lld workers, rendezvous id %s over etcd %s\n", s.name.c_str(),
               static_cast<long long>(s.min_nodes), static_cast<long long>(s.max_nodes),
               static_cast<long long>(s.nproc_per_node), s.rdzv_id.c_str(), etcd_client_host(s).c_str());

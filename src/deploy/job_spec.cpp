@@ -39,6 +39,8 @@ const std::vector<DeployOption>& deploy_options() {
        "Slurm: on every address of the node, 0 for any free port, each node's URL in its log)", true, true},
       {"grace_period", "120", "seconds between SIGTERM and SIGKILL for a pod; workers checkpoint in that time", true, false},
       {"etcd_image", "quay.io/coreos/etcd:v3.5.17", "image of the 3-member etcd StatefulSet", true, false},
+      {"dcgm_exporter_image", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04",
+       "image of the dcgm-exporter DaemonSet on the GPU nodes (written when train.device is cuda)", true, false},
       {"rdzv_id", "", "rendezvous id (default: <name>-<8 random hex digits>, unique per deployment)", true, false},
       {"partition", "", "Slurm partition (default: the cluster's default)", false, true},
       {"time", "", "Slurm time limit (MM, HH:MM:SS, D-HH:MM, ...); default: the partition's", false, true},
@@ -253,6 +255,10 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
     s.stop_timeout_s = s.grace_period_s - 10;
     s.etcd_image = v["etcd_image"];
     CADRE_CONFIG_CHECK(!s.etcd_image.empty(), option_name("etcd_image"), " must not be empty");
+    s.dcgm_exporter_image = v["dcgm_exporter_image"];
+    CADRE_CONFIG_CHECK(!s.dcgm_exporter_image.empty() && s.dcgm_exporter_image.find_first_of(" \t\n") == std::string::npos,
+                       option_name("dcgm_exporter_image"), ": '", s.dcgm_exporter_image,
+                       "' must be an image name without whitespace");
     s.rdzv_id = v["rdzv_id"].empty() ? s.name + "-" + random_hex(8) : v["rdzv_id"];
     CADRE_CONFIG_CHECK(s.rdzv_id != "none", option_name("rdzv_id"),
                        ": 'none' is torchrun's shared default and makes jobs collide on etcd keys; leave it unset");
@@ -287,7 +293,11 @@ DeploySpec deploy_spec_resolve(const Config& config, const std::map<std::string,
     s.workdir = v["workdir"].empty() ? fs::current_path().string() : v["workdir"];
     CADRE_CONFIG_CHECK(fs::path(s.workdir).is_absolute(), option_name("workdir"), ": '", s.workdir,
                        "' must be an absolute path");
-    for (const auto& key : {"image", "efa"})
+    // dcgm-exporter's default port: a GPU node running it leaves the agents' /metrics unreachable there.
+    if (config.train.device == "cuda" && s.metrics_port == 9400)
+      log::warn("deploy.metrics_port (--metrics-port) 9400 is dcgm-exporter's default port: on GPU nodes that run "
+                "it the agents cannot bind it; leave the default 9464");
+    for (const auto& key : {"image", "efa", "dcgm_exporter_image"})
       if (config.deploy.count(key)) log::warn(str("deploy.", key, " applies to Kubernetes only; ignored for Slurm"));
   }
   CADRE_CONFIG_CHECK(!config.data.dir.empty(), "data.dir is empty: the job's workers need the prepared data (",

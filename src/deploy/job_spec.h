@@ -47,6 +47,7 @@ struct DeploySpec {
   int64_t grace_period_s = 0;  // pod terminationGracePeriodSeconds
   int64_t stop_timeout_s = 0;  // cadre run --stop-timeout: workers' time to checkpoint on SIGTERM
   std::string etcd_image;
+  std::string dcgm_exporter_image;  // written only for train.device cuda
   std::string rdzv_id;         // shared by the job's nodes, unique per deployed job
   std::string partition, time;
   int64_t time_limit_s = 0;    // parsed `time`, 0 when unset

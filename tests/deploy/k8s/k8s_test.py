@@ -8,6 +8,10 @@
 # Semantics: the etcd endpoints workers get resolve to the Services written, the rendezvous id is
 # shared by a job and unique per deployment, the config's paths lie on the mounted volume, the
 # rendezvous settings of the PyTorchJob's elasticPolicy agree with the workers' flags.
+# Monitoring: the Prometheus configuration written (a ConfigMap) passes `promtool check config`
+# (Debian's prometheus package) and its scrape jobs, relabelled as Prometheus relabels the
+# discovered pods and endpoints, keep the job's workers and, for a CUDA job, the dcgm-exporter
+# DaemonSet's pods behind its Service; a CPU job gets nothing of DCGM.
 # Also: bad input exits 2 naming the field. Run by ctest (DeployK8sSchemas) with CADRE_BIN and
 # CADRE_SOURCE_DIR set, under the project venv (python/requirements.txt, scripts/setup.sh).
 import copy
@@ -16,6 +20,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import subprocess
 import tempfile
 from urllib.parse import urlsplit
@@ -505,7 +510,7 @@ def test_nccl_environment_of_the_deploying_shell_reaches_the_workers(work):
     assert r.returncode == 0, r.stdout + r.stderr
     objects = [o for f in sorted(os.listdir(out)) for o in read_manifests(os.path.join(out, f))]
     # The training workers (the rendezvous etcd needs no NCCL).
-    workers = [c for o in objects for c in json_find(o, "containers") if c["name"] != "etcd"]
+    workers = [c for o in objects for c in json_find(o, "containers") if c["name"] not in ("etcd", "dcgm-exporter")]
     assert workers, "no worker containers in the manifests"
     for c in workers:
         env_of = {e["name"]: e.get("value") for e in c.get("env", [])}
@@ -667,3 +672,250 @@ def test_help(target, own_flag):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "--nodes" in r.stdout
     assert own_flag in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Monitoring: Prometheus configuration and dcgm-exporter
+
+
+# kubernetes_sd_config as Prometheus documents it (configuration.md, 2.42): its keys and roles.
+K8S_SD_KEYS = {"api_server", "role", "kubeconfig_file", "basic_auth", "authorization", "oauth2", "proxy_url",
+               "follow_redirects", "enable_http2", "tls_config", "namespaces", "selectors", "attach_metadata"}
+K8S_SD_ROLES = {"node", "service", "pod", "endpoints", "endpointslice", "ingress"}
+
+
+def k8s_sd_problems(sd):
+    problems = [f"unknown key {k}" for k in sd if k not in K8S_SD_KEYS]
+    if sd.get("role") not in K8S_SD_ROLES:
+        problems.append(f"role {sd.get('role')!r} is none of {sorted(K8S_SD_ROLES)}")
+    ns = sd.get("namespaces", {})
+    problems += [f"namespaces: unknown key {k}" for k in ns if k not in ("own_namespace", "names")]
+    if not all(isinstance(n, str) and n for n in ns.get("names", [])):
+        problems.append(f"namespaces.names must be non-empty strings: {ns.get('names')}")
+    for s in sd.get("selectors", []):
+        if s.get("role") not in K8S_SD_ROLES or set(s) - {"role", "label", "field"}:
+            problems.append(f"bad selector {s}")
+    return problems
+
+
+def promtool_check(text, work, name):
+    """`promtool check config` of a prometheus.yml text; returns its output, asserting it passed.
+    Debian's Prometheus is built without Kubernetes discovery (promtool refuses the key
+    kubernetes_sd_configs), so those blocks are checked against Prometheus' documented schema here
+    and handed to promtool as static_configs; promtool checks everything else (relabel rules and
+    their regexes, job names, intervals)."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found (Debian's prometheus package, scripts/setup.sh)"
+    config = yaml.safe_load(text)
+    for job in config.get("scrape_configs") or []:
+        for sd in job.pop("kubernetes_sd_configs", None) or []:
+            problems = k8s_sd_problems(sd)
+            assert not problems, f"kubernetes_sd_config of job {job.get('job_name')}: {problems}"
+            job.setdefault("static_configs", []).append({"targets": ["discovered.invalid:1"]})
+    path = os.path.join(work, f"{name}-prometheus.yml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(yaml.safe_dump(config, sort_keys=False))
+    r = subprocess.run([promtool, "check", "config", path], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"promtool check config {path} exited {r.returncode}\n{r.stdout}{r.stderr}\n{text}"
+    return r.stdout + r.stderr
+
+
+def meta_label(role, label):
+    return f"__meta_kubernetes_{role}_label_" + re.sub(r"[^A-Za-z0-9_]", "_", label)
+
+
+def relabel(rules, labels):
+    """Prometheus' keep, drop and replace (its defaults: separator ';', regex (.*), replacement $1)
+    on one target's labels; None when the target is dropped."""
+    labels = dict(labels)
+    for r in rules:
+        action = r.get("action", "replace")
+        value = r.get("separator", ";").join(labels.get(s, "") for s in r.get("source_labels", []))
+        m = re.fullmatch(r.get("regex", "(.*)"), value)
+        if action == "keep" and not m:
+            return None
+        if action == "drop" and m:
+            return None
+        if action == "replace" and m:
+            labels[r["target_label"]] = re.sub(r"\$(\d+)", lambda g: m.group(int(g[1])) or "", r.get("replacement", "$1"))
+        assert action in ("keep", "drop", "replace"), f"relabel action {action} not emulated here"
+    return labels
+
+
+def pod_targets(pod_template, node="gpu-node-1", pod_name="p-0", phase="Running"):
+    """The targets Kubernetes pod discovery makes of a pod: one per container port."""
+    meta = pod_template["metadata"]
+    base = {meta_label("pod", k): v for k, v in (meta.get("labels") or {}).items()}
+    base.update({"__meta_kubernetes_pod_name": pod_name, "__meta_kubernetes_pod_node_name": node,
+                 "__meta_kubernetes_pod_phase": phase, "__address__": "10.0.0.7"})
+    for c in pod_template["spec"]["containers"]:
+        for p in c.get("ports", []):
+            yield {**base, "__meta_kubernetes_pod_container_port_name": p.get("name", ""),
+                   "__address__": f"10.0.0.7:{p['containerPort']}"}
+
+
+def endpointslice_targets(service, pod_template):
+    """The targets endpointslice discovery makes of a Service backed by the pods of a template."""
+    selector = service["spec"].get("selector") or {}
+    labels = pod_template["metadata"].get("labels") or {}
+    if not selector or any(labels.get(k) != v for k, v in selector.items()):
+        return []
+    out = []
+    for sp in service["spec"]["ports"]:
+        target = sp.get("targetPort", sp["port"])
+        port = next((p for c in pod_template["spec"]["containers"] for p in c.get("ports", [])
+                     if p.get("name") == target or p.get("containerPort") == target), None)
+        assert port, f"Service {service['metadata']['name']}: targetPort {target} is no container port"
+        out.append({"__meta_kubernetes_service_name": service["metadata"]["name"],
+                    "__meta_kubernetes_endpointslice_port_name": sp.get("name", ""),
+                    "__meta_kubernetes_pod_node_name": "gpu-node-1",
+                    "__address__": f"10.0.0.9:{port['containerPort']}"})
+    return out
+
+
+def prometheus_of(d):
+    cms = [c for c in d.by_kind.get("ConfigMap", []) if "prometheus.yml" in (c.get("data") or {})]
+    assert len(cms) == 1, f"expected one ConfigMap holding prometheus.yml, got {[c['metadata']['name'] for c in cms]}"
+    text = cms[0]["data"]["prometheus.yml"]
+    return text, yaml.safe_load(text)
+
+
+def scrape_job(config, name):
+    jobs = [j for j in config["scrape_configs"] if j["job_name"] == name]
+    assert len(jobs) == 1, f"scrape job {name}: {[j['job_name'] for j in config['scrape_configs']]}"
+    return jobs[0]
+
+
+def check_agents_scraped(d, config, ns):
+    """The `cadre` job keeps exactly the worker container's metrics port, on the pod's address."""
+    job = scrape_job(config, "cadre")
+    assert job.get("honor_labels") is True, "Cadre's own job label (the rendezvous id) must win"
+    assert [c["role"] for c in job["kubernetes_sd_configs"]] == ["pod"]
+    assert job["kubernetes_sd_configs"][0]["namespaces"]["names"] == [ns]
+    pod, container, _ = worker_pod(d)
+    kept = [t for t in pod_targets(pod) if relabel(job["relabel_configs"], t)]
+    metrics = next(p for p in container["ports"] if p["name"] == "metrics")
+    assert [t["__address__"] for t in kept] == [f"10.0.0.7:{metrics['containerPort']}"], kept
+    labels = relabel(job["relabel_configs"], kept[0])
+    assert labels["pod"] == "p-0" and labels["kubernetes_node"] == "gpu-node-1", labels
+    assert not [t for t in pod_targets(pod, phase="Succeeded") if relabel(job["relabel_configs"], t)], \
+        "finished pods must not be scraped"
+    # Another job's workers in the same namespace are not this job's targets.
+    other = copy.deepcopy(pod)
+    other["metadata"]["labels"]["app.kubernetes.io/instance"] = "someone-else"
+    assert not [t for t in pod_targets(other) if relabel(job["relabel_configs"], t)]
+
+
+def test_cuda_job_writes_dcgm_exporter_and_both_scrape_jobs(work):
+    d = deployed(work, "tiny-m", ["--set", "data.dir=data/tiny", "train.device=cuda", "--nproc-per-node", "4",
+                                  "--image", "registry.example/cadre:0.1", "--namespace", "training"])
+    check_deployment(d, nnodes="1", nproc=4, claim="tiny-m-data", claim_written=True, limits={"nvidia.com/gpu": "4"})
+    # The DaemonSet: valid (its pod template strictly too), on GPU nodes, tolerating their taint,
+    # watching all of the node's GPUs without taking one.
+    daemonsets = d.by_kind.get("DaemonSet", [])
+    assert [ds["metadata"]["name"] for ds in daemonsets] == ["tiny-m-dcgm-exporter"]
+    ds = daemonsets[0]
+    assert schema_errors(POD_TEMPLATE, ds["spec"]["template"]) == []
+    assert ds["metadata"]["namespace"] == "training"
+    tmpl = ds["spec"]["template"]
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert all(tmpl["metadata"]["labels"].get(k) == v for k, v in selector.items()), "selector misses its pods"
+    spec = tmpl["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    [c] = spec["containers"]
+    assert re.fullmatch(r"nvcr\.io/nvidia/k8s/dcgm-exporter:\d[\w.-]+", c["image"]), f"unpinned image {c['image']}"
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"} in c["env"]
+    assert "nvidia.com/gpu" not in json.dumps(c.get("resources", {})), "the exporter must not take a GPU"
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    # The Service reaches the DaemonSet's port 9400.
+    service = next(s for s in d.by_kind["Service"] if s["metadata"]["name"] == "tiny-m-dcgm-exporter")
+    endpoints = endpointslice_targets(service, tmpl)
+    assert [e["__address__"] for e in endpoints] == ["10.0.0.9:9400"], endpoints
+
+    # Prometheus: promtool accepts the configuration; `cadre` keeps the workers' metrics port and
+    # `dcgm-exporter` keeps the exporter's endpoints, in the job's namespace.
+    text, config = prometheus_of(d)
+    promtool_check(text, work, "tiny-m")
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["cadre", "dcgm-exporter"]
+    check_agents_scraped(d, config, "training")
+    dcgm = scrape_job(config, "dcgm-exporter")
+    assert [c["role"] for c in dcgm["kubernetes_sd_configs"]] == ["endpointslice"]
+    assert dcgm["kubernetes_sd_configs"][0]["namespaces"]["names"] == ["training"]
+    assert not dcgm.get("honor_labels"), "job=\"dcgm-exporter\" must tell its series from Cadre's own DCGM_FI_* ones"
+    kept = [relabel(dcgm["relabel_configs"], e) for e in endpoints]
+    assert kept and all(kept) and kept[0]["kubernetes_node"] == "gpu-node-1", kept
+    # ... and nothing of the workers' pods, nor a Service of another name.
+    etcd_client = next(s for s in d.by_kind["Service"] if s["metadata"]["name"] == "tiny-m-etcd")
+    assert not [t for t in endpointslice_targets(etcd_client, d.by_kind["StatefulSet"][0]["spec"]["template"])
+                if relabel(dcgm["relabel_configs"], t)]
+    assert "dcgm" in d.output and "30-dcgm-exporter.yaml" in d.output
+
+
+def test_cpu_job_has_no_dcgm_and_a_rewrite_removes_it(work):
+    args = ["--set", "data.dir=data/tiny", "--image", "registry.example/cadre:0.1"]
+    deployed(work, "tiny-p", [*args, "--set", "train.device=cuda"])
+    assert os.path.exists(os.path.join(work, "tiny-p", "30-dcgm-exporter.yaml"))
+    # The same job written again for the CPU into the same directory: the stale exporter goes.
+    d = deployed(work, "tiny-p", args)
+    check_deployment(d, nnodes="1", nproc=1, claim="tiny-p-data", claim_written=True)
+    assert not os.path.exists(os.path.join(work, "tiny-p", "30-dcgm-exporter.yaml"))
+    for o in d.objects:
+        assert "dcgm" not in json.dumps(o).lower(), f"{o['kind']} {o['metadata']['name']} mentions DCGM on a CPU job"
+    assert "DaemonSet" not in d.by_kind
+    text, config = prometheus_of(d)
+    promtool_check(text, work, "tiny-p")
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["cadre"]
+    check_agents_scraped(d, config, "default")
+
+
+def test_monitoring_checks_catch_broken_configurations(work):
+    """Negative controls: promtool, the relabel emulation and the Service check notice breakage."""
+    d = deployed(work, "tiny-q", ["--set", "data.dir=data/tiny", "train.device=cuda",
+                                  "--image", "registry.example/cadre:0.1"])
+    text, config = prometheus_of(d)
+    broken = copy.deepcopy(config)
+    broken["scrape_configs"][1]["job_name"] = "cadre"
+    with pytest.raises(AssertionError, match="promtool check config"):
+        promtool_check(yaml.safe_dump(broken), work, "tiny-q-duplicate")
+    broken = copy.deepcopy(config)
+    broken["scrape_configs"][0]["kubernetes_sd_configs"][0]["role"] = "pods"
+    with pytest.raises(AssertionError, match="role 'pods' is none of"):
+        promtool_check(yaml.safe_dump(broken), work, "tiny-q-role")
+    broken = copy.deepcopy(config)
+    broken["scrape_configs"][0]["relabel_configs"][0]["action"] = "kept"
+    with pytest.raises(AssertionError, match="promtool check config"):
+        promtool_check(yaml.safe_dump(broken), work, "tiny-q-action")
+    # A scrape job keeping another port name finds no agent.
+    renamed = copy.deepcopy(config)
+    for r in scrape_job(renamed, "cadre")["relabel_configs"]:
+        if r.get("source_labels") == ["__meta_kubernetes_pod_container_port_name"]:
+            r["regex"] = "metric"
+    with pytest.raises(AssertionError, match=r"^\[\]"):
+        check_agents_scraped(d, renamed, "default")
+    # A Service whose selector misses the DaemonSet's pods reaches nothing.
+    ds = d.by_kind["DaemonSet"][0]
+    service = copy.deepcopy(next(s for s in d.by_kind["Service"] if s["metadata"]["name"] == "tiny-q-dcgm-exporter"))
+    service["spec"]["selector"]["app.kubernetes.io/component"] = "worker"
+    assert endpointslice_targets(service, ds["spec"]["template"]) == []
+    # And the DaemonSet's schema check refuses an unknown field.
+    ds = copy.deepcopy(ds)
+    ds["spec"]["template"]["spec"]["nodeSelectors"] = {}
+    assert _matching(validate(ds), r"'nodeSelectors' was unexpected"), validate(ds)
+
+
+def test_static_prometheus_example_for_slurm_nodes(work):
+    """deploy/prometheus/prometheus.yml (Slurm and bare nodes): valid, the agents on deploy's
+    metrics port and dcgm-exporter on its own, never the same port of a node."""
+    with open(os.path.join(SOURCE, "deploy/prometheus/prometheus.yml"), encoding="utf-8") as f:
+        text = f.read()
+    promtool_check(text, work, "static")
+    config = yaml.safe_load(text)
+    agents = {t for c in scrape_job(config, "cadre")["static_configs"] for t in c["targets"]}
+    dcgm = {t for c in scrape_job(config, "dcgm-exporter")["static_configs"] for t in c["targets"]}
+    assert {t.rsplit(":", 1)[1] for t in agents} == {"9464"}, agents
+    assert {t.rsplit(":", 1)[1] for t in dcgm} == {"9400"}, dcgm
+    assert not agents & dcgm
