@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 
@@ -27,8 +28,20 @@ at::Tensor vector_on(const at::Tensor& t, const c10::Device& device) {
   return t.detach().to(device, at::kFloat).contiguous().clone();
 }
 
-at::Tensor long_tensor(const std::vector<int64_t>& values, const c10::Device& device) {
-  return at::tensor(values, at::kLong).to(device);
+// Appends `values` to `packed`; returns where they start.
+int64_t append(std::vector<int64_t>& packed, const std::vector<int64_t>& values) {
+  const int64_t at = static_cast<int64_t>(packed.size());
+  packed.insert(packed.end(), values.begin(), values.end());
+  return at;
+}
+
+// `packed` on the device in one copy: from pinned host memory without waiting on a GPU (the
+// caching host allocator keeps the buffer until the copy has run), the buffer itself on the CPU.
+at::Tensor packed_to(const std::vector<int64_t>& packed, const c10::Device& device) {
+  at::Tensor host = at::empty({static_cast<int64_t>(packed.size())},
+                              at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::copy(packed.begin(), packed.end(), host.data_ptr<int64_t>());
+  return device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
 }
 
 }  // namespace
@@ -104,30 +117,58 @@ at::Tensor LlamaDeviceDecoder::rope(const at::Tensor& x, const at::Tensor& cos, 
   return x * cos + rotated * sin;
 }
 
-// q [R, H, hd] (rotated). Rows of one slot attend together to that slot's cache, each up to its
-// own position (the rows later in the same call are masked out).
-at::Tensor LlamaDeviceDecoder::attention(const Layer& layer, const std::vector<DecodeRow>& rows,
-                                         const std::vector<int64_t>& positions, const at::Tensor& q) const {
-  const int64_t H = config_.n_heads, KV = config_.n_kv_heads, hd = head_dim_;
-  const c10::Device device = options_.device;
+// Every index the step's layers use, packed into one host buffer and copied once (a small
+// pageable copy per slot per layer would each wait for the GPU): rows' positions, slots and
+// tokens, the rows whose logits are wanted, then per slot its rows and their positions. The
+// causal masks are made from them on the device, once per step.
+LlamaDeviceDecoder::StepIndex LlamaDeviceDecoder::step_index(const std::vector<int64_t>& positions,
+                                                             const std::vector<int64_t>& slots,
+                                                             const std::vector<int64_t>& tokens,
+                                                             const std::vector<int64_t>& wanted) const {
+  const int64_t R = static_cast<int64_t>(positions.size()), W = static_cast<int64_t>(wanted.size());
   std::map<int64_t, std::vector<int64_t>> rows_of_slot;
-  for (size_t r = 0; r < rows.size(); ++r) rows_of_slot[rows[r].slot].push_back(static_cast<int64_t>(r));
-  at::Tensor out = at::empty({static_cast<int64_t>(rows.size()), H, hd}, q.options());
-  const double scale = 1.0 / std::sqrt(double(hd));
+  for (int64_t r = 0; r < R; ++r) rows_of_slot[slots[static_cast<size_t>(r)]].push_back(r);
+  std::vector<int64_t> packed;
+  packed.reserve(static_cast<size_t>(5 * R + W));
+  const int64_t at_pos = append(packed, positions), at_slot = append(packed, slots), at_tok = append(packed, tokens);
+  const int64_t at_wanted = append(packed, wanted);
+  std::vector<std::pair<int64_t, int64_t>> slot_offsets;  // where each slot's rows and positions start
   for (const auto& [slot, members] : rows_of_slot) {
     std::vector<int64_t> pos;
     for (int64_t r : members) pos.push_back(positions[static_cast<size_t>(r)]);
-    const int64_t n = *std::max_element(pos.begin(), pos.end()) + 1;
-    const at::Tensor index = long_tensor(members, device);
-    const at::Tensor qs = q.index_select(0, index).transpose(0, 1) * scale;  // [H, m, hd], scaled first as in training
-    at::Tensor k = layer.k_cache[slot].narrow(1, 0, n), v = layer.v_cache[slot].narrow(1, 0, n);  // [KV, n, hd]
-    k = k.repeat_interleave(H / KV, 0);
+    slot_offsets.emplace_back(append(packed, members), append(packed, pos));
+  }
+  const c10::Device device = options_.device;
+  const at::Tensor all = packed_to(packed, device);
+  StepIndex index{all.narrow(0, at_pos, R), all.narrow(0, at_slot, R), all.narrow(0, at_tok, R),
+                  all.narrow(0, at_wanted, W), {}};
+  size_t g = 0;
+  for (const auto& [slot, members] : rows_of_slot) {
+    const int64_t m = static_cast<int64_t>(members.size());
+    int64_t n = 0;
+    for (int64_t r : members) n = std::max(n, positions[static_cast<size_t>(r)] + 1);
+    const at::Tensor pos = all.narrow(0, slot_offsets[g].second, m);
+    const at::Tensor future =
+        at::arange(n, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0) > pos.unsqueeze(1);  // [m, n]
+    index.groups.push_back({slot, n, all.narrow(0, slot_offsets[g].first, m), future.unsqueeze(0)});
+    ++g;
+  }
+  return index;
+}
+
+// q [R, H, hd] (rotated). Rows of one slot attend together to that slot's cache, each up to its
+// own position (the rows later in the same call are masked out).
+at::Tensor LlamaDeviceDecoder::attention(const Layer& layer, const StepIndex& index, const at::Tensor& q) const {
+  const int64_t H = config_.n_heads, KV = config_.n_kv_heads, hd = head_dim_;
+  at::Tensor out = at::empty({q.size(0), H, hd}, q.options());
+  const double scale = 1.0 / std::sqrt(double(hd));
+  for (const StepIndex::SlotRows& group : index.groups) {
+    const at::Tensor qs = q.index_select(0, group.rows).transpose(0, 1) * scale;  // [H, m, hd], scaled first as in training
+    at::Tensor k = layer.k_cache[group.slot].narrow(1, 0, group.n), v = layer.v_cache[group.slot].narrow(1, 0, group.n);
+    k = k.repeat_interleave(H / KV, 0);  // [H, n, hd]
     v = v.repeat_interleave(H / KV, 0);
-    at::Tensor scores = at::matmul(qs, k.transpose(1, 2));  // [H, m, n]
-    const at::Tensor future = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0) >
-                              long_tensor(pos, device).unsqueeze(1);  // [m, n]
-    scores = scores.masked_fill(future.unsqueeze(0), -INFINITY);
-    out.index_copy_(0, index, at::matmul(at::softmax(scores, -1), v).transpose(0, 1));
+    const at::Tensor scores = at::matmul(qs, k.transpose(1, 2)).masked_fill(group.future, -INFINITY);  // [H, m, n]
+    out.index_copy_(0, group.rows, at::matmul(at::softmax(scores, -1), v).transpose(0, 1));
   }
   return out;
 }
@@ -136,7 +177,6 @@ at::Tensor LlamaDeviceDecoder::forward(const std::vector<DecodeRow>& rows) {
   const LlamaConfig& c = config_;
   const int64_t R = static_cast<int64_t>(rows.size()), H = c.n_heads, KV = c.n_kv_heads, hd = head_dim_;
   const int64_t L = options_.max_len;
-  const c10::Device device = options_.device;
   if (R == 0) return at::empty({0, c.vocab_size}, at::kFloat);
   c10::NoGradGuard no_grad;
   std::vector<int64_t> positions(static_cast<size_t>(R)), slots(static_cast<size_t>(R)), tokens(static_cast<size_t>(R));
@@ -153,9 +193,10 @@ at::Tensor LlamaDeviceDecoder::forward(const std::vector<DecodeRow>& rows) {
     tokens[static_cast<size_t>(r)] = row.token;
     if (row.logits) wanted.push_back(r);
   }
-  const at::Tensor pos_t = long_tensor(positions, device), slot_t = long_tensor(slots, device);
+  const StepIndex index = step_index(positions, slots, tokens, wanted);
+  const at::Tensor &pos_t = index.positions, &slot_t = index.slots;
   const at::Tensor cos = rope_cos_.index_select(0, pos_t).unsqueeze(1), sin = rope_sin_.index_select(0, pos_t).unsqueeze(1);
-  at::Tensor h = embedding_.index_select(0, long_tensor(tokens, device));  // [R, D]
+  at::Tensor h = embedding_.index_select(0, index.tokens);  // [R, D]
   for (Layer& layer : layers_) {
     const at::Tensor qkv = linear(rms_norm(h, layer.attention_norm), layer.wqkv);
     const at::Tensor q = rope(qkv.narrow(1, 0, H * hd).view({R, H, hd}), cos, sin);
@@ -164,14 +205,14 @@ at::Tensor LlamaDeviceDecoder::forward(const std::vector<DecodeRow>& rows) {
     // Every row's key and value go in first, so later rows of a slot see earlier ones.
     layer.k_cache.index_put_({slot_t, Slice(), pos_t}, k);
     layer.v_cache.index_put_({slot_t, Slice(), pos_t}, v);
-    h = h + linear(attention(layer, rows, positions, q).reshape({R, H * hd}), layer.wo);
+    h = h + linear(attention(layer, index, q).reshape({R, H * hd}), layer.wo);
     const at::Tensor gate_up = linear(rms_norm(h, layer.ffn_norm), layer.w13);
     const int64_t F = gate_up.size(1) / 2;
     h = h + linear(at::silu(gate_up.narrow(1, 0, F)) * gate_up.narrow(1, F, F), layer.w2);
   }
   lengths_ = next;
   if (wanted.empty()) return at::empty({0, c.vocab_size}, at::kFloat);
-  const at::Tensor last = h.index_select(0, long_tensor(wanted, device));
+  const at::Tensor last = h.index_select(0, index.wanted);
   return linear(rms_norm(last, norm_), head_).to(at::kCPU);  // the one copy back per step
 }
 

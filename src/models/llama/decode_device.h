@@ -1,6 +1,7 @@
 // KV-cache decoding for Llama through tensor operations, so it runs on any device (a GPU's
 // kernels, or the CPU's for its tests): weights and caches live on the device, every step
-// copies the rows' tokens there and the requested logits back, nothing else crosses.
+// copies its indices there (tokens, positions, slots: one buffer, one copy) and the requested
+// logits back, nothing else crosses.
 // The CPU keeps LlamaDecoder (decode.h), whose hand-written kernels make every row's bits
 // independent of the batch; this one makes no such promise (cuBLAS picks its kernel by shape),
 // so greedy tokens match the CPU decoder's while logits agree to float32 rounding.
@@ -40,8 +41,20 @@ class LlamaDeviceDecoder : public Decoder {
   at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
-  at::Tensor attention(const Layer& layer, const std::vector<DecodeRow>& rows, const std::vector<int64_t>& positions,
-                       const at::Tensor& q) const;
+  // One step's indices on the device, shared by every layer.
+  struct StepIndex {
+    struct SlotRows {
+      int64_t slot = 0;
+      int64_t n = 0;             // cache positions its rows attend over (its last row's position + 1)
+      at::Tensor rows;           // [m] long: its rows among the step's
+      at::Tensor future;         // [1, m, n] bool: the keys each row must not see
+    };
+    at::Tensor positions, slots, tokens, wanted;  // [R], [R], [R], [rows whose logits are wanted]
+    std::vector<SlotRows> groups;
+  };
+  StepIndex step_index(const std::vector<int64_t>& positions, const std::vector<int64_t>& slots,
+                       const std::vector<int64_t>& tokens, const std::vector<int64_t>& wanted) const;
+  at::Tensor attention(const Layer& layer, const StepIndex& index, const at::Tensor& q) const;
 
   LlamaConfig config_;
   DecodeOptions options_;
