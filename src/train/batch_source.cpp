@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -137,7 +138,12 @@ class EncodedImageBatches : public BatchSource {
  public:
   EncodedImageBatches(const std::string& dir, Split split, uint64_t seed, const DataConfig& data, int64_t train_threads,
                       c10::Device device)
-      : loader_(dir, split, seed, options(data, split, train_threads, device)), device_(device) {}
+      : loader_(dir, split, seed, options(data, split, train_threads, device)), device_(device) {
+    // Made once, where the batches are normalised: not two small host->device copies a batch.
+    const ImageTransform& t = loader_.options().transform;
+    mean_ = at::tensor(at::ArrayRef<float>(t.mean, 3)).view({1, 3, 1, 1}).to(device_);
+    std_ = at::tensor(at::ArrayRef<float>(t.std, 3)).view({1, 3, 1, 1}).to(device_);
+  }
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return 1; }
@@ -174,16 +180,18 @@ class EncodedImageBatches : public BatchSource {
     at::Tensor x;
     if (t.uint8_out) {
       // Normalised where the batch is used (on the device): bytes travel, floats do not.
-      at::Tensor mean = at::tensor(at::ArrayRef<float>(t.mean, 3)).view({1, 3, 1, 1}).to(device_);
-      at::Tensor std = at::tensor(at::ArrayRef<float>(t.std, 3)).view({1, 3, 1, 1}).to(device_);
-      x = (flat.view({n, 3, S, S}).to(at::kFloat) / 255.0 - mean) / std;
+      x = (flat.view({n, 3, S, S}).to(at::kFloat) / 255.0 - mean_) / std_;
     } else {
       x = flat.view(at::kFloat).view({n, 3, S, S});
     }
-    return {x, to_device(at::tensor(b.labels, at::kLong), device_)};
+    // Labels travel as the pixels do: from pinned memory, without waiting, on a GPU.
+    at::Tensor labels = at::empty({static_cast<int64_t>(b.labels.size())}, host_options(at::kLong, device_));
+    std::copy(b.labels.begin(), b.labels.end(), labels.data_ptr<int64_t>());
+    return {x, to_device(labels, device_)};
   }
   mutable EncodedImageLoader loader_;
   c10::Device device_;
+  at::Tensor mean_, std_;  // [1, 3, 1, 1] float32 on device_
 };
 
 }  // namespace
