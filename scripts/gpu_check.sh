@@ -3,8 +3,10 @@
 # GPU it builds Cadre with CUDA, runs the `cuda`-labelled tests, trains the small Llama and the
 # 0.9B Llama for a fixed number of steps, runs the PyTorch peer (eager and torch.compile) on the
 # same shapes in the same run, checks loss parity CPU vs GPU over 20 steps and the checkpoint
-# round trip CPU -> GPU -> CPU, counts host synchronisations per step (CUDA's sync-debug mode)
-# and prints a markdown table. It needs no registry: scripts/gpu_bundle.sh prepared `.dev/` on a
+# round trip CPU -> GPU -> CPU, trains FULL_SHARD under the launcher (`cadre run`, one rank per
+# visible GPU: the NCCL path) and resumes its checkpoint on the CPU at another world size and
+# strategy (and a CPU checkpoint of that shape on the GPU's ranks), counts host synchronisations
+# per step (CUDA's sync-debug mode) and prints a markdown table. It needs no registry: scripts/gpu_bundle.sh prepared `.dev/` on a
 # machine that has one, and the GPU machine's own PyTorch supplies libtorch.
 #
 #   scripts/gpu_check.sh                          # the GPU check (exits 1 when there is no GPU)
@@ -24,7 +26,7 @@ while (($#)); do
     --build) build=${2:-}; shift 2 ;;
     --out) out=${2:-}; shift 2 ;;
     --python) python=${2:-}; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,13 +49,19 @@ logs="$out/logs"
 
 # --- 2. the build ----------------------------------------------------------------------------
 if [[ -n $build ]]; then
-  step "build: cmake --build $build"
-  cmake --build "$build" --target cadre >"$logs/build.log" 2>&1 || { tail -20 "$logs/build.log"; exit 1; }
+  # Every binary the check runs: cadre, and on a GPU test_cuda, which holds the cuda-labelled
+  # tests (tests/shard/CMakeLists.txt); its tests are discovered when it is built, so a stale
+  # or missing one would otherwise run old code or nothing.
+  targets=(cadre)
+  [[ $device == cuda ]] && targets+=(test_cuda)
+  step "build: cmake --build $build --target ${targets[*]}"
+  cmake --build "$build" --target "${targets[@]}" >"$logs/build.log" 2>&1 || { tail -20 "$logs/build.log"; exit 1; }
 else
   build=/tmp/cadre-gpu-build
-  step "build: scripts/gpu_build.sh $build (CADRE_CUDA=$([[ $device == cuda ]] && echo ON || echo OFF))"
+  step "build: scripts/gpu_build.sh $build (CADRE_CUDA=$([[ $device == cuda ]] && echo ON || echo OFF), python $python)"
   cuda_flag=$([[ $device == cuda ]] && echo ON || echo OFF)
-  bash "$root/scripts/gpu_build.sh" "$build" -DCADRE_CUDA=$cuda_flag >"$logs/build.log" 2>&1 \
+  # The same python (so the same torch) as the GPU probe above and the PyTorch peer below.
+  PYTHON=$python bash "$root/scripts/gpu_build.sh" "$build" -DCADRE_CUDA=$cuda_flag >"$logs/build.log" 2>&1 \
     || { tail -30 "$logs/build.log"; exit 1; }
 fi
 cadre="$build/bin/cadre"
@@ -65,7 +73,7 @@ cadre="$build/bin/cadre"
 # --- 3. the cuda-labelled tests ----------------------------------------------------------------
 if [[ $device == cuda ]]; then
   step "ctest -L cuda"
-  (cd "$build" && ctest -L '^cuda$' --output-on-failure --timeout 300) >"$logs/ctest_cuda.log" 2>&1 \
+  (cd "$build" && ctest -L '^cuda$' --no-tests=error --output-on-failure --timeout 300) >"$logs/ctest_cuda.log" 2>&1 \
     && echo "cuda tests: passed" >"$out/cuda_tests.txt" \
     || { echo "cuda tests: FAILED ($logs/ctest_cuda.log)" >"$out/cuda_tests.txt"; failed+=(cuda-tests); }
   grep -E "tests passed|tests failed" "$logs/ctest_cuda.log" | tail -1 >>"$out/cuda_tests.txt"
@@ -133,7 +141,43 @@ train trip_to_cpu "$parity_model" "$d" cpu "${parity[@]}" \
 train trip_to_dev "$parity_model" "$d" "$device" "${parity[@]}" \
   --set "checkpoint.resume=$out/runs/parity_cpu/checkpoints/step-00000010" || failed+=(trip-to-device-run)
 
-# --- 7. the table ----------------------------------------------------------------------------
+# --- 7. FULL_SHARD under the launcher; the round trip across device, world size and strategy --
+# One rank per visible GPU (the NCCL path; with one GPU world size 1 makes no communicator, so no
+# collective runs: the table says so), two Gloo ranks in the rehearsal. The other side of the
+# round trip is the CPU at another world size and strategy, with the same global batch, so the
+# same samples in the same order: 1 rank NO_SHARD, or 2 ranks SHARD_GRAD_OP against one GPU.
+if [[ $device == cuda ]]; then
+  nproc=$("$python" -c 'import torch; print(max(1, torch.cuda.device_count()))')
+else
+  nproc=2
+fi
+if ((nproc == 1)); then other_world=2 other_strategy=SHARD_GRAD_OP; else other_world=1 other_strategy=NO_SHARD; fi
+# other_world is 2 only when nproc is 1, where the global batch is parity_batch (even).
+per_rank=$(( parity_batch / nproc > 0 ? parity_batch / nproc : 1 ))
+global=$(( per_rank * nproc ))
+threads_of() { echo $(( parity_threads / $1 > 0 ? parity_threads / $1 : 1 )); }
+fsdp=(--set parallel.mixed_precision.param_dtype=float32 --set train.steps=20 --set optim.warmup_steps=5
+      --set checkpoint.interval=10 --set parallel.strategy=FULL_SHARD --set data.batch_size=$per_rank
+      --set train.threads="$(threads_of "$nproc")")
+other=(--set parallel.mixed_precision.param_dtype=float32 --set train.steps=20 --set optim.warmup_steps=5
+       --set checkpoint.interval=10 --set parallel.strategy=$other_strategy
+       --set data.batch_size=$(( global / other_world )) --set train.threads="$(threads_of "$other_world")")
+launch() {  # launch NAME NPROC DEVICE [--set ...]: `cadre run` of NPROC workers under $out/runs/NAME
+  local name=$1 n=$2 dev=$3; shift 3
+  "$cadre" run --nproc-per-node "$n" --log-dir "$logs/$name.ranks" -- "$cadre" train \
+    --config "$root/configs/gpu/$parity_model.yaml" --set "data.dir=$out/data/$d" --set "run.dir=$out/runs/$name" \
+    --set "train.device=$dev" "$@" >"$logs/$name.log" 2>&1
+}
+step "cadre run: $parity_model FULL_SHARD x $nproc on $device; $other_strategy x $other_world on cpu (global batch $global)"
+launch fsdp_dev "$nproc" "$device" "${fsdp[@]}" || { failed+=(launcher-run); tail -5 "$logs/fsdp_dev.log"; }
+launch fsdp_cpu "$other_world" cpu "${other[@]}" || { failed+=(launcher-cpu-run); tail -5 "$logs/fsdp_cpu.log"; }
+step "round trip at step 10: FULL_SHARD x $nproc $device <-> $other_strategy x $other_world cpu"
+launch fsdp_trip_to_cpu "$other_world" cpu "${other[@]}" \
+  --set "checkpoint.resume=$out/runs/fsdp_dev/checkpoints/step-00000010" || failed+=(launcher-trip-to-cpu-run)
+launch fsdp_trip_to_dev "$nproc" "$device" "${fsdp[@]}" \
+  --set "checkpoint.resume=$out/runs/fsdp_cpu/checkpoints/step-00000010" || failed+=(launcher-trip-to-device-run)
+
+# --- 8. the table ----------------------------------------------------------------------------
 step "table"
 "$python" "$root/scripts/gpu_check_report.py" table --out "$out" --device "$device" --models "${models[*]}" \
   --tiny "$tiny" >"$out/gpu_check.md" || failed+=(parity-or-round-trip)

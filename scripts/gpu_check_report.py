@@ -4,7 +4,12 @@ that it runs under any python with or without the project venv).
 
   gpu_check_report.py peer-model RUN/config.yaml     the model section as the PyTorch peer's JSON
   gpu_check_report.py table --out DIR --device D --models "a b" --tiny 0|1
-      prints the markdown table; exit 1 when loss parity or the checkpoint round trip fails.
+      prints the markdown table; exit 1 when loss parity or a checkpoint round trip fails.
+
+The launcher runs (runs/fsdp_*: FULL_SHARD under `cadre run` on the device, and on the CPU at
+another world size and strategy with the same global batch) are compared as the single-process
+ones are: a run resumed at step 10 on the other side against the run it continues, and the two
+sides from scratch against each other. Each run's summary.json says its world size and strategy.
 
 Parity tolerances (float32 compute, the same initial weights and batches on both devices): the
 first step's loss is computed before any update, so CPU and GPU differ only by summation order
@@ -100,6 +105,68 @@ def fmt_bytes(x):
     return "-" if x is None else f"{x / 2**30:.2f} GiB"
 
 
+def fmt_syncs(summary):
+    syncs = summary.get("host_syncs_per_step", -1)
+    return f"{syncs:g}" if syncs is not None and syncs >= 0 else "n/a (cpu)"
+
+
+def describe_run(summary, device):
+    """"FULL_SHARD x 2 ranks on cpu" from a run's summary.json."""
+    if summary is None:
+        return "?"
+    return f"{summary.get('strategy', '?')} x {summary.get('world_size', '?')} rank(s) on {device}"
+
+
+def launcher_row(out):
+    """The FULL_SHARD `cadre run` row: its own figures only (float32, the parity batch: no MFU
+    against the bf16 peak, no PyTorch peer)."""
+    run = os.path.join(out, "runs", "fsdp_dev")
+    if not os.path.isdir(run):
+        return None
+    summary = load_json(os.path.join(run, "summary.json"))
+    if summary is None:
+        return "| FULL_SHARD under cadre run | failed (see logs/fsdp_dev.log) | | | | | | | | |"
+    config = read_yaml_sections(os.path.join(run, "config.yaml"))
+    name = f"{summary['params'] / 1e6:.1f}M {summary.get('strategy')} x {summary.get('world_size')} ranks, " \
+           f"cadre run (float32, batch {config['data']['batch_size']}/rank)"
+    return (f"| {name} | {fmt_rate(summary.get('tokens_per_s'))} | - | "
+            f"{fmt_bytes(summary.get('peak_device_bytes'))} (rank 0) | {fmt_syncs(summary)} | - | - | - | - | - |")
+
+
+def launcher_checks(out, device):
+    """Problems and notes for the launcher runs: from scratch device vs cpu at other world sizes
+    and strategies, and each side's step-10 checkpoint resumed on the other."""
+    runs = os.path.join(out, "runs")
+    if not os.path.isdir(os.path.join(runs, "fsdp_dev")):
+        return [], []
+    dev_summary = load_json(os.path.join(runs, "fsdp_dev", "summary.json"))
+    cpu_summary = load_json(os.path.join(runs, "fsdp_cpu", "summary.json"))
+    a, b = describe_run(dev_summary, device), describe_run(cpu_summary, "cpu")
+    dev, cpu = losses(os.path.join(runs, "fsdp_dev")), losses(os.path.join(runs, "fsdp_cpu"))
+    problems, notes = [], []
+    worst, p = compare(f"{a} vs {b}", dev, cpu, range(1, 21))
+    problems += p
+    notes.append(f"{a} (cadre run) vs {b}, same global batch, 20 steps float32: largest relative "
+                 f"difference {worst:.2e}")
+    worst_a, p = compare(f"round trip {a} -> {b}", losses(os.path.join(runs, "fsdp_trip_to_cpu")), dev, range(11, 21))
+    problems += p
+    worst_b, p = compare(f"round trip {b} -> {a}", losses(os.path.join(runs, "fsdp_trip_to_dev")), cpu, range(11, 21))
+    problems += p
+    notes.append(f"checkpoint round trip at step 10 across device, world size and strategy: {a} -> {b} resumes "
+                 f"within {worst_a:.2e} of the {device} run, {b} -> {a} within {worst_b:.2e} of the cpu run "
+                 f"(steps 11-20)")
+    world = (dev_summary or {}).get("world_size")
+    if world == 1:
+        notes.append("the cadre run row has world size 1 (one GPU): no communicator is made at world size 1 "
+                     "(src/shard/device_mesh.cpp), so it issued no collective and NCCL was not exercised; "
+                     "that needs 2 or more GPUs")
+    elif device == "cpu":
+        notes.append(f"the cadre run row's collectives went over Gloo (Cadre's ring), {world} ranks")
+    else:
+        notes.append(f"the cadre run row's collectives went through NCCL, {world} ranks (one per GPU)")
+    return problems, notes
+
+
 def table(args):
     out = args.out
     matmul = load_json(os.path.join(out, "matmul.json")) or {}
@@ -118,8 +185,7 @@ def table(args):
         rate = summary.get("tokens_per_s")
         fpt = flops_per_token(config, summary, seq_len)
         mfu = f"{100 * rate * fpt / (peak_tflops * 1e12):.1f}%" if rate and peak_tflops else "-"
-        syncs = summary.get("host_syncs_per_step", -1)
-        syncs_text = f"{syncs:g}" if syncs is not None and syncs >= 0 else "n/a (cpu)"
+        syncs_text = fmt_syncs(summary)
         eager = load_json(os.path.join(out, "runs", f"{m}.peer_eager.json")) or {}
         compiled = load_json(os.path.join(out, "runs", f"{m}.peer_compiled.json")) or {}
         e, c = eager.get("tokens_per_s"), compiled.get("tokens_per_s")
@@ -128,6 +194,10 @@ def table(args):
         rows.append(f"| {m} ({summary['params'] / 1e6:.1f}M, seq {seq_len}) | {fmt_rate(rate)} | {mfu} | "
                     f"{fmt_bytes(summary.get('peak_device_bytes'))} | {syncs_text} | {fmt_rate(e)} | {ratio(e)} | "
                     f"{fmt_rate(c)} | {ratio(c)} | {fmt_bytes(eager.get('peak_bytes'))} |")
+
+    launcher = launcher_row(out)
+    if launcher:
+        rows.append(launcher)
 
     problems, notes = [], []
     cpu, dev = losses(os.path.join(out, "runs", "parity_cpu")), losses(os.path.join(out, "runs", "parity_dev"))
@@ -142,6 +212,10 @@ def table(args):
     problems += p
     notes.append(f"checkpoint round trip at step 10: {args.device} -> cpu resumes within {worst_a:.2e} of the "
                  f"{args.device} run, cpu -> {args.device} within {worst_b:.2e} of the cpu run (steps 11-20)")
+
+    p, n = launcher_checks(out, args.device)
+    problems += p
+    notes += n
 
     v = versions or {}
     print(f"### GPU check: {v.get('device', args.device)}{' (tiny CPU rehearsal: not GPU figures)' if args.tiny == '1' else ''}\n")
