@@ -160,6 +160,12 @@ thread_local Work::State* current_work = nullptr;
 void set_stream_wait(std::function<void()> wait) {
   if (current_work) current_work->stream_wait = std::move(wait);
 }
+
+// For a CUDA tensor, taken on the issuing thread: the op is ordered after the work queued on
+// that thread's stream so far (nccl_group.h). Null for CPU tensors, which Gloo moves.
+std::shared_ptr<NcclGroup::IssueMark> issue_mark(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? NcclGroup::mark_issue(tensor) : nullptr;
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -671,8 +677,8 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
       if (tensor.numel()) reduce_rows(rows_from(got, impl->rank, tensor), tensor, op);
     };
   }
-  plan.move = [impl, tensor, op, small](uint64_t slot, ring::Deadline deadline) {
-    if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().all_reduce(tensor, op));
+  plan.move = [impl, tensor, op, small, issued = issue_mark(tensor)](uint64_t slot, ring::Deadline deadline) {
+    if (issued) return set_stream_wait(impl->nccl_group().all_reduce(*issued, tensor, op));
     const int n = impl->size, r = impl->rank;
     const int64_t numel = tensor.numel(), block = (numel + n - 1) / n, padded = block * n;
     if (numel == 0) return;
@@ -717,8 +723,8 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
       }
     };
   }
-  plan.move = [impl, output, input, block_bytes](uint64_t slot, ring::Deadline deadline) {
-    if (input.is_cuda()) return set_stream_wait(impl->nccl_group().all_gather(output, input));
+  plan.move = [impl, output, input, block_bytes, issued = issue_mark(input)](uint64_t slot, ring::Deadline deadline) {
+    if (issued) return set_stream_wait(impl->nccl_group().all_gather(*issued, output, input));
     if (block_bytes == 0) return;
     ring::all_gather(*impl->context, slot, input.data_ptr(), output.data_ptr(), block_bytes, deadline);
   };
@@ -745,8 +751,8 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
       if (block) reduce_rows(rows_from(got, impl->rank, input.view(-1).narrow(0, impl->rank * block, block)), output, op);
     };
   }
-  plan.move = [impl, output, input, op, block](uint64_t slot, ring::Deadline deadline) {
-    if (input.is_cuda()) return set_stream_wait(impl->nccl_group().reduce_scatter(output, input, op));
+  plan.move = [impl, output, input, op, block, issued = issue_mark(input)](uint64_t slot, ring::Deadline deadline) {
+    if (issued) return set_stream_wait(impl->nccl_group().reduce_scatter(*issued, output, input, op));
     if (block == 0) return;
     const at::ScalarType dtype = input.scalar_type();
     ring::reduce_scatter(*impl->context, slot, input.data_ptr(), output.data_ptr(), block, ring_elem(dtype),
@@ -772,8 +778,8 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
         std::memcpy(tensor.data_ptr(), got.payloads[root], tensor.numel() * tensor.element_size());
     };
   }
-  plan.move = [impl, tensor, root](uint64_t slot, ring::Deadline deadline) {
-    if (tensor.is_cuda()) return set_stream_wait(impl->nccl_group().broadcast(tensor, root));
+  plan.move = [impl, tensor, root, issued = issue_mark(tensor)](uint64_t slot, ring::Deadline deadline) {
+    if (issued) return set_stream_wait(impl->nccl_group().broadcast(*issued, tensor, root));
     ring::broadcast(*impl->context, slot, tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, deadline);
   };
   return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });

@@ -7,15 +7,35 @@
 
 #ifdef CADRE_CUDA
 #include <ATen/Context.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include <map>
+#include <mutex>
 #endif
 
 namespace cadre::comm {
 
 #ifdef CADRE_CUDA
 
+struct NcclGroup::IssueMark {
+  mutable at::cuda::CUDAEvent event;  // block() is not const (it would create an unrecorded event)
+  c10::DeviceIndex device = 0;
+};
+
 struct NcclGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> group;
+  std::mutex mu;
+  std::map<c10::DeviceIndex, at::cuda::CUDAStream> ordering;  // one per device, made on first use
+
+  at::cuda::CUDAStream ordering_stream(c10::DeviceIndex device) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = ordering.find(device);
+    if (it == ordering.end()) it = ordering.emplace(device, at::cuda::getStreamFromPool(false, device)).first;
+    return it->second;
+  }
 };
 
 namespace {
@@ -33,7 +53,26 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   }
   return c10d::ReduceOp::SUM;
 }
+
+// c10d orders an op after the work on the calling thread's current stream (it records an event
+// there for NCCL's stream to wait on). Called on the communication thread, that would be the
+// device's default stream, where the training thread goes on queueing kernels after it issued
+// the op: NCCL would wait for those as well. So a stream holding only the wait for the issue
+// mark is current while c10d is called.
+template <typename CallC10d>
+NcclGroup::StreamWait ordered_after(at::cuda::CUDAStream stream, const NcclGroup::IssueMark& after, CallC10d call) {
+  after.event.block(stream);
+  at::cuda::CUDAStreamGuard current(stream);
+  return on_caller(call());
+}
 }  // namespace
+
+std::shared_ptr<NcclGroup::IssueMark> NcclGroup::mark_issue(const at::Tensor& tensor) {
+  auto mark = std::make_shared<IssueMark>();
+  mark->device = tensor.device().index();
+  mark->event.record(at::cuda::getCurrentCUDAStream(mark->device));
+  return mark;
+}
 
 bool NcclGroup::usable() { return at::hasCUDA(); }
 
@@ -44,43 +83,53 @@ NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size, 
   impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 }
 
-NcclGroup::StreamWait NcclGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = to_c10d(op);
-  return on_caller(impl_->group->allreduce(tensors, options));
+NcclGroup::StreamWait NcclGroup::all_reduce(const IssueMark& after, at::Tensor tensor, ReduceOp op) {
+  return ordered_after(impl_->ordering_stream(after.device), after, [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    return impl_->group->allreduce(tensors, options);
+  });
 }
 
-NcclGroup::StreamWait NcclGroup::all_gather(at::Tensor output, at::Tensor input) {
-  return on_caller(impl_->group->_allgather_base(output, input));
+NcclGroup::StreamWait NcclGroup::all_gather(const IssueMark& after, at::Tensor output, at::Tensor input) {
+  return ordered_after(impl_->ordering_stream(after.device), after,
+                       [&] { return impl_->group->_allgather_base(output, input); });
 }
 
-NcclGroup::StreamWait NcclGroup::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op) {
-  c10d::ReduceScatterOptions options;
-  options.reduceOp = to_c10d(op);
-  return on_caller(impl_->group->_reduce_scatter_base(output, input, options));
+NcclGroup::StreamWait NcclGroup::reduce_scatter(const IssueMark& after, at::Tensor output, at::Tensor input,
+                                                ReduceOp op) {
+  return ordered_after(impl_->ordering_stream(after.device), after, [&] {
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    return impl_->group->_reduce_scatter_base(output, input, options);
+  });
 }
 
-NcclGroup::StreamWait NcclGroup::broadcast(at::Tensor tensor, int root) {
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  return on_caller(impl_->group->broadcast(tensors, options));
+NcclGroup::StreamWait NcclGroup::broadcast(const IssueMark& after, at::Tensor tensor, int root) {
+  return ordered_after(impl_->ordering_stream(after.device), after, [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    return impl_->group->broadcast(tensors, options);
+  });
 }
 
 #else  // CADRE_CUDA=OFF
 
+struct NcclGroup::IssueMark {};
 struct NcclGroup::Impl {};
 
 bool NcclGroup::usable() { return false; }
+std::shared_ptr<NcclGroup::IssueMark> NcclGroup::mark_issue(const at::Tensor&) { return nullptr; }
 
 NcclGroup::NcclGroup(c10::intrusive_ptr<c10d::Store>, int, int, std::chrono::milliseconds) {
   throw Error("this build of Cadre has no CUDA code paths (CADRE_CUDA=OFF): CUDA tensors cannot be communicated");
 }
-NcclGroup::StreamWait NcclGroup::all_reduce(at::Tensor, ReduceOp) { return {}; }
-NcclGroup::StreamWait NcclGroup::all_gather(at::Tensor, at::Tensor) { return {}; }
-NcclGroup::StreamWait NcclGroup::reduce_scatter(at::Tensor, at::Tensor, ReduceOp) { return {}; }
-NcclGroup::StreamWait NcclGroup::broadcast(at::Tensor, int) { return {}; }
+NcclGroup::StreamWait NcclGroup::all_reduce(const IssueMark&, at::Tensor, ReduceOp) { return {}; }
+NcclGroup::StreamWait NcclGroup::all_gather(const IssueMark&, at::Tensor, at::Tensor) { return {}; }
+NcclGroup::StreamWait NcclGroup::reduce_scatter(const IssueMark&, at::Tensor, at::Tensor, ReduceOp) { return {}; }
+NcclGroup::StreamWait NcclGroup::broadcast(const IssueMark&, at::Tensor, int) { return {}; }
 
 #endif
 
