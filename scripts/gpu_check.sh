@@ -26,7 +26,7 @@ while (($#)); do
     --build) build=${2:-}; shift 2 ;;
     --out) out=${2:-}; shift 2 ;;
     --python) python=${2:-}; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
