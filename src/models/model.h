@@ -32,7 +32,10 @@ struct Batch {
 
 struct LossOutput {
   at::Tensor loss;       // mean over the batch, float32 scalar
-  int64_t correct = -1;  // classifiers: correct predictions in the batch; -1 otherwise
+  // Classifiers: the batch's correct predictions, an int64 scalar where the logits are (read
+  // with the loss once per step: on a GPU no host synchronisation per micro-batch); undefined
+  // for other models.
+  at::Tensor correct;
 };
 
 struct DecodeOptions {

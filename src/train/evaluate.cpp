@@ -48,7 +48,7 @@ Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int r
     if (indices.empty()) continue;
     const double n = double(indices.size());
     total += out.loss.item<double>() * n;
-    correct += double(out.correct);
+    correct += out.correct.defined() ? out.correct.item<double>() : -1.0;
     count += n;
   }
   model.module().train(true);

@@ -233,6 +233,7 @@ StepFigures Trainer::forward_backward() {
   // Summed where the loss lives, in float64 as on the host, and read once per step: on a GPU
   // one host synchronisation instead of one per micro-batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_->device));
+  at::Tensor correct_sum;  // stays undefined unless the model classifies
   for (int64_t micro = 0; micro < accum; ++micro) {
     // Each data-parallel rank takes its slice of the global micro-batch (tensor-parallel
     // ranks the same one); together they read what one rank with dp * B samples would.
@@ -246,9 +247,16 @@ StepFigures Trainer::forward_backward() {
     LossOutput out = run_->model->loss(batch);
     (out.loss / double(accum)).backward();
     loss_sum += out.loss.detach().to(at::kDouble);
-    f.correct += double(out.correct);
+    if (out.correct.defined()) correct_sum = correct_sum.defined() ? correct_sum + out.correct : out.correct;
   }
-  f.loss_sum = loss_sum.item<double>();
+  if (!correct_sum.defined()) {
+    f.loss_sum = loss_sum.item<double>();
+    f.correct = -1;  // no accuracy to report
+    return f;
+  }
+  const at::Tensor both = at::stack({loss_sum, correct_sum.to(at::kDouble)}).to(at::kCPU);  // one read
+  f.loss_sum = both[0].item<double>();
+  f.correct = both[1].item<double>();
   return f;
 }
 

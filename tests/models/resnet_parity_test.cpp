@@ -80,7 +80,7 @@ void run_parity(const std::string& model_yaml, int64_t channels, int64_t size, c
   cadre::LossOutput loss = model.loss({images, labels});  // the trainer's path, a second forward
   check("train-mode logits", "logits", logits, "logits");
   check("loss", "loss", loss.loss, "loss");
-  EXPECT_EQ(loss.correct, logits.argmax(1).eq(labels).sum().item<int64_t>());
+  EXPECT_EQ(loss.correct.item<int64_t>(), logits.argmax(1).eq(labels).sum().item<int64_t>());
   loss.loss.backward();
   int compared = 0;
   for (const auto& p : net.named_parameters()) {

@@ -20,7 +20,9 @@ FSDPModule LlamaModel::parallelize(const DeviceMesh& mesh, FullyShardOptions opt
 }
 
 LossOutput LlamaModel::loss(const Batch& batch) {
-  return {llama_->loss(call(llama_, batch.input), batch.target)};
+  LossOutput out;
+  out.loss = llama_->loss(call(llama_, batch.input), batch.target);
+  return out;
 }
 
 void LlamaModel::check_data(const DatasetManifest& m) const {

@@ -19,7 +19,7 @@ LossOutput ResnetModel::loss(const Batch& batch) {
   at::Tensor logits = call(net_, batch.input);
   LossOutput out;
   out.loss = classification_loss(logits, batch.target, config_.label_smoothing);
-  out.correct = logits.argmax(1).eq(batch.target).sum().item<int64_t>();
+  out.correct = logits.argmax(1).eq(batch.target).sum();
   return out;
 }
 
