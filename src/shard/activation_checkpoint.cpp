@@ -78,8 +78,23 @@ namespace detail {
 at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn,
                             const std::vector<at::Tensor>& inputs) {
   if (!at::GradMode::is_enabled()) return fn(inputs);  // nothing to save in inference
-  auto shared = std::make_shared<CheckpointedFn>(std::move(fn));
-  return CheckpointFunction::apply(at::TensorList(inputs), shared);
+  // libtorch 2.x's autograd Function refuses an undefined input (it records each input's
+  // device), and a forward may take one (Llama's blocks get no mask under SDPA): only the
+  // defined inputs go through the Function, and the closure puts the others back in place.
+  std::vector<at::Tensor> defined;
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined()) {
+      defined.push_back(inputs[i]);
+      positions.push_back(i);
+    }
+  auto shared = std::make_shared<CheckpointedFn>(
+      [fn = std::move(fn), positions, count = inputs.size()](const std::vector<at::Tensor>& given) {
+        std::vector<at::Tensor> all(count);
+        for (size_t k = 0; k < positions.size(); ++k) all[positions[k]] = given[k];
+        return fn(all);
+      });
+  return CheckpointFunction::apply(at::TensorList(defined), shared);
 }
 
 }  // namespace detail

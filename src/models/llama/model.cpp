@@ -177,9 +177,12 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   at::Tensor h = tp_group ? vocab_parallel_embedding(tok_embeddings->weight, tokens, vocab_start, *tp_group)
                           : at::embedding(tok_embeddings->weight, tokens);
   Rope rope = rope_for(T, dtype, tokens.device());
-  at::Tensor mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
-                             at::TensorOptions().dtype(dtype).device(tokens.device()))
-                        .triu(1);
+  // The explicit path's causal mask; SDPA masks by itself (is_causal), so it gets none.
+  at::Tensor mask;
+  if (!llama_uses_sdpa(config_, tokens.is_cuda()))
+    mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
+                    at::TensorOptions().dtype(dtype).device(tokens.device()))
+               .triu(1);
   for (auto& block : layers->blocks) h = call(block, h, rope, mask);
   h = norm->forward(h);
   if (tp_group) h = copy_to_tp_region(h, *tp_group);  // the head is column-parallel over the vocabulary
