@@ -23,6 +23,8 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -295,6 +297,36 @@ std::string local_hostname_for(const std::string& master_addr) {
 
 }  // namespace
 
+namespace {
+
+// The diagnosis's reading of the progress marks (see Impl::missing_ranks).
+std::string arrivals_in_store(c10d::Store& store, const std::vector<int>& global_ranks, int rank, int64_t seq,
+                              ring::Deadline deadline) {
+  for (;;) {
+    std::string missing;
+    for (int r = 0; r < static_cast<int>(global_ranks.size()); ++r) {
+      if (r == rank) continue;
+      std::string key = ProgressPublisher::key(global_ranks[r]), last = "none";
+      try {
+        if (store.check({key})) {
+          auto v = store.get(key);
+          last.assign(v.begin(), v.end());
+        }
+      } catch (const std::exception& e) {
+        return str("arrival of the other ranks unknown (store unreachable: ", e.what(), ")");
+      }
+      int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
+      if (their_seq < seq)
+        missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ", last, ")");
+    }
+    if (missing.empty()) return "every rank arrived";
+    if (std::chrono::steady_clock::now() >= deadline) return "did not arrive: " + missing;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // diagnosis only, after a failure
+  }
+}
+
+}  // namespace
+
 struct Communicator::Impl {
   // Shared by a world communicator and its sub-groups.
   c10::intrusive_ptr<c10d::Store> root_store;
@@ -315,7 +347,7 @@ struct Communicator::Impl {
   std::unique_ptr<NcclGroup> nccl;  // CUDA tensors, when libtorch has NCCL (untested here); see nccl_group()
 
   inband::Staging staging;
-  std::unique_ptr<ProgressPublisher> progress;  // only with more than one rank
+  std::shared_ptr<ProgressPublisher> progress;  // only with more than one rank (shared with a diagnosis)
 
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
@@ -337,7 +369,7 @@ struct Communicator::Impl {
 
   void start() {
     validate = options.validate;
-    if (size > 1) progress = std::make_unique<ProgressPublisher>(global_ranks[rank], progress_interval(options.timeout));
+    if (size > 1) progress = std::make_shared<ProgressPublisher>(global_ranks[rank], progress_interval(options.timeout));
     connect();
     worker = std::thread([this] { loop(); });
   }
@@ -432,31 +464,35 @@ struct Communicator::Impl {
   // Ranks of this group that have not reached op `seq` by `deadline`, from the progress marks
   // in the store (progress.h; read only here, after a failure). A peer error can come before
   // the deadline (a rank that left closes its pairs), when live ranks may not have published
-  // their mark yet: keep looking until the deadline.
+  // their mark yet: keep looking until the deadline. The job store lives on group rank 0's
+  // host, which may be the host that failed: its calls then wait out their own timeouts (5 s
+  // each, twice over), so the diagnosis gets a bounded wait and the failure is reported without
+  // it past that, the reads finishing in the background (they hold copies and shared pointers).
   std::string missing_ranks(ring::Deadline deadline) {
     if (!progress) return "every rank arrived";
-    if (std::string error = progress->publish_now(); !error.empty()) log::warn(error);
-    for (;;) {
-      std::string missing;
-      for (int r = 0; r < size; ++r) {
-        if (r == rank) continue;
-        std::string key = ProgressPublisher::key(global_ranks[r]), last = "none";
-        try {
-          if (store->check({key})) {
-            auto v = store->get(key);
-            last.assign(v.begin(), v.end());
-          }
-        } catch (const std::exception& e) {
-          return str("arrival of the other ranks unknown (store unreachable: ", e.what(), ")");
-        }
-        int64_t their_seq = last == "none" ? 0 : std::atoll(last.c_str());
-        if (their_seq < seq)
-          missing += str(missing.empty() ? "" : "; ", "rank ", global_ranks[r], " (last op reached: ", last, ")");
+    struct Diagnosis {
+      std::string publish_error, answer;
+    };
+    auto result = std::make_shared<std::promise<Diagnosis>>();
+    std::future<Diagnosis> answer = result->get_future();
+    std::thread([result, progress = progress, store = store, ranks = global_ranks, me = rank, seq = seq, deadline] {
+      Diagnosis d;
+      try {
+        d.publish_error = progress->publish_now();
+        d.answer = arrivals_in_store(*store, ranks, me, seq, deadline);
+      } catch (const std::exception& e) {
+        d.answer = str("arrival of the other ranks unknown (", e.what(), ")");
       }
-      if (missing.empty()) return "every rank arrived";
-      if (std::chrono::steady_clock::now() >= deadline) return "did not arrive: " + missing;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // diagnosis only, after a failure
-    }
+      result->set_value(std::move(d));
+    }).detach();
+    // Until the op's deadline (a peer error can come before it) and a short grace after it.
+    const auto grace = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(2000), options.timeout / 4);
+    if (answer.wait_until(std::max(deadline, std::chrono::steady_clock::now()) + grace) != std::future_status::ready)
+      return str("arrival of the other ranks unknown (the job store did not answer ", grace.count(),
+                 " ms after the op's deadline)");
+    Diagnosis d = answer.get();
+    if (!d.publish_error.empty()) log::warn(d.publish_error);
+    return d.answer;
   }
 
   // This rank's header for `sig` (payload size filled in per peer by the exchange).
