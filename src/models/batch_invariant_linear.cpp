@@ -204,6 +204,15 @@ float batch_invariant_dot(const float* a, const float* b, int64_t n) {
   return y;
 }
 
+void batch_invariant_dots(const float* a, const float* rows, int64_t count, int64_t n, float* out) {
+  const bool avx512 = use_avx512();
+  for (int64_t j = 0; j < count; j += kTile) {
+    const int nr = static_cast<int>(std::min<int64_t>(kTile, count - j));
+    if (avx512) tile_avx512_rows<float, 1>(a, n, rows + j * n, n, nr, n, out + j, 1);
+    else tile_portable(a, n, 1, rows + j * n, n, nr, n, out + j, 1);
+  }
+}
+
 const char* batch_invariant_linear_isa() { return use_avx512() ? "avx512" : "portable"; }
 
 void batch_invariant_linear_force_portable(bool portable) { g_force_portable = portable; }

@@ -21,6 +21,11 @@ void batch_invariant_linear_out(const at::Tensor& x, const at::Tensor& weight, a
 // A dot product of two float32 vectors of length n with the same arithmetic (attention scores).
 float batch_invariant_dot(const float* a, const float* b, int64_t n);
 
+// out[j] = batch_invariant_dot(a, rows + j * n, n) for j < count, bit for bit: one vector
+// against `count` contiguous rows (a query against its cached keys), four rows per register
+// tile, on the calling thread.
+void batch_invariant_dots(const float* a, const float* rows, int64_t count, int64_t n, float* out);
+
 // "avx512" or "portable": the path this CPU takes.
 const char* batch_invariant_linear_isa();
 

@@ -22,6 +22,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "models/batch_invariant_linear.h"
 #include "models/llama/decode.h"
 #include "models/llama/decode_device.h"
@@ -217,6 +221,36 @@ TEST(BatchInvariantLinear, RowsEqualAloneAndMatchMatmul) {
     const at::Tensor portable = cadre::batch_invariant_linear(x, w);
     cadre::batch_invariant_linear_force_portable(false);
     EXPECT_TRUE(at::equal(portable, all)) << "K " << K << " (vector path: " << cadre::batch_invariant_linear_isa() << ")";
+  }
+}
+
+// The attention scores' batched dots are the single dot, bit for bit, on both paths, for every
+// count (whole tiles of four and a remainder) and lengths that do and do not fill the lanes.
+TEST(BatchInvariantLinear, DotsOfOneVectorWithManyRowsEqualOneDotEach) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  for (int64_t n : {16, 64, 37}) {
+    const at::Tensor a = at::randn({n}, gen), rows = at::randn({11, n}, gen);
+    for (bool portable : {false, true}) {
+      cadre::batch_invariant_linear_force_portable(portable);
+      for (int64_t count : {1, 4, 7, 11}) {
+        std::vector<float> dots(static_cast<size_t>(count));
+        cadre::batch_invariant_dots(a.data_ptr<float>(), rows.data_ptr<float>(), count, n, dots.data());
+        for (int64_t j = 0; j < count; ++j) {
+          const float one = cadre::batch_invariant_dot(a.data_ptr<float>(), rows.data_ptr<float>() + j * n, n);
+          EXPECT_EQ(std::memcmp(&one, &dots[static_cast<size_t>(j)], sizeof(float)), 0)
+              << "n " << n << " count " << count << " row " << j << " portable " << portable;
+        }
+      }
+      cadre::batch_invariant_linear_force_portable(false);
+    }
+    // And the dots are dot products: within float32 rounding of the float64 ones.
+    const at::Tensor exact = at::matmul(rows.to(at::kDouble), a.to(at::kDouble));
+    std::vector<float> dots(11);
+    cadre::batch_invariant_dots(a.data_ptr<float>(), rows.data_ptr<float>(), 11, n, dots.data());
+    // |error| <= n u sum |a_i b_i| for any summation order (u = 2^-24).
+    const at::Tensor magnitudes = rows.abs().to(at::kDouble).matmul(a.abs().to(at::kDouble));
+    const double bound = double(n) * std::ldexp(1.0, -24) * magnitudes.max().item<double>();
+    for (int64_t j = 0; j < 11; ++j) EXPECT_NEAR(dots[static_cast<size_t>(j)], exact[j].item<double>(), bound) << j;
   }
 }
 

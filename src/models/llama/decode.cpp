@@ -122,11 +122,8 @@ void LlamaDecoder::attention(const Layer& layer, const std::vector<DecodeRow>& r
       const int64_t base = (rows[static_cast<size_t>(r)].slot * KV + g) * L * hd;
       const float* K = layer.k_cache.data_ptr<float>() + base;
       const float* V = layer.v_cache.data_ptr<float>() + base;
-      float top = -INFINITY;
-      for (int64_t t = 0; t < n; ++t) {
-        p[t] = batch_invariant_dot(q.data(), K + t * hd, hd);
-        top = std::max(top, p[t]);
-      }
+      batch_invariant_dots(q.data(), K, n, hd, p.data());
+      const float top = *std::max_element(p.begin(), p.begin() + n);
       float sum = 0;
       for (int64_t t = 0; t < n; ++t) sum += (p[t] = std::exp(p[t] - top));
       float* o = out.data_ptr<float>() + r * H * hd + h * hd;
