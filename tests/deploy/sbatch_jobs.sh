@@ -41,6 +41,10 @@ steps_done() {  # steps_done RUN_DIR: the newest step in metrics.jsonl (0 if non
   echo "${last:-0}"
 }
 past_step() { (($(steps_done "$1") >= $2)); }  # past_step RUN_DIR STEP
+# committed_checkpoint RUN_DIR: a checkpoint there is committed. Saves are written in the
+# background by a low-priority thread, so on a busy machine a step past the interval does not
+# mean its checkpoint is there yet.
+committed_checkpoint() { compgen -G "$1/checkpoints/step-*/COMMITTED" >/dev/null; }
 
 # Per-step losses, "step loss" lines, as written (exact decimal text: equal means bit-equal floats).
 losses() { grep -oP '"loss":\K[^,}]+' "$1/metrics.jsonl" | paste -d' ' <(grep -oP '"step":\K[0-9]+' "$1/metrics.jsonl") -; }

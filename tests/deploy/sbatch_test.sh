@@ -38,6 +38,7 @@ reference_run "$tmp/ref-$steps" "$steps"
 script=$(deploy_job killed "$steps")
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
 wait_for 120 past_step "$tmp/runs/killed" 25 || fail "job $id did not reach step 25: $(job_field "$id" JobState)"
+wait_for 60 committed_checkpoint "$tmp/runs/killed" || fail "job $id committed no checkpoint by step $(steps_done "$tmp/runs/killed")"
 metrics_step() {  # metrics_step NODE RANK: cadre_train_step of RANK from NODE's agent's /metrics
   local url
   url=$(grep -ohP 'metrics: serving \Khttp://\S+' "$tmp/killed/logs/killed-$id-node$1.out" | tail -1) || return 1
