@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_block_cache.h"
 #include "generate/model_source.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   std::stringstream ss(streams_text);
   for (std::string item; std::getline(ss, item, ',');) streams.push_back(std::stoll(item));
   at::set_num_threads(static_cast<int>(threads));
+  cadre::cpu_block_cache::install();  // as `cadre serve` and `cadre generate` run
   try {
   cadre::InferenceModel m = cadre::inference_model_load(model_path, "", /*need_tokenizer=*/false);
   const int64_t most = *std::max_element(streams.begin(), streams.end());

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "core/cpu_block_cache.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
@@ -57,6 +58,7 @@ int cmd_generate(const Args& args) {
   CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
 
   const c10::Device device = device_select(device_name, "--device");
+  cpu_block_cache::install();  // decode steps reuse their large blocks
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_load(model, tokenizer_path);
   Tokenizer tokenizer(m.tokenizer);

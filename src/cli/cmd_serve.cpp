@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "core/cpu_block_cache.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -107,6 +108,7 @@ int cmd_serve(const Args& args) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanished must not kill the server
 
   const c10::Device device = device_select(device_name, "--device");
+  cpu_block_cache::install();  // decode steps reuse their large blocks
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_load(model, tokenizer_path);
   Tokenizer tokenizer(m.tokenizer);

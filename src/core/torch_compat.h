@@ -33,3 +33,13 @@
 // Cadre uses it from 2.4 so that the CPU tests run the same op (only 1.13 and 2.11 are built).
 // 1.13 has the at::_foreach_* ops that torch.optim.AdamW's foreach path uses instead.
 #define CADRE_TORCH_HAS_FUSED_ADAMW CADRE_TORCH_AT_LEAST(2, 4)
+
+// c10::Allocator: allocate() is const in 1.13 and not in 2.x (2.3 on), and 2.x adds the pure
+// virtual copy_data (2.3 on as well; only 1.13 and 2.11 are built).
+#if CADRE_TORCH_AT_LEAST(2, 3)
+#define CADRE_ALLOCATOR_ALLOCATE_CONST
+#define CADRE_TORCH_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define CADRE_ALLOCATOR_ALLOCATE_CONST const
+#define CADRE_TORCH_ALLOCATOR_HAS_COPY_DATA 0
+#endif

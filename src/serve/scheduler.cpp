@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/cpu_block_cache.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "serve/api_error.h"
@@ -202,6 +203,9 @@ void Scheduler::step() {
   }
   metrics_.tokens(0, static_cast<int64_t>(sampled.size()));
   metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()));
+  // The batch's size changes as requests come and go, and with it the blocks a step takes:
+  // every 64 steps those no step took since the last trim go back to the system.
+  if (++steps_ % 64 == 0) cpu_block_cache::trim_unused();
 }
 
 void Scheduler::loop() {

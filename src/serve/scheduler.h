@@ -120,6 +120,7 @@ class Scheduler {
   std::vector<int64_t> free_slots_;
   bool stopping_ = false;
   std::atomic<bool> draining_{false};
+  int64_t steps_ = 0;
   std::thread thread_;
 };
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/cpu_block_cache.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -84,6 +85,7 @@ void set_up_inputs(RunSetup& r, const Config& config) {
   model_config_resolve(r.c);  // the model's keys, checked and complete in config.yaml
   r.env = comm::JobEnv::from_env();
   r.device = device_select(r.c.train.device, "train.device");
+  cpu_block_cache::install();  // before the model: steps reuse their large blocks
   r.model = model_build(r.c);
   check_inputs(r.c, *r.model);
   CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,

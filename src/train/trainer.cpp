@@ -16,6 +16,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_saver.h"
+#include "core/cpu_block_cache.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/json_log.h"
@@ -224,6 +225,7 @@ void Trainer::run_step(int64_t step) {
     if (step > resumed_.step) syncs_per_step_.push_back(double(syncs));
   }
   report(f, record, done);
+  cpu_block_cache::trim_unused();  // memory this step did not reuse (a snapshot, an evaluation) is returned
 }
 
 StepFigures Trainer::forward_backward() {

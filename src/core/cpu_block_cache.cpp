@@ -1,0 +1,197 @@
+// The CPU block cache: a c10::Allocator that maps large blocks itself and keeps them when freed.
+#include "core/cpu_block_cache.h"
+
+#include "core/error.h"
+#include "core/torch_compat.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace cadre::cpu_block_cache {
+namespace {
+
+constexpr std::size_t kHugePage = std::size_t(2) << 20;
+constexpr std::size_t kSmallGrain = std::size_t(64) << 10;
+
+std::size_t round_up(std::size_t n, std::size_t grain) { return (n + grain - 1) / grain * grain; }
+
+// Sizes are rounded so that requests that differ by a few bytes (a shape's padding) share
+// blocks: to 2 MiB from 2 MiB up (the huge page), to 64 KiB below.
+std::size_t block_size_for(std::size_t n) { return round_up(n, n >= kHugePage ? kHugePage : kSmallGrain); }
+
+struct IdleBlock {
+  void* base;
+  std::uint64_t last_taken;  // trim epoch in which a request last took it
+};
+
+class BlockCache {
+ public:
+  explicit BlockCache(const Options& o) : options_(o) {}
+
+  void* take(std::size_t n) {
+    const std::size_t bytes = block_size_for(n);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // The smallest idle block that fits, if it wastes at most an eighth of itself.
+      auto it = idle_.lower_bound(bytes);
+      if (it != idle_.end() && it->first <= bytes + bytes / 8) {
+        void* base = it->second.base;
+        in_use_[base] = {it->first, epoch_};
+        stats_.cached_bytes -= it->first;
+        stats_.in_use_bytes += it->first;
+        ++stats_.reused;
+        idle_.erase(it);
+        return base;
+      }
+    }
+    void* base = map_block(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_[base] = {bytes, epoch_};
+    stats_.in_use_bytes += bytes;
+    ++stats_.mapped;
+    return base;
+  }
+
+  // False when `base` is not one of this cache's blocks.
+  bool give_back(void* base) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto it = in_use_.find(base);
+    if (it == in_use_.end()) return false;
+    const InUse block = it->second;
+    in_use_.erase(it);
+    stats_.in_use_bytes -= block.bytes;
+    if (stats_.cached_bytes + block.bytes > options_.max_cached_bytes) {
+      ++stats_.unmapped;
+      lock.unlock();
+      unmap_block(base, block.bytes);
+      return true;
+    }
+    idle_.emplace(block.bytes, IdleBlock{base, block.taken});
+    stats_.cached_bytes += block.bytes;
+    return true;
+  }
+
+  std::size_t trim(bool only_unused) {
+    std::multimap<std::size_t, IdleBlock> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = idle_.begin(); it != idle_.end();) {
+        if (only_unused && it->second.last_taken >= epoch_) {
+          ++it;
+          continue;
+        }
+        stats_.cached_bytes -= it->first;
+        ++stats_.unmapped;
+        doomed.insert(*it);
+        it = idle_.erase(it);
+      }
+      ++epoch_;
+    }
+    std::size_t returned = 0;
+    for (const auto& [bytes, block] : doomed) {
+      unmap_block(block.base, bytes);
+      returned += bytes;
+    }
+    return returned;
+  }
+
+  Stats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  const Options& options() const { return options_; }
+
+ private:
+  struct InUse {
+    std::size_t bytes;
+    std::uint64_t taken;
+  };
+
+  // Blocks of a huge page or more start on a huge-page boundary (map 2 MiB extra, cut the ends
+  // off) so that the kernel can back them with huge pages.
+  void* map_block(std::size_t bytes) const {
+    const bool huge = options_.huge_pages && bytes >= kHugePage;
+    const std::size_t span = huge ? bytes + kHugePage : bytes;
+    void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CADRE_CHECK(p != MAP_FAILED, "cpu block cache: cannot map ", span, " bytes for a tensor: ", std::strerror(errno));
+    if (!huge) return p;
+    auto start = reinterpret_cast<std::uintptr_t>(p);
+    const std::uintptr_t aligned = round_up(start, kHugePage);
+    if (aligned > start) munmap(p, aligned - start);
+    const std::uintptr_t tail = aligned + bytes, end = start + span;
+    if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+    // Advice only: where transparent huge pages are off, the block is ordinary pages.
+    (void)madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
+    return reinterpret_cast<void*>(aligned);
+  }
+
+  static void unmap_block(void* base, std::size_t bytes) { munmap(base, bytes); }
+
+  const Options options_;
+  std::mutex mutex_;
+  std::multimap<std::size_t, IdleBlock> idle_;
+  std::unordered_map<void*, InUse> in_use_;
+  std::uint64_t epoch_ = 0;
+  Stats stats_;
+};
+
+BlockCache* g_cache = nullptr;
+c10::Allocator* g_fallback = nullptr;  // c10's allocator before install(): small requests
+c10::DeleterFnPtr g_fallback_deleter = nullptr;
+
+void release_block(void* base) {
+  if (!g_cache->give_back(base)) g_fallback_deleter(base);
+}
+
+class BlockCacheAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) CADRE_ALLOCATOR_ALLOCATE_CONST override {
+    if (n < g_cache->options().min_block_bytes) return g_fallback->allocate(n);
+    void* base = g_cache->take(n);
+    return {base, base, &release_block, c10::Device(c10::DeviceType::CPU)};
+  }
+  // For raw_allocate's callers: frees a block from either source.
+  c10::DeleterFnPtr raw_deleter() const override { return g_fallback_deleter ? &release_block : nullptr; }
+#if CADRE_TORCH_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+#endif
+};
+
+bool disabled_by_environment() {
+  const char* v = std::getenv("CADRE_CPU_BLOCK_CACHE");
+  return v && std::strcmp(v, "0") == 0;
+}
+
+}  // namespace
+
+void install(const Options& options) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    if (disabled_by_environment()) return;
+    g_fallback = c10::GetCPUAllocator();
+    g_fallback_deleter = g_fallback->raw_deleter();
+    CADRE_CHECK(g_fallback_deleter, "cpu block cache: c10's CPU allocator has no raw deleter to fall back on");
+    g_cache = new BlockCache(options);  // never freed: tensors may outlive every other static
+    static BlockCacheAllocator allocator;
+    c10::SetCPUAllocator(&allocator, /*priority=*/100);
+  });
+}
+
+bool installed() { return g_cache != nullptr; }
+
+std::size_t trim_unused() { return g_cache ? g_cache->trim(/*only_unused=*/true) : 0; }
+
+std::size_t release_all() { return g_cache ? g_cache->trim(/*only_unused=*/false) : 0; }
+
+Stats stats() { return g_cache ? g_cache->stats() : Stats{}; }
+
+}  // namespace cadre::cpu_block_cache

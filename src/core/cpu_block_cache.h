@@ -1,0 +1,53 @@
+// Large CPU tensor memory kept for reuse instead of handed back to the kernel after every use.
+//
+// Why: c10's CPU allocator is posix_memalign/free, and glibc serves blocks above its mmap
+// threshold (at most 32 MiB, often far less) with a fresh mmap each time. A training step frees
+// and re-allocates the same activation, logit and gradient blocks every step, so each step
+// faulted in (and the kernel zeroed) gigabytes of fresh pages: ~12% of the small Llama's bf16
+// step went to page faults (docs/DESIGN.md, "Where a step's time goes"). This cache keeps freed
+// blocks of at least `min_block_bytes` and hands them out again to requests of about the same
+// size; smaller requests stay with malloc, which already reuses them.
+//
+// Blocks of 2 MiB or more are 2 MiB aligned and madvise(MADV_HUGEPAGE)d, so the first touch
+// faults once per 2 MiB (where transparent huge pages are enabled for madvise) rather than once
+// per 4 KiB. What the cache holds is bounded two ways: `trim_unused()` (the trainer calls it
+// after each step) returns the blocks no request took since the previous call, so memory used
+// once (a checkpoint's snapshot, an evaluation) does not stay; and `max_cached_bytes` caps the
+// idle blocks at any time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cadre::cpu_block_cache {
+
+struct Options {
+  std::size_t min_block_bytes = std::size_t(1) << 20;
+  std::size_t max_cached_bytes = std::size_t(4) << 30;
+  bool huge_pages = true;
+};
+
+struct Stats {
+  std::size_t cached_bytes = 0;   // idle blocks, ready for reuse
+  std::size_t in_use_bytes = 0;   // blocks handed out and not yet freed
+  std::uint64_t reused = 0;       // requests served from the cache
+  std::uint64_t mapped = 0;       // requests that mapped a new block
+  std::uint64_t unmapped = 0;     // blocks returned to the kernel
+};
+
+// Makes this cache c10's CPU allocator for the rest of the process (tensors already allocated
+// keep their own deleters). Idempotent; the options of the first call hold. Does nothing when
+// the environment says CADRE_CPU_BLOCK_CACHE=0 (to measure without it).
+void install(const Options& options = {});
+bool installed();
+
+// Returns to the kernel every idle block that no request took since the previous call; the
+// bytes returned.
+std::size_t trim_unused();
+
+// Returns every idle block to the kernel; the bytes returned.
+std::size_t release_all();
+
+Stats stats();
+
+}  // namespace cadre::cpu_block_cache

@@ -1,0 +1,130 @@
+// The CPU block cache as c10's CPU allocator: large blocks come back to the next request of
+// about their size, small ones stay with malloc, trim_unused() returns what a step did not
+// reuse, the idle bytes stay under their cap, and a freed block's old contents never leak into
+// a tensor that asks for zeros.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <cstdint>
+#include <thread>
+
+#include "core/cpu_block_cache.h"
+
+namespace cache = cadre::cpu_block_cache;
+
+namespace {
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+
+// Every test installs with the same options (ctest runs each test in its own process).
+void install() {
+  cache::Options o;
+  o.min_block_bytes = kMiB;
+  o.max_cached_bytes = 16 * kMiB;
+  cache::install(o);
+  ASSERT_TRUE(cache::installed()) << "CADRE_CPU_BLOCK_CACHE=0 in the test's environment?";
+  cache::release_all();
+}
+
+at::Tensor floats(std::size_t bytes) { return at::empty({int64_t(bytes / sizeof(float))}, at::kFloat); }
+}  // namespace
+
+TEST(CpuBlockCache, AFreedLargeBlockServesTheNextRequestOfAboutItsSize) {
+  install();
+  const cache::Stats before = cache::stats();
+  void* first = nullptr;
+  {
+    at::Tensor t = floats(6 * kMiB);
+    first = t.data_ptr();
+  }
+  EXPECT_EQ(cache::stats().cached_bytes, 6 * kMiB);
+  at::Tensor again = floats(6 * kMiB - 4096);  // rounds to the same 2 MiB multiple
+  EXPECT_EQ(again.data_ptr(), first);
+  const cache::Stats after = cache::stats();
+  EXPECT_EQ(after.mapped - before.mapped, 1u);
+  EXPECT_EQ(after.reused - before.reused, 1u);
+  EXPECT_EQ(after.cached_bytes, 0u);
+  EXPECT_EQ(after.in_use_bytes, 6 * kMiB);
+}
+
+TEST(CpuBlockCache, ABlockMuchLargerThanTheRequestIsNotHandedOut) {
+  install();
+  void* big = nullptr;
+  {
+    at::Tensor t = floats(12 * kMiB);
+    big = t.data_ptr();
+  }
+  at::Tensor small = floats(4 * kMiB);  // would waste two thirds of the idle 12 MiB block
+  EXPECT_NE(small.data_ptr(), big);
+  EXPECT_EQ(cache::stats().cached_bytes, 12 * kMiB);
+}
+
+TEST(CpuBlockCache, SmallRequestsStayWithMalloc) {
+  install();
+  const cache::Stats before = cache::stats();
+  { at::Tensor t = floats(kMiB / 2); }
+  const cache::Stats after = cache::stats();
+  EXPECT_EQ(after.mapped, before.mapped);
+  EXPECT_EQ(after.reused, before.reused);
+  EXPECT_EQ(after.cached_bytes, 0u);
+}
+
+TEST(CpuBlockCache, HugePageSizedBlocksStartOnAHugePageBoundary) {
+  install();
+  at::Tensor t = floats(3 * kMiB);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % (2 * kMiB), 0u);
+}
+
+TEST(CpuBlockCache, TrimReturnsOnlyBlocksNoRequestTookSinceThePreviousTrim) {
+  install();
+  { at::Tensor t = floats(4 * kMiB); }
+  EXPECT_EQ(cache::trim_unused(), 0u) << "taken in this interval: kept";
+  { at::Tensor reused = floats(4 * kMiB); }
+  EXPECT_EQ(cache::trim_unused(), 0u) << "taken again: kept";
+  EXPECT_EQ(cache::trim_unused(), 4 * kMiB) << "an interval without a request: returned";
+  EXPECT_EQ(cache::stats().cached_bytes, 0u);
+}
+
+TEST(CpuBlockCache, IdleBytesStayUnderTheCap) {
+  install();
+  const cache::Stats before = cache::stats();
+  {
+    at::Tensor a = floats(8 * kMiB), b = floats(8 * kMiB), c = floats(8 * kMiB);
+  }
+  const cache::Stats after = cache::stats();
+  EXPECT_EQ(after.cached_bytes, 16 * kMiB);
+  EXPECT_EQ(after.unmapped - before.unmapped, 1u);
+}
+
+TEST(CpuBlockCache, ZerosOnAReusedBlockAreZeros) {
+  install();
+  void* first = nullptr;
+  {
+    at::Tensor dirty = at::full({int64_t(2 * kMiB / sizeof(float))}, 7.0f);
+    first = dirty.data_ptr();
+  }
+  at::Tensor zeros = at::zeros({int64_t(2 * kMiB / sizeof(float))});
+  ASSERT_EQ(zeros.data_ptr(), first);
+  EXPECT_EQ(zeros.abs().max().item<float>(), 0.0f);
+}
+
+TEST(CpuBlockCache, RawAllocationsOfBothKindsFreeThroughTheRawDeleter) {
+  install();
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  void* large = allocator->raw_allocate(4 * kMiB);
+  void* small = allocator->raw_allocate(1024);
+  EXPECT_EQ(cache::stats().in_use_bytes, 4 * kMiB);
+  allocator->raw_deallocate(large);
+  allocator->raw_deallocate(small);
+  EXPECT_EQ(cache::stats().in_use_bytes, 0u);
+  EXPECT_EQ(cache::stats().cached_bytes, 4 * kMiB);
+}
+
+TEST(CpuBlockCache, ABlockFreedOnAnotherThreadIsReused) {
+  install();
+  at::Tensor t = floats(4 * kMiB);
+  void* first = t.data_ptr();
+  std::thread([moved = std::move(t)]() mutable { moved = at::Tensor(); }).join();
+  EXPECT_EQ(floats(4 * kMiB).data_ptr(), first);
+}
