@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -24,8 +26,22 @@ std::string file_read(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// A name of the writer's own beside `path`: two processes writing the same file (agents of
+// several nodes sharing a log directory) must not rename each other's temporary file away.
+std::string temporary_name_for(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  char host[256] = "host";
+  ::gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = 0;
+  return str(path, ".tmp.", host, ".", ::getpid(), ".", counter++);
+}
+
+}  // namespace
+
 void file_write_atomic(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp";
+  const std::string tmp = temporary_name_for(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   CADRE_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
   size_t off = 0;

@@ -8,6 +8,7 @@
 namespace cadre {
 
 // Replaces `path` with `bytes` atomically: readers see the old file or the new, never a part.
+// Concurrent writers of one path each write a temporary of their own; the last rename wins.
 void file_write_atomic(const std::string& path, const std::string& bytes);
 
 // The whole content of `path`; Error naming the file when it cannot be read.

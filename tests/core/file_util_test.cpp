@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -44,4 +47,35 @@ TEST(RemoveTree, AFailureIsReportedWithThePath) {
     error = e.what();
   }
   EXPECT_NE(error.find("cannot remove '/proc/self/status'"), std::string::npos) << error;
+}
+
+// Agents of several nodes write one metrics.url into a shared log directory: a writer must never
+// rename another's temporary file away (it did: "cannot rename 'metrics.url.tmp': No such file
+// or directory" ended a Slurm job's attempt in DeploySbatch). The file ends as one writer's whole
+// text, and no temporary file is left.
+TEST(FileWriteAtomic, ConcurrentWritersOfOnePathNeverFailAndLeaveOneWholeFile) {
+  cadre::test::TempDir dir("write-atomic");
+  const std::string path = dir.path() + "/metrics.url";
+  constexpr int kWriters = 4, kWrites = 200;
+  std::vector<std::string> errors(kWriters);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w)
+    writers.emplace_back([&, w] {
+      std::string line(1000, char('a' + w));
+      line.push_back('\n');
+      try {
+        for (int i = 0; i < kWrites; ++i) cadre::file_write_atomic(path, line);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(w)] = e.what();
+      }
+    });
+  for (auto& t : writers) t.join();
+  for (int w = 0; w < kWriters; ++w) EXPECT_EQ(errors[static_cast<size_t>(w)], "") << "writer " << w;
+  const std::string text = cadre::file_read(path);
+  ASSERT_EQ(text.size(), 1001u);
+  EXPECT_EQ(text.find_first_not_of(text[0]), 1000u) << "parts of two writers' texts";
+  EXPECT_EQ(text.back(), '\n');
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path())) files += entry.is_regular_file();
+  EXPECT_EQ(files, 1) << "a temporary file was left behind";
 }

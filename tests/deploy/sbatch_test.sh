@@ -56,6 +56,8 @@ wait_for 240 job_finished "$id" || fail "job $id still $(job_field "$id" JobStat
 state=$(job_field "$id" JobState)
 [[ $state == COMPLETED ]] || fail "job $id ended $state: $(tail -20 "$tmp"/killed/logs/killed-"$id".out)"
 restarts=$(job_field "$id" Restarts)
+# The job's own output (each attempt's agents) goes beside the cluster's logs that fail() shows.
+cp "$tmp"/killed/logs/killed-"$id"*.out "$tmp"/log/ 2>/dev/null || true
 ((restarts >= 1)) || fail "job $id was not requeued (Restarts=$restarts)"
 grep -q "resumed from .*step-000000" "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log ||
   fail "attempt 1 did not resume from a checkpoint: $(tail -5 "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log)"
