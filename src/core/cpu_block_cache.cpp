@@ -7,6 +7,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace cadre::cpu_block_cache {
 namespace {
@@ -30,6 +33,7 @@ std::size_t block_size_for(std::size_t n) { return round_up(n, n >= kHugePage ? 
 struct IdleBlock {
   void* base;
   std::uint64_t last_taken;  // trim epoch in which a request last took it
+  std::uint64_t freed;       // order of release: the oldest idle block is evicted first
 };
 
 class BlockCache {
@@ -52,10 +56,12 @@ class BlockCache {
         return base;
       }
     }
+    evict_to_fit(bytes);
     void* base = map_block(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_[base] = {bytes, epoch_};
     stats_.in_use_bytes += bytes;
+    most_in_use_ = std::max(most_in_use_, stats_.in_use_bytes);
     ++stats_.mapped;
     return base;
   }
@@ -74,7 +80,7 @@ class BlockCache {
       unmap_block(base, block.bytes);
       return true;
     }
-    idle_.emplace(block.bytes, IdleBlock{base, block.taken});
+    idle_.emplace(block.bytes, IdleBlock{base, block.taken, releases_++});
     stats_.cached_bytes += block.bytes;
     return true;
   }
@@ -94,6 +100,7 @@ class BlockCache {
         it = idle_.erase(it);
       }
       ++epoch_;
+      if (!only_unused) most_in_use_ = stats_.in_use_bytes;
     }
     std::size_t returned = 0;
     for (const auto& [bytes, block] : doomed) {
@@ -115,6 +122,29 @@ class BlockCache {
     std::size_t bytes;
     std::uint64_t taken;
   };
+
+  // Before mapping `bytes` more: the oldest idle blocks are unmapped while the cache's blocks
+  // (in use + idle + the new one) would exceed the most ever in use at once. Memory at its peak
+  // is then what malloc's would be; only the blocks a step can use again stay idle. (With
+  // activation checkpointing little is in use at a time and many sizes come and go: without this
+  // bound the idle blocks of every size added up to 1.6x the peak resident memory.)
+  void evict_to_fit(std::size_t bytes) {
+    std::vector<std::pair<void*, std::size_t>> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const std::size_t bound = std::max(most_in_use_, stats_.in_use_bytes + bytes);
+      while (!idle_.empty() && stats_.in_use_bytes + stats_.cached_bytes + bytes > bound) {
+        auto oldest = idle_.begin();
+        for (auto it = idle_.begin(); it != idle_.end(); ++it)
+          if (it->second.freed < oldest->second.freed) oldest = it;
+        doomed.emplace_back(oldest->second.base, oldest->first);
+        stats_.cached_bytes -= oldest->first;
+        ++stats_.unmapped;
+        idle_.erase(oldest);
+      }
+    }
+    for (const auto& [base, size] : doomed) unmap_block(base, size);
+  }
 
   // Blocks of a huge page or more start on a huge-page boundary (map 2 MiB extra, cut the ends
   // off) so that the kernel can back them with huge pages.
@@ -141,6 +171,8 @@ class BlockCache {
   std::multimap<std::size_t, IdleBlock> idle_;
   std::unordered_map<void*, InUse> in_use_;
   std::uint64_t epoch_ = 0;
+  std::uint64_t releases_ = 0;
+  std::size_t most_in_use_ = 0;  // the high-water mark of stats_.in_use_bytes
   Stats stats_;
 };
 

@@ -10,10 +10,12 @@
 //
 // Blocks of 2 MiB or more are 2 MiB aligned and madvise(MADV_HUGEPAGE)d, so the first touch
 // faults once per 2 MiB (where transparent huge pages are enabled for madvise) rather than once
-// per 4 KiB. What the cache holds is bounded two ways: `trim_unused()` (the trainer calls it
-// after each step) returns the blocks no request took since the previous call, so memory used
-// once (a checkpoint's snapshot, an evaluation) does not stay; and `max_cached_bytes` caps the
-// idle blocks at any time.
+// per 4 KiB. What the cache holds is bounded three ways: before it maps a new block it unmaps
+// the oldest idle ones while its blocks would exceed the most ever in use at once (so peak
+// memory is what it would be without the cache); `trim_unused()` (the trainer calls it after
+// each step) returns the blocks no request took since the previous call, so memory used once (a
+// checkpoint's snapshot, an evaluation) does not stay; and `max_cached_bytes` caps the idle
+// blocks at any time.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +47,8 @@ bool installed();
 // bytes returned.
 std::size_t trim_unused();
 
-// Returns every idle block to the kernel; the bytes returned.
+// Returns every idle block to the kernel, and the bound on the blocks kept starts again from
+// what is in use now; the bytes returned.
 std::size_t release_all();
 
 Stats stats();

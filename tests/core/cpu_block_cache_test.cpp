@@ -24,7 +24,7 @@ void install() {
   o.max_cached_bytes = 16 * kMiB;
   cache::install(o);
   ASSERT_TRUE(cache::installed()) << "CADRE_CPU_BLOCK_CACHE=0 in the test's environment?";
-  cache::release_all();
+  cache::release_all();  // and the high-water mark starts again: the tests share one process when run by hand
 }
 
 at::Tensor floats(std::size_t bytes) { return at::empty({int64_t(bytes / sizeof(float))}, at::kFloat); }
@@ -50,14 +50,26 @@ TEST(CpuBlockCache, AFreedLargeBlockServesTheNextRequestOfAboutItsSize) {
 
 TEST(CpuBlockCache, ABlockMuchLargerThanTheRequestIsNotHandedOut) {
   install();
-  void* big = nullptr;
-  {
-    at::Tensor t = floats(12 * kMiB);
-    big = t.data_ptr();
-  }
+  { at::Tensor t = floats(12 * kMiB); }
+  const cache::Stats before = cache::stats();
   at::Tensor small = floats(4 * kMiB);  // would waste two thirds of the idle 12 MiB block
-  EXPECT_NE(small.data_ptr(), big);
+  EXPECT_EQ(cache::stats().reused, before.reused);
+  EXPECT_EQ(cache::stats().in_use_bytes, 4 * kMiB);
+}
+
+// 12 MiB were the most in use at once: mapping 4 MiB beside the idle 12 MiB block would hold
+// 16, so the idle block goes first, as malloc would have returned it.
+TEST(CpuBlockCache, ANewBlockNeverTakesTheCachePastTheMostEverInUse) {
+  install();
+  { at::Tensor t = floats(12 * kMiB); }
   EXPECT_EQ(cache::stats().cached_bytes, 12 * kMiB);
+  at::Tensor small = floats(4 * kMiB);
+  const cache::Stats s = cache::stats();
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.in_use_bytes + s.cached_bytes, 4 * kMiB);
+  // Below the high-water mark an idle block stays: 4 + 4 <= 12.
+  { at::Tensor other = floats(4 * kMiB); }
+  EXPECT_EQ(cache::stats().cached_bytes, 4 * kMiB);
 }
 
 TEST(CpuBlockCache, SmallRequestsStayWithMalloc) {
