@@ -33,7 +33,9 @@ echo "ok: job $id COMPLETED, 40 steps, final loss $(losses "$tmp/runs/plain" | t
 
 # 2. Kill node 2's agent after the step-20 checkpoint: the step fails, the script requeues the
 #    job, the next attempt resumes from the checkpoint.
-steps=400
+# Long enough that the job is still training when both agents have answered /metrics and one is
+# killed: the tiny model runs ~100 steps/s here, and 400 steps once ended before node 1's check.
+steps=2000
 reference_run "$tmp/ref-$steps" "$steps"
 script=$(deploy_job killed "$steps")
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
