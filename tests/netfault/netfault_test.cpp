@@ -249,6 +249,19 @@ class NetFault : public ::testing::Test {
            ",join_timeout=90,store_timeout=" + std::to_string(timeouts_.store_s) + ",exit_linger=5";
   }
   std::string output(int host) const { return agents_.at(host)->output(); }
+  // Where each survivor's output ends now, to look for what they print after.
+  std::vector<size_t> survivor_offsets() const {
+    std::vector<size_t> at;
+    for (int h : survivors_) at.push_back(output(h).size());
+    return at;
+  }
+  // A survivor's agent has ended the round for the waiting host: from here the scale-up happens
+  // whatever the workers do, so a WorkerHold may be released.
+  bool survivor_began_scale_up(const std::vector<size_t>& offsets) const {
+    for (size_t i = 0; i < survivors_.size(); ++i)
+      if (output(survivors_[i]).find("scale-up: ", offsets[i]) != std::string::npos) return true;
+    return false;
+  }
   // Freezes (SIGSTOP) every process on these hosts except their agents, until release() or
   // destruction (SIGCONT). Holding the smaller group's workers while a host comes back pins the
   // interleaving: the scale-up happens while the group still trains, however fast the machine is.
@@ -532,6 +545,7 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
 
   // Back: the link heals and the host's agent is started again; it joins the next round.
   size_t before_rejoin = segments().size();
+  const std::vector<size_t> survivors_before = survivor_offsets();
   WorkerHold hold(*this, survivors_);
   ASSERT_EQ(hold.size(), survivors_.size()) << "one worker per surviving host";
   hosts_->heal(2);
@@ -539,6 +553,8 @@ TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
   start_agent(2, "-restarted");
   ASSERT_TRUE(wait_for([&] { return output(2).find("waiting for the next round") != std::string::npos; }, 60))
       << output(2);
+  // Released before a survivor saw the waiting host, a fast group could train to the end first.
+  ASSERT_TRUE(wait_for([&] { return survivor_began_scale_up(survivors_before); }, 60)) << output(survivors_[0]);
   hold.release();
   ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
   double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
@@ -607,6 +623,7 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   EXPECT_NE(report.detected_by.find("stopped heartbeating"), std::string::npos) << report.detected_by;
 
   size_t before_rejoin = segments().size();
+  const std::vector<size_t> survivors_before = survivor_offsets();
   WorkerHold hold(*this, survivors_);
   ASSERT_EQ(hold.size(), survivors_.size()) << "one worker per surviving host";
   hosts_->heal(2);
@@ -615,6 +632,8 @@ TEST_F(NetFault, ShortPartitionHealsAndTheHostRejoinsByItself) {
   ASSERT_TRUE(wait_for([&] { return output(2).find("waiting for the next round", cut_host_offset) != std::string::npos; },
                        60))
       << output(2);
+  // Released before a survivor saw the waiting host, a fast group could train to the end first.
+  ASSERT_TRUE(wait_for([&] { return survivor_began_scale_up(survivors_before); }, 60)) << output(survivors_[0]);
   hold.release();
   ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, before_rejoin); }, 120)) << "host 2 did not rejoin";
   double rejoin_s = seconds(segments().back().steps.front().seen - t_back);
