@@ -44,13 +44,14 @@ class BlockCache {
     const std::size_t bytes = block_size_for(n);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      // The smallest idle block that fits, if it wastes at most an eighth of itself.
+      // The smallest idle block that fits, if it is at most an eighth larger than asked for.
       auto it = idle_.lower_bound(bytes);
       if (it != idle_.end() && it->first <= bytes + bytes / 8) {
         void* base = it->second.base;
         in_use_[base] = {it->first, epoch_};
         stats_.cached_bytes -= it->first;
         stats_.in_use_bytes += it->first;
+        most_in_use_ = std::max(most_in_use_, stats_.in_use_bytes);
         ++stats_.reused;
         idle_.erase(it);
         return base;
