@@ -41,15 +41,21 @@ script=$(deploy_job killed "$steps")
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
 wait_for 120 past_step "$tmp/runs/killed" 25 || fail "job $id did not reach step 25: $(job_field "$id" JobState)"
 wait_for 60 committed_checkpoint "$tmp/runs/killed" || fail "job $id committed no checkpoint by step $(steps_done "$tmp/runs/killed")"
-metrics_step() {  # metrics_step NODE RANK: cadre_train_step of RANK from NODE's agent's /metrics
+metrics_ranks() {  # metrics_ranks NODE: the ranks whose cadre_train_step NODE's agent serves
   local url
   url=$(grep -ohP 'metrics: serving \Khttp://\S+' "$tmp/killed/logs/killed-$id-node$1.out" | tail -1) || return 1
-  curl -fsS --max-time 2 "$url" | grep -oP "^cadre_train_step\{[^}]*rank=\"$2\"[^}]*\} \K[0-9]+"
+  curl -fsS --max-time 2 "$url" | grep -oP '^cadre_train_step\{(?:[^}]*,)?rank="\K[0-9]+'  # rank=, not local_rank=
 }
+# Which node hosts which rank is the rendezvous's choice (the first agent to arrive is group rank
+# 0): each node's agent must serve a rank's step, and the two together both ranks.
+served=""
 for node in 0 1; do
-  wait_for 30 metrics_step "$node" "$node" || fail "node $node's agent of job $id did not answer /metrics with rank $node's step: $(tail -5 "$tmp/killed/logs/killed-$id-node$node.out")"
-  echo "ok: node $node's /metrics answers: rank $node at step $(metrics_step "$node" "$node")"
+  wait_for 30 metrics_ranks "$node" || fail "node $node's agent of job $id did not answer /metrics with a rank's step: $(tail -5 "$tmp/killed/logs/killed-$id-node$node.out")"
+  ranks=$(metrics_ranks "$node" | tr '\n' ' ')
+  echo "ok: node $node's /metrics answers with the step of rank(s) $ranks"
+  served="$served $ranks"
 done
+[[ $(tr ' ' '\n' <<<"$served" | grep -v '^$' | sort -u | tr '\n' ' ') == "0 1 " ]] || fail "the agents' /metrics served ranks$served, not 0 and 1"
 pid=$(agent_pid "$id" 1) || fail "no cadre run agent of job $id on node 1"
 killed_at=$(steps_done "$tmp/runs/killed")
 kill -9 "$pid"

@@ -22,7 +22,14 @@ bool MetricsWatch::poll() {
   } else if (seen_.compare(0, text.size(), text) == 0) {
     new_segment_ = true;  // cut back to a checkpoint's step (resume): nothing new yet
   } else {
-    fresh = text;  // rewritten from the start by a new round
+    // Rewritten: cut back to a checkpoint and appended to since the last poll (a fast resumed
+    // round can do both between two polls), or rewritten from the start by a new round. The
+    // lines kept from before are byte for byte what was seen (each record carries its timings,
+    // so a rerun's lines differ); what follows them is new.
+    size_t kept = 0;
+    for (size_t end; (end = text.find('\n', kept)) != std::string::npos; kept = end + 1)
+      if (end >= seen_.size() || text.compare(kept, end + 1 - kept, seen_, kept, end + 1 - kept) != 0) break;
+    fresh = text.substr(kept);
     new_segment_ = true;
   }
   seen_ = text;

@@ -66,6 +66,16 @@ TEST_F(MetricsWatchTest, ResumeCuttingBackToTheCheckpointStepStartsASegment) {
   EXPECT_EQ(spans(watch), (std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {6, 7}}));
 }
 
+// A fast resumed round cut the file back to step 5 and trained to step 30 between two polls
+// (NetFault.CutHostCaughtByCommTimeoutWhenHeartbeatsAreSlow once read it as a restart from step 1).
+TEST_F(MetricsWatchTest, ResumeCutBackAndAppendedBetweenTwoPollsStartsAfterTheKeptLines) {
+  write(records(1, 8, 5.0));
+  watch.poll();
+  write(records(1, 5, 5.0) + records(6, 30, 6.0));
+  watch.poll();
+  EXPECT_EQ(spans(watch), (std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {6, 30}}));
+}
+
 TEST_F(MetricsWatchTest, ResumeAtTheLastStepSeenNeedsTheCallersHint) {
   write(records(1, 5, 5.0));
   watch.poll();
