@@ -78,7 +78,7 @@ class BlockCache {
     if (stats_.cached_bytes + block.bytes > options_.max_cached_bytes) {
       ++stats_.unmapped;
       lock.unlock();
-      unmap_block(base, block.bytes);
+      munmap(base, block.bytes);
       return true;
     }
     idle_.emplace(block.bytes, IdleBlock{base, block.taken, releases_++});
@@ -87,28 +87,17 @@ class BlockCache {
   }
 
   std::size_t trim(bool only_unused) {
-    std::multimap<std::size_t, IdleBlock> doomed;
+    Doomed doomed;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto it = idle_.begin(); it != idle_.end();) {
-        if (only_unused && it->second.last_taken >= epoch_) {
-          ++it;
-          continue;
-        }
-        stats_.cached_bytes -= it->first;
-        ++stats_.unmapped;
-        doomed.insert(*it);
-        it = idle_.erase(it);
+        if (only_unused && it->second.last_taken >= epoch_) ++it;
+        else it = retire(it, doomed);
       }
       ++epoch_;
       if (!only_unused) most_in_use_ = stats_.in_use_bytes;
     }
-    std::size_t returned = 0;
-    for (const auto& [bytes, block] : doomed) {
-      unmap_block(block.base, bytes);
-      returned += bytes;
-    }
-    return returned;
+    return unmap_all(doomed);
   }
 
   Stats stats() {
@@ -123,6 +112,25 @@ class BlockCache {
     std::size_t bytes;
     std::uint64_t taken;
   };
+  using Idle = std::multimap<std::size_t, IdleBlock>;
+  using Doomed = std::vector<std::pair<void*, std::size_t>>;  // unmapped once the lock is released
+
+  // Takes an idle block out of the cache's books (caller holds mutex_); the next entry.
+  Idle::iterator retire(Idle::iterator it, Doomed& doomed) {
+    doomed.emplace_back(it->second.base, it->first);
+    stats_.cached_bytes -= it->first;
+    ++stats_.unmapped;
+    return idle_.erase(it);
+  }
+
+  static std::size_t unmap_all(const Doomed& doomed) {
+    std::size_t bytes = 0;
+    for (const auto& [base, size] : doomed) {
+      munmap(base, size);
+      bytes += size;
+    }
+    return bytes;
+  }
 
   // Before mapping `bytes` more: the oldest idle blocks are unmapped while the cache's blocks
   // (in use + idle + the new one) would exceed the most ever in use at once. Memory at its peak
@@ -130,21 +138,16 @@ class BlockCache {
   // activation checkpointing little is in use at a time and many sizes come and go: without this
   // bound the idle blocks of every size added up to 1.6x the peak resident memory.)
   void evict_to_fit(std::size_t bytes) {
-    std::vector<std::pair<void*, std::size_t>> doomed;
+    Doomed doomed;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const std::size_t bound = std::max(most_in_use_, stats_.in_use_bytes + bytes);
-      while (!idle_.empty() && stats_.in_use_bytes + stats_.cached_bytes + bytes > bound) {
-        auto oldest = idle_.begin();
-        for (auto it = idle_.begin(); it != idle_.end(); ++it)
-          if (it->second.freed < oldest->second.freed) oldest = it;
-        doomed.emplace_back(oldest->second.base, oldest->first);
-        stats_.cached_bytes -= oldest->first;
-        ++stats_.unmapped;
-        idle_.erase(oldest);
-      }
+      while (!idle_.empty() && stats_.in_use_bytes + stats_.cached_bytes + bytes > bound)
+        retire(std::min_element(idle_.begin(), idle_.end(),
+                                [](const auto& a, const auto& b) { return a.second.freed < b.second.freed; }),
+               doomed);
     }
-    for (const auto& [base, size] : doomed) unmap_block(base, size);
+    unmap_all(doomed);
   }
 
   // Blocks of a huge page or more start on a huge-page boundary (map 2 MiB extra, cut the ends
@@ -165,11 +168,9 @@ class BlockCache {
     return reinterpret_cast<void*>(aligned);
   }
 
-  static void unmap_block(void* base, std::size_t bytes) { munmap(base, bytes); }
-
   const Options options_;
   std::mutex mutex_;
-  std::multimap<std::size_t, IdleBlock> idle_;
+  Idle idle_;
   std::unordered_map<void*, InUse> in_use_;
   std::uint64_t epoch_ = 0;
   std::uint64_t releases_ = 0;

@@ -4,12 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/json_number.h"
 
 namespace cadre {
@@ -136,13 +136,7 @@ void manifest_write(const std::string& dir, const DatasetManifest& m) {
   }
   j["train"] = shards_to_json(m.train);
   j["val"] = shards_to_json(m.val);
-  std::string path = dir + "/manifest.json", tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    CADRE_CHECK(out.good(), "cannot write '", tmp, "'");
-  }
-  CADRE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+  file_write_atomic(dir + "/manifest.json", j.dump(2) + "\n");
 }
 
 }  // namespace cadre

@@ -1,10 +1,8 @@
 // Root-cause records and the error file (see error_file.h).
 #include "launch/error_file.h"
 
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <ctime>
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace cadre::launch {
 
@@ -101,15 +100,9 @@ void error_file_write(const std::string& path, const std::string& message, int64
   j["root_cause"] = failure_json.empty() ? nlohmann::json(nullptr) : cause.is_discarded() ? nlohmann::json(failure_json) : cause;
   std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  // Several agents on one machine may share a log directory: unique temp name, then rename.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    CADRE_CHECK(out, "cannot write error file ", tmp);
-    out << json_dump_lenient(j, 2) << "\n";
-    CADRE_CHECK(out.good(), "cannot write error file ", tmp);
-  }
-  CADRE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
+  // Several agents on one machine may share a log directory: file_write_atomic gives each
+  // writer a temporary file of its own.
+  file_write_atomic(path, json_dump_lenient(j, 2) + "\n");
 }
 
 }  // namespace cadre::launch
