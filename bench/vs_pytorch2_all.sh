@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issue #25's rows against PyTorch 2.x in one sitting: the training, memory and checkpoint rows
 # (bench/vs_pytorch2.py), ResNet DDP against torchvision + DDP (bench/resnet_throughput.py) and
-# KV-cache decoding against transformers' generate (bench/decode_throughput.py), one after the
-# other with the same Cadre build and the same venv, then the three tables.
+# KV-cache decoding against transformers' generate (bench/decode_throughput.py) and the collectives
+# against Gloo's own all-reduce (bench/collectives_vs_gloo.py), one after the other with the same
+# Cadre build and the same venv, then the four tables.
 #
 #   bench/vs_pytorch2_all.sh [BUILD]     BUILD: a libtorch 2.x build with CADRE_BENCH=ON
 #                                        (default build-torch2; decode needs its bin/decode_bench)
-# ~35 minutes on 2 cores; run it on a quiet machine. Results in bench/results/.
+# ~40 minutes on 2 cores; run it on a quiet machine. Results in bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-torch2}
@@ -22,7 +23,8 @@ echo "== $(date -u +%FT%TZ) start; load average $(cut -d' ' -f1-3 /proc/loadavg)
 "$python" "$root/bench/vs_pytorch2.py" --build "$build" --python "$python" --repeats 3
 "$python" "$root/bench/resnet_throughput.py" --build "$build" --repeats 3
 "$python" "$root/bench/decode_throughput.py" --build "$build" --threads 1,2 --rounds 3
+"$python" "$root/bench/collectives_vs_gloo.py" --build "$build" --repeats 3
 echo "== $(date -u +%FT%TZ) done; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-for table in vs_pytorch2 resnet_throughput decode_throughput; do
+for table in vs_pytorch2 resnet_throughput decode_throughput collectives_vs_gloo; do
   echo; echo "## bench/results/$table.md"; cat "$root/bench/results/$table.md"
 done
