@@ -6,11 +6,16 @@
 # Cadre build and the same venv, then the four tables.
 #
 #   bench/vs_pytorch2_all.sh [BUILD]     BUILD: a libtorch 2.x build with CADRE_BENCH=ON
-#                                        (default build-torch2; decode needs its bin/decode_bench)
-# ~40 minutes on 2 cores; run it on a quiet machine. Results in bench/results/.
+#                                        (default build-torch2-cpu; decode needs its bin/decode_bench)
+# The figures in docs/benchmarks.md come from a CPU build (CADRE_CUDA=OFF), which does not load
+# the wheel's CUDA libraries (~230 MiB per process: docs/TORCH2.md):
+#   cmake -S . -B build-torch2-cpu -G Ninja -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path> \
+#     -DCADRE_CUDA=OFF -DCADRE_BENCH=ON -DBUILD_TESTING=OFF
+#   cmake --build build-torch2-cpu --target cadre decode_bench
+# ~17 minutes on 2 cores; run it on a quiet machine. Results in bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build-torch2}
+build=${1:-$root/build-torch2-cpu}
 python=${CADRE_VENV:-$HOME/.cache/cadre/venv}/bin/python
 [[ -x $build/bin/cadre ]] || { echo "vs_pytorch2_all: no $build/bin/cadre: build it first" >&2; exit 2; }
 [[ -x $build/bin/decode_bench ]] || {

@@ -16,7 +16,7 @@ set_target_properties(cadre_library PROPERTIES EXPORT_NAME cadre)
 
 install(TARGETS cadre RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS cadre_spm LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS cadre_library cadre_openmp ${CADRE_LIBRARY_TARGETS} EXPORT CadreTargets
+install(TARGETS cadre_library cadre_torch cadre_openmp ${CADRE_LIBRARY_TARGETS} EXPORT CadreTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/src/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/cadre
         FILES_MATCHING PATTERN "*.h" PATTERN "pch" EXCLUDE)

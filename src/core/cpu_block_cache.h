@@ -4,9 +4,10 @@
 // threshold (at most 32 MiB, often far less) with a fresh mmap each time. A training step frees
 // and re-allocates the same activation, logit and gradient blocks every step, so each step
 // faulted in (and the kernel zeroed) gigabytes of fresh pages: ~12% of the small Llama's bf16
-// step went to page faults (docs/DESIGN.md, "Where a step's time goes"). This cache keeps freed
-// blocks of at least `min_block_bytes` and hands them out again to requests of about the same
-// size; smaller requests stay with malloc, which already reuses them.
+// step went to page faults (docs/DESIGN.md, "Host memory: the CPU block cache"). This cache
+// keeps freed blocks of at least `min_block_bytes` and hands them out again to requests of about
+// the same size; smaller requests stay with malloc, whose mmap and trim thresholds install()
+// sets so that it keeps reusing them (glibc's own adjustment never sees the large blocks).
 //
 // Blocks of 2 MiB or more are 2 MiB aligned and madvise(MADV_HUGEPAGE)d, so the first touch
 // faults once per 2 MiB (where transparent huge pages are enabled for madvise) rather than once

@@ -6,6 +6,8 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
@@ -26,22 +28,43 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<bool> decay, AdamWOptio
 
 namespace {
 
-// One pass over a contiguous float32 parameter: decay, both moments and the update, reading
-// each of p, g, m, v once. The op-by-op form (lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_)
-// streams the 4 arrays about 8 times; the optimizer step is memory bound, so this matters.
-// G is float or c10::BFloat16 (ZeRO-1 keeps gradients in the compute dtype).
+// A gradient element as float32. bfloat16 is the upper half of a float32: widening its bits
+// (rather than loading c10::BFloat16, a struct) keeps the loop below vectorisable.
+inline float grad_as_float(float g) { return g; }
+inline float grad_as_float(uint16_t bf16_bits) {
+  const uint32_t bits = uint32_t(bf16_bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// One pass over [begin, end) of a contiguous float32 parameter: decay, both moments and the
+// update, reading each of p, g, m, v once. The op-by-op form (lerp_, mul_, addcmul_, sqrt, div,
+// add_, addcdiv_) streams the 4 arrays about 8 times; the optimizer step is memory bound, so
+// this matters. A plain function with restrict pointers, not the parallel_for lambda's body:
+// inside the lambda GCC left the loop scalar (one sqrtss and two divss per element, 1.6 ms a
+// step for ResNet's 0.7M parameters); vector sqrt and division round as the scalar ones do, so
+// the results are the same bits.
+template <typename G>
+void adamw_update_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
+                        int64_t begin, int64_t end, float decay_factor, float b1, float b2, float step_size,
+                        float bias2_sqrt, float eps) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float gi = grad_as_float(g[i]);
+    const float mi = m[i] + (1.0f - b1) * (gi - m[i]);
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay_factor - step_size * mi / (std::sqrt(vi) / bias2_sqrt + eps);
+  }
+}
+
+// G is float or uint16_t (bfloat16 bits: ZeRO-1 keeps gradients in the compute dtype).
 template <typename G>
 void adamw_update_fused(float* p, const G* g, float* m, float* v, int64_t n, float decay_factor, float b1,
                         float b2, float step_size, float bias2_sqrt, float eps) {
   at::parallel_for(0, n, 1 << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float gi = static_cast<float>(g[i]);
-      float mi = m[i] + (1.0f - b1) * (gi - m[i]);
-      float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = p[i] * decay_factor - step_size * mi / (std::sqrt(vi) / bias2_sqrt + eps);
-    }
+    adamw_update_range(p, g, m, v, begin, end, decay_factor, b1, b2, step_size, bias2_sqrt, eps);
   });
 }
 
@@ -78,7 +101,7 @@ void AdamW::step(double lr) {
       adamw_update_fused(p.data_ptr<float>(), g.data_ptr<float>(), m, v, p.numel(), float(decay), float(b1),
                          float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
     else
-      adamw_update_fused(p.data_ptr<float>(), g.data_ptr<c10::BFloat16>(), m, v, p.numel(), float(decay), float(b1),
+      adamw_update_fused(p.data_ptr<float>(), reinterpret_cast<const uint16_t*>(g.data_ptr<c10::BFloat16>()), m, v, p.numel(), float(decay), float(b1),
                          float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
   }
   if (!multi.empty()) step_multi_tensor(multi, lr);
