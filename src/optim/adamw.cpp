@@ -4,10 +4,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/BFloat16.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
@@ -29,14 +29,10 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<bool> decay, AdamWOptio
 namespace {
 
 // A gradient element as float32. bfloat16 is the upper half of a float32: widening its bits
-// (rather than loading c10::BFloat16, a struct) keeps the loop below vectorisable.
+// with c10's own conversion (rather than loading c10::BFloat16, a struct) keeps the loop below
+// vectorisable.
 inline float grad_as_float(float g) { return g; }
-inline float grad_as_float(uint16_t bf16_bits) {
-  const uint32_t bits = uint32_t(bf16_bits) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+inline float grad_as_float(uint16_t bf16_bits) { return c10::detail::f32_from_bits(bf16_bits); }
 
 // One pass over [begin, end) of a contiguous float32 parameter: decay, both moments and the
 // update, reading each of p, g, m, v once. The op-by-op form (lerp_, mul_, addcmul_, sqrt, div,
@@ -101,8 +97,9 @@ void AdamW::step(double lr) {
       adamw_update_fused(p.data_ptr<float>(), g.data_ptr<float>(), m, v, p.numel(), float(decay), float(b1),
                          float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
     else
-      adamw_update_fused(p.data_ptr<float>(), reinterpret_cast<const uint16_t*>(g.data_ptr<c10::BFloat16>()), m, v, p.numel(), float(decay), float(b1),
-                         float(b2), float(lr / bias1), float(bias2_sqrt), float(options_.eps));
+      adamw_update_fused(p.data_ptr<float>(), reinterpret_cast<const uint16_t*>(g.data_ptr<c10::BFloat16>()), m, v,
+                         p.numel(), float(decay), float(b1), float(b2), float(lr / bias1), float(bias2_sqrt),
+                         float(options_.eps));
   }
   if (!multi.empty()) step_multi_tensor(multi, lr);
 }
