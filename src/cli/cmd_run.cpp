@@ -82,6 +82,11 @@ int cmd_run(const Args& args) {
   flags.add("--stall-action", &f.stall_action,
             "what follows a stall's dumps: restart (stop the group and restart it from its last checkpoint, as "
             "after a crash, counted against --max-restarts; default) or dump (only the dumps and the diagnosis)");
+  flags.add("--recovery", &f.recovery,
+            "after a lost node or worker: restart (every worker restarts from the last checkpoint on disk; "
+            "default) or memory (live workers are not restarted: they re-form the group and go on from the "
+            "current step, newcomers take the state from a live rank over the network; `cadre train` with "
+            "parallel.strategy NO_SHARD)");
   flags.add("--job-secret-file", &f.secret_file,
             "file holding the secret that every store connection must prove (the same on every node; default: "
             "env CADRE_JOB_SECRET_FILE or CADRE_JOB_SECRET; generated for single-node jobs, and with etcd)");

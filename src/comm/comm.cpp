@@ -461,13 +461,26 @@ struct Communicator::Impl {
     return *nccl;
   }
 
+  // How long the diagnosis looks for ranks that have not arrived. After a timeout: no longer.
+  // After a peer error before the deadline (a reset connection: the peer died), a live rank's
+  // progress mark is current within two publishing intervals, and a dead one's never will be:
+  // waiting out the op's deadline would only delay the error, and with it the recovery, by up
+  // to the whole timeout (CommOptions::peer_error_diagnosis).
+  ring::Deadline diagnosis_deadline(ring::Deadline op_deadline) const {
+    const std::chrono::milliseconds window = options.peer_error_diagnosis.count() >= 0
+                                                 ? options.peer_error_diagnosis
+                                                 : 2 * progress_interval(options.timeout) + std::chrono::milliseconds(250);
+    return std::min(op_deadline, std::chrono::steady_clock::now() + window);
+  }
+
   // Ranks of this group that have not reached op `seq` by `deadline`, from the progress marks
   // in the store (progress.h; read only here, after a failure). A peer error can come before
   // the deadline (a rank that left closes its pairs), when live ranks may not have published
-  // their mark yet: keep looking until the deadline. The job store lives on group rank 0's
-  // host, which may be the host that failed: its calls then wait out their own timeouts (5 s
-  // each, twice over), so the diagnosis gets a bounded wait and the failure is reported without
-  // it past that, the reads finishing in the background (they hold copies and shared pointers).
+  // their mark yet: keep looking until `deadline` (diagnosis_deadline). The job store lives on
+  // group rank 0's host, which may be the host that failed: its calls then wait out their own
+  // timeouts (5 s each, twice over), so the diagnosis gets a bounded wait and the failure is
+  // reported without it past that, the reads finishing in the background (they hold copies and
+  // shared pointers).
   std::string missing_ranks(ring::Deadline deadline) {
     if (!progress) return "every rank arrived";
     struct Diagnosis {
@@ -568,8 +581,11 @@ struct Communicator::Impl {
       obs::flight_recorder().finished(sig.record, false);
       poisoned = true;
       poison_reason = str(sig.describe(), " failed: ", e.what());
+      const bool peer_error = std::chrono::steady_clock::now() < deadline;
+      const std::string missing = missing_ranks(diagnosis_deadline(deadline));
       std::string message = str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
-                                " ms timeout or peer error: ", e.what(), "; ", missing_ranks(deadline));
+                                " ms timeout or peer error: ", e.what(), "; ", missing,
+                                peer_error ? " (progress marks read briefly after the peer error)" : "");
       // Every rank that sees the failure leaves its last collectives behind for the diagnosis.
       std::string dump = obs::flight_recorder_dump_now(str("collective #", seq, " failed: ", message));
       if (!dump.empty()) message += "; flight recorder dumped to " + dump;

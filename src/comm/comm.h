@@ -27,6 +27,11 @@ struct CommOptions {
   // 256 KiB across the ranks, 128 KiB broadcast) sends its data with it, a larger one sends a
   // 64-byte header to each peer before its ring.
   bool validate = true;
+  // After a peer error (a reset connection) before an op's deadline, how long the error's
+  // diagnosis looks for ranks that have not reached the op. Negative: two progress-mark intervals
+  // plus 250 ms, so a live rank's mark is current and a late rank is named with the op it
+  // reached; in-memory recovery wants the error at once (250 ms) and names the lost node itself.
+  std::chrono::milliseconds peer_error_diagnosis{-1};
 };
 
 // Where the job's rendezvous store is and who this process is. from_env() reads the launcher's

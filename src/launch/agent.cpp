@@ -18,6 +18,7 @@
 #include "launch/signals.h"
 #include "launch/worker_group.h"
 #include "obs/agent_observer.h"
+#include "rdzv/membership.h"
 #include "rdzv/endpoint.h"
 #include "store/secret.h"
 
@@ -68,6 +69,10 @@ std::vector<WorkerSpec> worker_specs(const AgentConfig& cfg, const rdzv::Round& 
     // 127.0.1.1): peers on other machines would then be told to connect to their own loopback.
     const char* exported = std::getenv("CADRE_COMM_HOST");
     if (!exported || !*exported) s.env.emplace_back("CADRE_COMM_HOST", node_addr);
+    if (cfg.recovery_in_memory) {
+      s.env.emplace_back(rdzv::kMembershipFdEnv, n(WorkerGroup::kChannelFd));
+      s.env.emplace_back(rdzv::kRoundEnv, n(round.number));
+    }
     // As torchrun: several workers per node each get one OpenMP thread unless told otherwise.
     if (cfg.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) s.env.emplace_back("OMP_NUM_THREADS", "1");
     specs.push_back(std::move(s));
@@ -103,6 +108,31 @@ std::string stall_failure(const obs::AgentObserver& observer, const WorkerGroup&
                                hang, context);
 }
 
+// --recovery memory: the live workers kept from the last round go on into `round`, each told its
+// new rank over its membership channel. False (the caller restarts them) when one is gone.
+bool announce_round(WorkerGroup& group, const rdzv::Round& round, const std::pair<std::string, uint16_t>& master) {
+  if (group.poll() != WorkerGroup::State::Running) return false;
+  for (WorkerSpec spec : group.specs()) {
+    spec.global_rank = round.rank_offset() + spec.local_rank;  // logs stay where the worker writes them
+    rdzv::Membership m{round.number, round.restart_count, int(spec.global_rank), int(round.world_size()),
+                       master.first, master.second};
+    if (!group.send_line(spec.local_rank, rdzv::membership_to_line(m))) return false;
+    group.respecify(spec.local_rank, spec);
+  }
+  return true;
+}
+
+// The first report of this round's workers that a collective lost a peer ("" when none). Reports
+// of an earlier round are stale: that round already ended.
+std::string lost_peer_report(WorkerGroup& group, int64_t round) {
+  std::string reason;
+  for (const std::string& line : group.read_lines()) {
+    auto lost = rdzv::lost_peer_parse(line);
+    if (lost && lost->round == round && reason.empty()) reason = lost->reason;
+  }
+  return reason;
+}
+
 }  // namespace
 
 int agent_run(const AgentConfig& cfg) {
@@ -130,6 +160,7 @@ int agent_run(const AgentConfig& cfg) {
   me.pid = ::getpid();
   auto interrupted = [] { return signals_received() != 0; };
   int64_t last_round_size = 1;
+  std::unique_ptr<WorkerGroup> kept;  // --recovery memory: live workers going on into the next round
   obs::AgentObserver observer({cfg.rendezvous.run_id, me.hostname, cfg.metrics_addr, int(cfg.metrics_port),
                                cfg.stall_timeout_s, cfg.stall_restarts, cfg.error_file, cfg.log_dir});
 
@@ -205,10 +236,17 @@ int agent_run(const AgentConfig& cfg) {
     std::vector<WorkerSpec> specs = worker_specs(cfg, round, master, me.addr);
     for (auto& s : specs)
       for (auto& kv : observer.worker_env(rank_dir(s))) s.env.push_back(kv);
-    WorkerGroup group(cfg.program, std::move(specs), &guard, secret_fd);
+    std::unique_ptr<WorkerGroup> group = std::move(kept);
+    if (group && announce_round(*group, round, master)) {
+      log::info(str("round ", round.number, ": this node's ", cfg.nproc_per_node,
+                    " live worker(s) go on into it without a restart (--recovery memory)"));
+    } else {
+      if (group) group->stop(SIGTERM, lost_peer_grace_s(cfg));
+      group = std::make_unique<WorkerGroup>(cfg.program, std::move(specs), &guard, secret_fd, cfg.recovery_in_memory);
+    }
     std::vector<obs::LocalWorker> workers;
-    for (const auto& s : group.specs())
-      workers.push_back({int(s.global_rank), int(s.local_rank), group.pid(s.local_rank),
+    for (const auto& s : group->specs())
+      workers.push_back({int(s.global_rank), int(s.local_rank), group->pid(s.local_rank),
                          obs::AgentObserver::recorder_file(rank_dir(s))});
     observer.round_started({round.number, round.restart_count, round.group_world_size(), round.world_size()}, workers);
     struct RoundEnd {  // every way out of the round below
@@ -226,10 +264,10 @@ int agent_run(const AgentConfig& cfg) {
         } catch (const Error& e) {
           log::warn(str("telling peers we leave: ", e.what()));
         }
-        group.stop(signal_for_workers(sig), cfg.stop_timeout_s);
+        group->stop(signal_for_workers(sig), cfg.stop_timeout_s);
         return on_signal();
       }
-      auto state = group.poll();
+      auto state = group->poll();
       rendezvous.heartbeat(round);
       observer.poll();
       if (state == WorkerGroup::State::Succeeded) {
@@ -239,7 +277,7 @@ int agent_run(const AgentConfig& cfg) {
           if (round.group_world_size() > 1) log::info("workers of this node succeeded; waiting for the other nodes");
         }
         if (rendezvous.all_done(round)) {
-          group.stop(SIGKILL, 0);  // leftovers of the workers' process groups
+          group->stop(SIGKILL, 0);  // leftovers of the workers' process groups
           rendezvous.mark_job_finished(round);
           observer.job_succeeded();
           log::info(str("all ", round.world_size(), " workers succeeded"));
@@ -247,22 +285,32 @@ int agent_run(const AgentConfig& cfg) {
         }
       }
       auto status = rendezvous.poll(round);
+      // --recovery memory: workers that lost peers (or will gain some) are kept for the next round.
+      auto keep_if_live = [&] {
+        if (!cfg.recovery_in_memory || group->poll() != WorkerGroup::State::Running) return false;
+        kept = std::move(group);
+        return true;
+      };
       if (status.ended) {
+        if (keep_if_live()) {
+          log::info(str("round ", round.number, " ended: ", status.end_reason, "; workers kept for the next round"));
+          break;
+        }
         // With every worker alive they stop gracefully (a checkpoint of the current step); after
         // a failure or a lost node they could only wait for the lost ranks: a short grace.
         log::info(str("round ", round.number, " ended: ", status.end_reason, "; stopping workers"));
-        group.stop(SIGTERM, status.workers_alive ? cfg.stop_timeout_s : lost_peer_grace_s(cfg));
+        group->stop(SIGTERM, status.workers_alive ? cfg.stop_timeout_s : lost_peer_grace_s(cfg));
         break;
       }
       if (state == WorkerGroup::State::Failed) {
         // Stop first so the failed worker's stderr is fully read for the root cause.
-        WorkerExit failed = *group.first_failure();
+        WorkerExit failed = *group->first_failure();
         log::error(str("worker rank ", failed.global_rank, " (local rank ", failed.local_rank, ", pid ", failed.pid,
                        ") failed with ", failed.describe(), "; stopping the group"));
-        group.stop(SIGTERM, lost_peer_grace_s(cfg));  // the others cannot finish a step without it
+        group->stop(SIGTERM, lost_peer_grace_s(cfg));  // the others cannot finish a step without it
         FailureContext context{me.hostname, round.group_rank, round.number, round.restart_count,
-                               group.specs()[failed.local_rank].error_file_path};
-        std::string failure = failure_to_json(failed, group.stderr_tail(failed.local_rank), context);
+                               group->specs()[failed.local_rank].error_file_path};
+        std::string failure = failure_to_json(failed, group->stderr_tail(failed.local_rank), context);
         rendezvous.end_round(round, str("rank ", failed.global_rank, " failed with ", failed.describe()), true, failure);
         break;
       }
@@ -271,9 +319,20 @@ int agent_run(const AgentConfig& cfg) {
         std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
                                  ") ", status.dead_why);
         log::warn(reason + "; re-forming the group");
-        group.stop(SIGTERM, lost_peer_grace_s(cfg));  // their collectives could only wait for the lost ranks
         rendezvous.end_round(round, reason, false, "");
+        if (keep_if_live()) break;
+        group->stop(SIGTERM, lost_peer_grace_s(cfg));  // their collectives could only wait for the lost ranks
         break;
+      }
+      if (cfg.recovery_in_memory) {
+        const std::string lost = lost_peer_report(*group, round.number);
+        if (!lost.empty() && group->poll() == WorkerGroup::State::Running) {
+          // A worker saw a peer go (a reset connection): no need to wait for a heartbeat deadline.
+          log::warn(lost + "; re-forming the group");
+          rendezvous.end_round(round, lost, false, "", /*workers_alive=*/true);
+          kept = std::move(group);
+          break;
+        }
       }
       if (observer.restart_due()) {
         // A hang is a failure like a crash: the group restarts from its last checkpoint within
@@ -282,16 +341,21 @@ int agent_run(const AgentConfig& cfg) {
         // change that costs no restart.
         const std::string reason = "stall: " + observer.stall_reason();
         log::error(reason + "; restarting the group (--stall-action restart)");
-        group.stop(SIGTERM, lost_peer_grace_s(cfg));
-        rendezvous.end_round(round, reason, true, stall_failure(observer, group, reason, me.hostname, round));
+        group->stop(SIGTERM, lost_peer_grace_s(cfg));
+        rendezvous.end_round(round, reason, true, stall_failure(observer, *group, reason, me.hostname, round));
         break;
       }
       if (status.waiting_nodes > 0 && !done_marked && round.group_world_size() < cfg.rendezvous.max_nodes) {
         std::string reason = str("scale-up: ", status.waiting_nodes, " node(s) waiting to join");
-        log::info(reason + "; restarting the group");
-        // Round end first, then the graceful stop: every worker checkpoints the same step.
+        // Round end first, then the graceful stop: every worker checkpoints the same step. In
+        // memory, the workers re-form after the step they all agree on.
         rendezvous.end_round(round, reason, false, "", /*workers_alive=*/true);
-        group.stop(SIGTERM, cfg.stop_timeout_s);
+        if (keep_if_live()) {
+          log::info(reason + "; the live workers re-form with them");
+          break;
+        }
+        log::info(reason + "; restarting the group");
+        group->stop(SIGTERM, cfg.stop_timeout_s);
         break;
       }
       sleep_interruptibly(cfg.monitor_interval_s);

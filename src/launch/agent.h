@@ -1,6 +1,7 @@
 // The elastic agent behind `cadre run`: one per node. Joins rendezvous rounds, starts this node's
 // workers with torchrun's environment, supervises them, and restarts the whole group on a worker
-// failure, a dead peer or a scale-up, until the workers succeed or --max-restarts is exhausted.
+// failure, a dead peer or a scale-up (with in-memory recovery, only the failed node's workers),
+// until the workers succeed or --max-restarts is exhausted.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,10 @@ struct AgentConfig {
   int64_t metrics_port = -1;
   double stall_timeout_s = 30;
   bool stall_restarts = true;
+  // --recovery memory: workers whose peers were lost (another node's failure, a dead node, a
+  // scale-up) are kept, not restarted, and told their place in the next round over their
+  // membership channel (rdzv/membership.h); only the failed node's workers restart.
+  bool recovery_in_memory = false;
   // The job secret (store/secret.h); store.secret is the same. Empty with etcd: the agents
   // then generate one and agree on it through etcd. Workers get it as CADRE_JOB_SECRET_FD.
   std::string secret;

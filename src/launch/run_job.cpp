@@ -128,6 +128,8 @@ void check_flags(RunFlags& f, int64_t min_nodes, int64_t max_nodes) {
   CADRE_CONFIG_CHECK(f.stall_timeout >= 0, "--stall-timeout must be >= 0 seconds, got ", f.stall_timeout);
   CADRE_CONFIG_CHECK(f.stall_action == "dump" || f.stall_action == "restart",
                      "--stall-action must be dump or restart, got '", f.stall_action, "'");
+  CADRE_CONFIG_CHECK(f.recovery == "restart" || f.recovery == "memory", "--recovery must be restart or memory, got '",
+                     f.recovery, "'");
   CADRE_CONFIG_CHECK(f.backend == "c10d" || f.backend == "static" || f.backend == "etcd",
                      "--rdzv-backend must be c10d, static or etcd, got '", f.backend, "'");
   CADRE_CONFIG_CHECK(!(f.backend == "etcd" && f.standalone), "--standalone hosts the embedded store; it cannot be "
@@ -258,6 +260,7 @@ void copy_agent_flags(const RunFlags& f, int64_t min_nodes, int64_t max_nodes, A
   cfg.metrics_port = f.metrics_port;
   cfg.stall_timeout_s = f.stall_timeout;
   cfg.stall_restarts = f.stall_action == "restart";
+  cfg.recovery_in_memory = f.recovery == "memory";
   cfg.program = f.program;
   cfg.program[0] = program_resolve(cfg.program[0]);
 }

@@ -19,6 +19,7 @@ struct RunFlags {
   std::string endpoint, run_id = "none", rdzv_conf, log_dir, error_file, local_addr, secret_file;
   std::string metrics_addr = "127.0.0.1";
   std::string stall_action = "restart";  // dump | restart
+  std::string recovery = "restart";      // restart | memory
   int64_t nproc = 1, max_restarts = 0, node_rank = -1, metrics_port = -1;
   double monitor_interval = 0.1, stop_timeout = 10, stall_timeout = 30;
   bool standalone = false;

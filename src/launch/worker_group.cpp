@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,21 @@ extern char** environ;
 
 namespace cadre::launch {
 namespace {
+
+// A socket pair for one worker's membership channel: both descriptors close-on-exec and at 10 or
+// above (never one the child's dup2s onto 1..4 would overwrite first); the agent's end does not
+// block.
+void channel_pair(int pair[2]) {
+  int raw[2];
+  CADRE_CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, raw) == 0, "socketpair: ", std::strerror(errno));
+  for (int i = 0; i < 2; ++i) {
+    pair[i] = ::fcntl(raw[i], F_DUPFD_CLOEXEC, 10);
+    const int err = errno;
+    ::close(raw[i]);
+    CADRE_CHECK(pair[i] >= 0, "fcntl(F_DUPFD_CLOEXEC): ", std::strerror(err));
+  }
+  ::fcntl(pair[0], F_SETFL, ::fcntl(pair[0], F_GETFL) | O_NONBLOCK);
+}
 
 bool is_executable(const std::string& path) {
   struct stat st{};
@@ -84,13 +100,15 @@ std::string program_resolve(const std::string& program) {
 }
 
 WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers,
-                         ProcessGroupGuard* guard, int inherited_fd)
+                         ProcessGroupGuard* guard, int inherited_fd, bool channels)
     : specs_(std::move(workers)), guard_(guard) {
   std::vector<LogStream> streams;
   pid_t agent = ::getpid();
   for (const auto& spec : specs_) {
     int out[2], err[2];
     CADRE_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "pipe: ", std::strerror(errno));
+    int channel[2] = {-1, -1};  // [agent's end, worker's end], both above the descriptors dup2'ed below
+    if (channels) channel_pair(channel);
     // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
     std::vector<std::string> args = argv, env = build_env(spec.env);
     std::vector<char*> c_args = c_strings(args), c_env = c_strings(env);
@@ -107,7 +125,8 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<Worke
       } else if (inherited_fd >= 0) {
         ::dup2(inherited_fd, kInheritedFd);
       }
-      ::close_range(inherited_fd >= 0 ? kInheritedFd + 1 : kInheritedFd, ~0U, 0);
+      if (channel[1] >= 0) ::dup2(channel[1], kChannelFd);
+      ::close_range(channel[1] >= 0 ? kChannelFd + 1 : inherited_fd >= 0 ? kInheritedFd + 1 : kInheritedFd, ~0U, 0);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -121,6 +140,11 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<Worke
     ::setpgid(pid, pid);  // also from the parent, so it holds before we might signal the group
     ::close(out[1]);
     ::close(err[1]);
+    if (channels) {
+      ::close(channel[1]);
+      channels_.push_back(channel[0]);
+      channel_readers_.emplace_back(channel[0]);
+    }
     pids_.push_back(pid);
     running_.push_back(true);
     if (guard_) guard_->add(pid);
@@ -140,6 +164,7 @@ WorkerGroup::~WorkerGroup() {
     ::killpg(pid, SIGKILL);
     if (guard_) guard_->remove(pid);
   }
+  for (int fd : channels_) ::close(fd);
   // Orphans that left the groups come back to us (child subreaper) and are reaped here.
   while (waitpid_retrying(-1, nullptr, WNOHANG) > 0) {
   }
@@ -197,6 +222,23 @@ void WorkerGroup::stop(int signal, double grace_s) {
   }
   logs_->stop();
 }
+
+bool WorkerGroup::send_line(int64_t local_rank, const std::string& line) {
+  if (channels_.empty() || !running(local_rank)) return false;
+  // A line is a few hundred bytes: it fits the socket's buffer in one piece.
+  const ssize_t n = ::send(channels_[size_t(local_rank)], line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return n == static_cast<ssize_t>(line.size());
+}
+
+std::vector<std::string> WorkerGroup::read_lines() {
+  std::vector<std::string> lines;
+  for (auto& reader : channel_readers_)
+    for (auto& line : reader.read_available())
+      if (!line.empty()) lines.push_back(std::move(line));
+  return lines;
+}
+
+void WorkerGroup::respecify(int64_t local_rank, WorkerSpec spec) { specs_[size_t(local_rank)] = std::move(spec); }
 
 std::vector<std::string> WorkerGroup::stderr_tail(int64_t local_rank) const {
   for (size_t i = 0; i < specs_.size(); ++i)

@@ -14,6 +14,7 @@
 
 #include "launch/group_guard.h"
 #include "launch/log_forwarder.h"
+#include "rdzv/membership.h"
 
 namespace cadre::launch {
 
@@ -42,9 +43,12 @@ class WorkerGroup {
   // Starts every worker; argv[0] must be resolved (program_resolve). `guard` (optional) learns
   // each worker's process group while it exists. `inherited_fd` (optional) becomes each
   // worker's descriptor kInheritedFd (the job secret's; nothing else is inherited).
+  // `channels`: each worker also gets one end of a socket pair as descriptor kChannelFd
+  // (in-memory recovery's membership channel, rdzv/membership.h); the agent keeps the other.
   WorkerGroup(const std::vector<std::string>& argv, std::vector<WorkerSpec> workers,
-              ProcessGroupGuard* guard = nullptr, int inherited_fd = -1);
+              ProcessGroupGuard* guard = nullptr, int inherited_fd = -1, bool channels = false);
   static constexpr int kInheritedFd = 3;
+  static constexpr int kChannelFd = 4;
   ~WorkerGroup();  // stop(SIGKILL, 0) if anything is still running
 
   enum class State { Running, Succeeded, Failed };
@@ -60,6 +64,14 @@ class WorkerGroup {
   std::vector<std::string> stderr_tail(int64_t local_rank) const;
   const std::vector<WorkerSpec>& specs() const { return specs_; }
   pid_t pid(int64_t local_rank) const { return pids_[size_t(local_rank)]; }
+  bool running(int64_t local_rank) const { return running_[size_t(local_rank)]; }
+
+  // The membership channel (channels only): a line to a worker (false when it cannot take it),
+  // and the lines workers wrote since the last call.
+  bool send_line(int64_t local_rank, const std::string& line);
+  std::vector<std::string> read_lines();
+  // Logs and rank numbers of a worker that goes on into the next round.
+  void respecify(int64_t local_rank, WorkerSpec spec);
 
  private:
   bool reap_one(size_t i, bool block);
@@ -71,6 +83,8 @@ class WorkerGroup {
   std::vector<WorkerExit> exits_;
   std::unique_ptr<WorkerExit> first_failure_;
   std::unique_ptr<LogForwarder> logs_;
+  std::vector<int> channels_;  // the agent's ends (channels only)
+  std::vector<rdzv::LineReader> channel_readers_;
 };
 
 }  // namespace cadre::launch

@@ -34,6 +34,9 @@ class KvStore {
   // death by the key vanishing; without sessions rendezvous uses heartbeat counters instead.
   virtual bool has_sessions() const { return false; }
   virtual void set_session_key(const std::string& key, const std::string& value) { set(key, value); }
+  // Session keys vanish at once when their client dies (its connection closes), though not when
+  // it is only cut off: a death seen fast, beside the heartbeats (or the leases) that catch the rest.
+  virtual bool session_keys_vanish_on_death() const { return has_sessions(); }
   // Blocks until a key under prefix may have changed since this client's latest read, or
   // timeout_s passes. May return early: callers re-check their condition. The default (no change
   // notification) sleeps poll_interval_s, at most timeout_s.

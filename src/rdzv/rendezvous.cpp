@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "core/clock.h"
@@ -128,6 +129,35 @@ std::optional<int64_t> Rendezvous::gone_member(int64_t round, int64_t members) {
   return std::nullopt;
 }
 
+// Re-forming after a lost node: MAX is out of reach, and waiting out last_call_timeout for
+// nodes that are gone would be most of the recovery time. Who is gone is known where the store
+// has sessions (an agent's session ends with its connection, or its lease): the round closes
+// once every live member of the round before and every agent that waited for this one joined.
+bool Rendezvous::survivors_all_joined(int64_t k, int64_t joined) {
+  if (k == 0 || !store_->session_keys_vanish_on_death()) return false;
+  const auto previous = store_->try_get(round_key(k - 1, "closed"));
+  if (!previous) return false;  // the round before never formed: nobody to wait for in particular
+  const int64_t previous_members = to_int(previous->substr(0, previous->find(' ')), "closed");
+  std::set<std::pair<std::string, int64_t>> here;  // (hostname, agent pid) of this round's joiners
+  for (int64_t i = 0; i < std::min(joined, config_.max_nodes); ++i) {
+    auto record = store_->try_get(round_key(k, "node/" + std::to_string(i)));
+    if (!record) return false;  // a joiner still writing its record
+    const NodeInfo n = node_info_from_json(*record);
+    here.emplace(n.hostname, n.pid);
+  }
+  int64_t expected = store_->add(round_key(k - 1, "waiting"), 0);
+  for (int64_t i = 0; i < previous_members; ++i) {
+    const std::string index = std::to_string(i);
+    if (!store_->try_get(round_key(k - 1, "alive/" + index))) continue;  // gone
+    auto record = store_->try_get(round_key(k - 1, "node/" + index));
+    if (!record) continue;
+    const NodeInfo n = node_info_from_json(*record);
+    if (!here.count({n.hostname, n.pid})) return false;
+    ++expected;
+  }
+  return joined >= expected;
+}
+
 std::string Rendezvous::round_key(int64_t round, const std::string& suffix) const {
   return key("r" + std::to_string(round) + "/" + suffix);
 }
@@ -170,7 +200,7 @@ Round Rendezvous::join_next_round(const NodeInfo& me, const std::function<bool()
       }
       if (joined >= config_.min_nodes) {
         if (min_reached_at < 0) min_reached_at = now_s();
-        if (now_s() - min_reached_at >= config_.last_call_timeout_s)
+        if (now_s() - min_reached_at >= config_.last_call_timeout_s || survivors_all_joined(k, joined))
           store_->compare_set(round_key(k, "closed"), "", str(joined, " ", restarts));
         else
           wait_for_change(min_reached_at + config_.last_call_timeout_s - now_s());
@@ -320,6 +350,12 @@ RoundStatus Rendezvous::poll(const Round& round) {
         status.dead.push_back(g);
         status.dead_why = str("lost its session (", store_->describe(), " lease expired or revoked)");
       }
+      continue;
+    }
+    if (store_->session_keys_vanish_on_death() &&
+        !store_->try_get(round_key(round.number, "alive/" + std::to_string(index)))) {
+      status.dead.push_back(g);
+      status.dead_why = str("is gone (its connection to the rendezvous store ", store_->describe(), " closed)");
       continue;
     }
     int64_t value = store_->add(round_key(round.number, "hb/" + std::to_string(index)), 0);

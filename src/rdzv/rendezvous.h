@@ -117,6 +117,9 @@ class Rendezvous {
   void wait_for_change(double max_s);
   // With sessions: a member of `round` whose record exists but whose session key vanished.
   std::optional<int64_t> gone_member(int64_t round, int64_t members);
+  // Round k may close before last_call_timeout: every member of round k-1 still alive (its
+  // session lives) and every agent that waited for round k has joined it (`joined` so far).
+  bool survivors_all_joined(int64_t k, int64_t joined);
 
   std::unique_ptr<KvStore> store_;
   RendezvousConfig config_;

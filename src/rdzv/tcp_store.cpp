@@ -32,6 +32,13 @@ class TcpStore : public KvStore {
     guard([&] { out = client_->compare_set(key, expected, desired); });
     return out.value_or("");
   }
+  // An agent's session keys live on a connection of their own and vanish when it closes (the
+  // agent died): a peer knows at once, where a heartbeat would take its timeout. A cut-off
+  // agent's connection stays open at the store, so heartbeats stay on (no has_sessions()).
+  bool session_keys_vanish_on_death() const override { return true; }
+  void set_session_key(const std::string& key, const std::string& value) override {
+    guard([&] { client_->set_session(key, value); });
+  }
   std::string describe() const override { return client_->describe(); }
   uint16_t port() const { return server_ ? server_->port() : 0; }
 

@@ -153,22 +153,51 @@ Reply StoreClient::exchange(const Request& request, std::chrono::milliseconds ex
       idle_.pop_back();
     }
   }
-  Reply reply;
-  try {
-    if (!c) c = open(Clock::now() + timeout_);
-    c->send_frame(request_encode(request), deadline);
-    reply = reply_decode(c->read_frame(deadline));
-  } catch (const TimedOut&) {
-    throw Error(str(name_, " ", describe(), ": ", what, ": no answer within ", (timeout_ + extra_wait).count(), " ms"));
-  } catch (const Error& e) {
-    throw Error(str(name_, " ", describe(), ": ", what, ": ", e.what()));
+  if (!c) {
+    try {
+      c = open(Clock::now() + timeout_);
+    } catch (const Error& e) {
+      throw Error(str(name_, " ", describe(), ": ", what, ": ", e.what()));
+    }
   }
+  Reply reply = round_trip(*c, request, deadline, timeout_ + extra_wait, what);
   {
     std::lock_guard<std::mutex> lock(idle_mutex_);
     idle_.push_back(std::move(c));
   }
   if (reply.status == Status::Failed) throw Error(str(name_, " ", describe(), ": ", what, ": ", reply.value));
   return reply;
+}
+
+Reply StoreClient::round_trip(Connection& c, const Request& request, Clock::time_point deadline,
+                              std::chrono::milliseconds waited, const std::string& what) {
+  try {
+    c.send_frame(request_encode(request), deadline);
+    return reply_decode(c.read_frame(deadline));
+  } catch (const TimedOut&) {
+    throw Error(str(name_, " ", describe(), ": ", what, ": no answer within ", waited.count(), " ms"));
+  } catch (const Error& e) {
+    throw Error(str(name_, " ", describe(), ": ", what, ": ", e.what()));
+  }
+}
+
+void StoreClient::set_session(const std::string& key, const std::string& value) {
+  Request r;
+  r.op = Op::SetSession;
+  r.keys = {key};
+  r.value = value;
+  const std::string what = "set_session(" + key + ")";
+  std::lock_guard<std::mutex> lock(session_mutex_);
+  const auto deadline = Clock::now() + timeout_;
+  Reply reply;
+  try {
+    if (!session_) session_ = open(deadline);
+    reply = round_trip(*session_, r, deadline, timeout_, what);
+  } catch (const Error& e) {
+    session_.reset();  // a broken session connection: the next call opens a new one
+    throw Error(str(name_, " ", describe(), ": ", what, ": ", e.what()));
+  }
+  if (reply.status == Status::Failed) throw Error(str(name_, " ", describe(), ": ", what, ": ", reply.value));
 }
 
 void StoreClient::set(const std::string& key, const std::string& value) {

@@ -44,6 +44,9 @@ class StoreClient {
   StoreClient& operator=(const StoreClient&) = delete;
 
   void set(const std::string& key, const std::string& value);
+  // Sets a key the store deletes when this client goes (its process dies, or its session
+  // connection breaks). Sent on a connection of its own, kept open for the client's lifetime.
+  void set_session(const std::string& key, const std::string& value);
   std::optional<std::string> try_get(const std::string& key);
   // Waits up to `wait` for the key to exist; Error when it does not.
   std::string get(const std::string& key, std::chrono::milliseconds wait);
@@ -68,6 +71,9 @@ class StoreClient {
   // plus `extra_wait`; Error naming the store and `what` on any failure (the connection is
   // then dropped), or on a Failed reply.
   Reply exchange(const Request& request, std::chrono::milliseconds extra_wait, const std::string& what);
+  // One request and its reply on `c` by `deadline`; Error naming the store and `what`.
+  Reply round_trip(Connection& c, const Request& request, std::chrono::steady_clock::time_point deadline,
+                   std::chrono::milliseconds waited, const std::string& what);
 
   std::string host_;
   uint16_t port_;
@@ -76,6 +82,8 @@ class StoreClient {
   std::chrono::milliseconds timeout_;
   std::mutex idle_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;
+  std::mutex session_mutex_;
+  std::unique_ptr<Connection> session_;  // carries set_session only; its closing ends them
 };
 
 }  // namespace cadre::store

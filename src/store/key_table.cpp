@@ -17,7 +17,7 @@ bool KeyTable::ready(const Request& r) const {
 }
 
 bool KeyTable::mutates(const Request& r) {
-  return r.op == Op::Set || r.op == Op::Add || r.op == Op::CompareSet || r.op == Op::Delete;
+  return r.op == Op::Set || r.op == Op::Add || r.op == Op::CompareSet || r.op == Op::Delete || r.op == Op::SetSession;
 }
 
 Reply KeyTable::timed_out(const Request&) const { return {Status::TimedOut, "", 0}; }
@@ -26,6 +26,7 @@ Reply KeyTable::apply(const Request& r) {
   Reply out;
   switch (r.op) {
     case Op::Set:
+    case Op::SetSession:  // the server forgets the key when the connection goes
       values_[r.keys[0]] = r.value;
       break;
     case Op::Get: {

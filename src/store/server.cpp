@@ -66,6 +66,7 @@ struct Connection {
   Clock::time_point parked_until;
   std::string out;
   bool closing = false;  // send what is queued, then close
+  std::vector<std::string> session_keys;  // set with SetSession: deleted when this connection goes
 };
 
 }  // namespace
@@ -120,11 +121,23 @@ struct StoreServer::Impl {
         break;
       }
       c.session.reply(table.apply(r));
+      if (r.op == Op::SetSession) c.session_keys.push_back(r.keys[0]);
       mutated = mutated || KeyTable::mutates(r);
       c.queue.pop_front();
     }
     c.out += c.session.take_output();
     return mutated;
+  }
+
+  // A connection that goes takes its session keys with it (the peer died, or left).
+  void forget_session_keys(Connection& c) {
+    for (const std::string& key : c.session_keys) {
+      Request r;
+      r.op = Op::Delete;
+      r.keys = {key};
+      table.apply(r);
+    }
+    c.session_keys.clear();
   }
 
   // After a change, parked requests whose keys arrived are answered (which may change more).
@@ -266,7 +279,10 @@ struct StoreServer::Impl {
           if (serve(c)) wake_parked();
         }
         if (keep) flush(c);
-        if (!keep || (c.closing && c.out.empty())) connections.erase(it);
+        if (!keep || (c.closing && c.out.empty())) {
+          forget_session_keys(c);
+          connections.erase(it);
+        }
       }
     }
   }

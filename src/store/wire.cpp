@@ -65,7 +65,8 @@ class Cursor {
 };
 
 bool one_key(Op op) {
-  return op == Op::Set || op == Op::Get || op == Op::Add || op == Op::CompareSet || op == Op::Delete;
+  return op == Op::Set || op == Op::Get || op == Op::Add || op == Op::CompareSet || op == Op::Delete ||
+         op == Op::SetSession;
 }
 
 }  // namespace
@@ -126,7 +127,8 @@ std::pair<bool, std::string> verdict_decode(const std::string& payload) {
 std::string request_encode(const Request& r) {
   std::string out(1, static_cast<char>(r.op));
   switch (r.op) {
-    case Op::Set: put_string(out, r.keys.at(0)); put_string(out, r.value); break;
+    case Op::Set:
+    case Op::SetSession: put_string(out, r.keys.at(0)); put_string(out, r.value); break;
     case Op::Get: put_string(out, r.keys.at(0)); put_u32(out, r.wait_ms); break;
     case Op::Add: put_string(out, r.keys.at(0)); put_i64(out, r.delta); break;
     case Op::CompareSet: put_string(out, r.keys.at(0)); put_string(out, r.value); put_string(out, r.desired); break;
@@ -147,12 +149,13 @@ Request request_decode(const std::string& payload) {
   Cursor c(payload, "store request");
   Request r;
   const uint8_t op = c.u8();
-  if (op < static_cast<uint8_t>(Op::Set) || op > static_cast<uint8_t>(Op::Ping))
+  if (op < static_cast<uint8_t>(Op::Set) || op > static_cast<uint8_t>(Op::SetSession))
     throw ProtocolError(str("store request: unknown operation ", int(op)));
   r.op = static_cast<Op>(op);
   if (one_key(r.op)) r.keys.push_back(c.string(kMaxKeyBytes, "key"));
   switch (r.op) {
-    case Op::Set: r.value = c.string(kMaxValueBytes, "value"); break;
+    case Op::Set:
+    case Op::SetSession: r.value = c.string(kMaxValueBytes, "value"); break;
     case Op::Get: r.wait_ms = c.u32(); break;
     case Op::Add: r.delta = c.i64(); break;
     case Op::CompareSet:

@@ -39,13 +39,15 @@ inline constexpr uint32_t kMaxValueBytes = 16u << 20;
 inline constexpr uint32_t kMaxKeysPerRequest = 1024;
 inline constexpr uint32_t kMaxFrame = 2 * kMaxValueBytes + 2 * kMaxKeyBytes + 64;
 
-enum class Op : uint8_t { Set = 1, Get, Add, CompareSet, Check, Delete, NumKeys, Wait, Ping };
+// SetSession: as Set, and the store deletes the key when the connection that set it closes
+// (an agent's "I am alive" that needs no heartbeat to expire).
+enum class Op : uint8_t { Set = 1, Get, Add, CompareSet, Check, Delete, NumKeys, Wait, Ping, SetSession };
 enum class Status : uint8_t { Ok = 0, NotFound = 1, TimedOut = 2, Failed = 3 };
 
 struct Request {
   Op op = Op::Ping;
-  std::vector<std::string> keys;  // Set/Get/Add/CompareSet/Delete: one; Check/Wait: several
-  std::string value;              // Set: the value; CompareSet: the expected value ("" = absent)
+  std::vector<std::string> keys;  // Set/Get/Add/CompareSet/Delete/SetSession: one; Check/Wait: several
+  std::string value;              // Set, SetSession: the value; CompareSet: the expected value ("" = absent)
   std::string desired;            // CompareSet
   int64_t delta = 0;              // Add
   uint32_t wait_ms = 0;           // Get (0: do not wait for the key), Wait

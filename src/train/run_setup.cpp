@@ -20,6 +20,7 @@
 #include "models/registry.h"
 #include "obs/flight_recorder.h"
 #include "optim/make_optimizer.h"
+#include "rdzv/membership.h"
 #include "train/init_from.h"
 
 namespace fs = std::filesystem;
@@ -79,11 +80,11 @@ FullyShardOptions shard_options_of(const ParallelConfig& p) {
 }
 
 // The config, the model and the inputs, checked; the run directory with the resolved config.
-void set_up_inputs(RunSetup& r, const Config& config) {
+void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::JobEnv>& env) {
   r.c = config;
   init_from_config(r.c);      // fine-tuning: model keys the config leaves out come from the checkpoint
   model_config_resolve(r.c);  // the model's keys, checked and complete in config.yaml
-  r.env = comm::JobEnv::from_env();
+  r.env = env ? *env : comm::JobEnv::from_env();
   r.device = device_select(r.c.train.device, "train.device");
   cpu_block_cache::install();  // before the model: steps reuse their large blocks
   r.model = model_build(r.c);
@@ -115,6 +116,9 @@ void set_up_mesh(RunSetup& r) {
   obs::flight_recorder_set_dump_dir(c.run.dir + "/flight_recorder");
   comm::CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.parallel.comm_timeout * 1000));
+  // Under `cadre run --recovery memory` the agents name a lost node themselves: a collective
+  // that lost a peer reports it at once instead of first reading who else is late.
+  if (std::getenv(rdzv::kMembershipFdEnv)) comm_options.peer_error_diagnosis = std::chrono::milliseconds(250);
   r.mesh = std::make_unique<DeviceMesh>(r.env, c.parallel.tp_size, comm_options);
   r.groups = make_parallel_groups(r.mesh->dp(), r.shard_options.strategy, hybrid_size);
   r.shard_options.groups = r.groups.groups;
@@ -145,9 +149,9 @@ void set_up_model(RunSetup& r) {
 
 }  // namespace
 
-std::unique_ptr<RunSetup> run_set_up(const Config& config) {
+std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env) {
   auto r = std::make_unique<RunSetup>();
-  set_up_inputs(*r, config);
+  set_up_inputs(*r, config, env);
   set_threads(r->c.train.threads);
   r->shard_options = shard_options_of(r->c.parallel);
   set_up_mesh(*r);

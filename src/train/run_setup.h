@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "comm/comm.h"
 #include "core/config.h"
@@ -39,7 +40,8 @@ struct RunSetup {
   std::unique_ptr<BatchSource> val_data;  // null when train.eval_interval is 0
 };
 
-// Collective over the job (the mesh, the broadcast of the initial weights).
-std::unique_ptr<RunSetup> run_set_up(const Config& config);
+// Collective over the job (the mesh, the broadcast of the initial weights). The ranks are the
+// launcher's (JobEnv::from_env) unless `env` says otherwise (a group re-formed in memory).
+std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env = std::nullopt);
 
 }  // namespace cadre

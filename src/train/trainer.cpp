@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +30,8 @@
 #include "train/checkpointing.h"
 #include "train/evaluate.h"
 #include "train/init_from.h"
+#include "train/live_state.h"
+#include "train/membership_channel.h"
 #include "train/resume.h"
 #include "train/run_records.h"
 #include "train/run_setup.h"
@@ -48,9 +51,17 @@ struct StepFigures {
 
 class Trainer {
  public:
-  explicit Trainer(const Config& config) : run_(run_set_up(config)), c_(run_->c) {}
+  // `env` and `channel`: the ranks of a group re-formed in memory, and its agent's channel
+  // (--recovery memory).
+  explicit Trainer(const Config& config, const std::optional<comm::JobEnv>& env = std::nullopt,
+                   MembershipChannel* channel = nullptr)
+      : run_(run_set_up(config, env)), c_(run_->c), channel_(channel) {}
 
   void resume();
+  bool adopt_live_state(const LiveState* mine);
+  LiveState take_live_state();
+  bool lost_peer() const;
+  bool reform_due() const { return reform_due_; }
   void open_checkpointing();
   void start_observing();
   bool already_done() const { return resumed_.step >= end_step_; }
@@ -99,6 +110,12 @@ class Trainer {
   std::optional<StopSignal> stop_signal_;
   int stopping_ = 0;  // the signal every rank agreed to stop on
   obs::StepTimer timer_;
+  // In-memory recovery: the agent's channel (null without --recovery memory), steps completed
+  // and where the data stood then, the global batch in micro-batches, and whether every rank
+  // agreed to re-form after this step (a node joins).
+  MembershipChannel* channel_ = nullptr;
+  int64_t steps_done_ = 0, position_done_ = 0, micro_batches_ = 0;
+  bool reform_due_ = false;
 };
 
 // --- resume and checkpointing ---------------------------------------------------------------
@@ -111,6 +128,47 @@ void Trainer::resume() {
   // restart resumes from those instead.
   if (resumed_.path.empty() && !c_.train.init_from.empty())
     initialised_from_ = init_from_load(c_, run_->sharded, run_->rank, run_->group);
+  steps_done_ = resumed_.step;
+  position_done_ = int64_t(run_->train_data->position());
+  micro_batches_ = c_.optim.grad_accum_steps * run_->dp;
+}
+
+// A re-formed group takes the state a live rank carried; the global batch stays what it was,
+// gradient accumulation taking up what the data-parallel size no longer covers.
+bool Trainer::adopt_live_state(const LiveState* mine) {
+  const auto t0 = Clock::now();
+  checkpoint_dir_ = c_.checkpoint.dir.empty() ? c_.run.dir + "/checkpoints" : c_.checkpoint.dir;
+  std::optional<Adopted> adopted =
+      live_state_adopt(mine, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank);
+  if (!adopted) return false;
+  CADRE_CHECK(adopted->micro_batches % run_->dp == 0, "rank ", run_->rank, ": the global batch is ",
+              adopted->micro_batches, " micro-batches of data.batch_size, which ", run_->dp,
+              " data-parallel ranks cannot share evenly; in-memory recovery keeps the global batch, so this group "
+              "size cannot go on (restart from a checkpoint, or choose sizes that divide it)");
+  run_->c.optim.grad_accum_steps = adopted->micro_batches / run_->dp;
+  micro_batches_ = adopted->micro_batches;
+  resumed_.step = steps_done_ = adopted->step;
+  position_done_ = int64_t(run_->train_data->position());
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (run_->lead)
+    log::info(str("recovery: ", run_->world, " rank(s) go on from step ", adopted->step, " in memory (state of rank ",
+                  adopted->source, ", ",
+                  adopted->transferred ? str(adopted->bytes / 1e6, " MB sent over the network") : "held by every rank",
+                  ", ", seconds, " s; no checkpoint read); optim.grad_accum_steps ", c_.optim.grad_accum_steps,
+                  " keeps the global batch of ", micro_batches_, " x ", c_.data.batch_size, " samples"));
+  return true;
+}
+
+LiveState Trainer::take_live_state() {
+  return live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_);
+}
+
+// A communicator of this group failed (a peer gone or unreachable), as opposed to an error of
+// this rank's own.
+bool Trainer::lost_peer() const {
+  for (const comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
+    if (g && g->poisoned()) return true;
+  return false;
 }
 
 void Trainer::open_checkpointing() {
@@ -213,8 +271,11 @@ void Trainer::run_step(int64_t step) {
   timer_.start();
   StepFigures f = forward_backward();
   stopping_ = stop_signal_->received();
+  reform_due_ = channel_ && channel_->pending();
   if (run_->group) agree_across_ranks(f, step);
   update(f, step);
+  steps_done_ = step + 1;
+  position_done_ = int64_t(run_->train_data->position());
   nlohmann::json record = measure(f, step);
   const int64_t done = step + 1;
   if (evaluation_due(done)) evaluate_into(record, done);
@@ -264,19 +325,23 @@ StepFigures Trainer::forward_backward() {
 
 // The loss, for the log, is the mean over ranks (tensor-parallel ranks hold the same one); a
 // stop signal on any rank rides along, so all ranks stop after the same step at no extra cost,
-// and so do every rank's compute and wait times so far (straggler attribution).
+// and so do a new membership one rank's agent announced (in-memory recovery: all re-form after
+// the same step) and every rank's compute and wait times so far (straggler attribution).
 void Trainer::agree_across_ranks(StepFigures& f, int64_t step) {
-  at::Tensor l = at::empty({3 + int64_t(observer_->gather_slots())}, at::kFloat);
+  constexpr int64_t kFixed = 4;
+  at::Tensor l = at::empty({kFixed + int64_t(observer_->gather_slots())}, at::kFloat);
   float* v = l.data_ptr<float>();
   v[0] = float(f.loss_sum);
   v[1] = float(stopping_);
   v[2] = float(f.correct);
-  observer_->fill_slots(v + 3, timer_.split());
+  v[3] = reform_due_ ? 1.f : 0.f;
+  observer_->fill_slots(v + kFixed, timer_.split());
   run_->group->all_reduce(l, comm::ReduceOp::Sum);
   f.loss_sum = double(v[0] / float(run_->world));  // rounded as an averaging all-reduce rounds it
   if (v[1] > 0 && !stopping_) stopping_ = SIGTERM;  // another rank's
   f.correct = double(v[2]) / double(run_->mesh->tp_size());  // each tensor-parallel rank counted the same samples
-  observer_->read_slots(step + 1, v + 3);
+  reform_due_ = v[3] > 0;
+  observer_->read_slots(step + 1, v + kFixed);
 }
 
 void Trainer::update(StepFigures& f, int64_t step) {
@@ -394,9 +459,69 @@ TrainSummary Trainer::completed(const SaveStats& saved) {
   return summary_;
 }
 
+// --recovery memory: the loop above, re-formed in place whenever a peer is lost or a node joins.
+// A survivor keeps its state in memory (LiveState), reports the loss to its agent (which ends the
+// round at once), waits for its place in the next round and builds the run afresh there; the new
+// group takes the most advanced survivor's state over the network. Only when no rank carries
+// one (the first start, a restart of every node) does it resume from disk.
+TrainSummary train_run_in_memory_recovery(const Config& config, MembershipChannel& channel) {
+  CADRE_CONFIG_CHECK(config.parallel.strategy == Strategy::NoShard && config.parallel.tp_size == 1,
+                     "cadre run --recovery memory: parallel.strategy is ", strategy_name(config.parallel.strategy),
+                     (config.parallel.tp_size > 1 ? str(" with tp_size ", config.parallel.tp_size) : std::string()),
+                     "; in-memory recovery keeps replicated state only (NO_SHARD, tp_size 1): use --recovery restart");
+  const char* round_env = std::getenv(rdzv::kRoundEnv);
+  int64_t round = round_env ? std::strtoll(round_env, nullptr, 10) : 0;
+  std::optional<comm::JobEnv> env = comm::JobEnv::from_env();
+  std::optional<LiveState> carried;
+  for (;;) {
+    std::string lost;
+    int rank = env->rank;
+    try {
+      Trainer trainer(config, env, &channel);
+      if (!trainer.adopt_live_state(carried ? &*carried : nullptr)) trainer.resume();
+      trainer.open_checkpointing();
+      trainer.start_observing();
+      if (trainer.already_done()) return trainer.nothing_to_train();
+      trainer.start();
+      carried.reset();  // the group holds it now; kept until here in case the group broke meanwhile
+      for (int64_t step = trainer.first_step(); step < trainer.end_step() && !trainer.stopping(); ++step) {
+        try {
+          trainer.run_step(step);
+        } catch (const std::exception& e) {
+          if (!trainer.lost_peer()) throw;
+          lost = e.what();
+          carried = trainer.take_live_state();
+          break;
+        }
+        if (trainer.reform_due()) {
+          carried = trainer.take_live_state();
+          break;
+        }
+      }
+      if (!carried) return trainer.finish();
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      // Building the announced group failed (a member went meanwhile): a survivor keeps its
+      // state and waits for the next round; a newcomer has nothing to keep and fails.
+      if (!carried) throw;
+      lost = e.what();
+    }
+    if (!lost.empty()) {
+      log::warn(str("recovery: rank ", rank, " lost a peer (", lost, "); keeping this rank's state in memory (step ",
+                    carried->step, ") and waiting for the re-formed group"));
+      channel.report_lost(round, rank, lost);
+    }
+    env = channel.next(*env, /*timeout_s=*/3600);
+    round = channel.last().round;
+  }
+}
+
 }  // namespace
 
 TrainSummary train_run(const Config& config) {
+  if (std::unique_ptr<MembershipChannel> channel = MembershipChannel::from_env())
+    return train_run_in_memory_recovery(config, *channel);
   Trainer trainer(config);       // inputs, run directory, mesh, model, optimizer, data
   trainer.resume();              // from a checkpoint of its own, or train.init_from's weights
   trainer.open_checkpointing();  // a saver with its own communicator

@@ -39,6 +39,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "launch/launch_harness.h"
 #include "netfault/metrics_watch.h"
@@ -73,15 +74,28 @@ struct Timeouts {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// What is trained: the checkpoint scenarios shard fully and checkpoint every kCheckpointInterval
+// steps; the in-memory ones replicate (NO_SHARD), never checkpoint before the end, and spread a
+// global batch of 6 micro-batches over the ranks (2 each on 3 ranks, 3 each on 2).
+struct TrainShape {
+  std::string strategy = "FULL_SHARD";
+  int grad_accum_steps = 1;
+  int checkpoint_interval = kCheckpointInterval;
+  std::string name() const {
+    return strategy + "-a" + std::to_string(grad_accum_steps) + "-c" + std::to_string(checkpoint_interval);
+  }
+};
+
 // The trainer's command line (without the launcher), writing to run_dir.
 std::vector<std::string> train_args(const std::string& data_dir, const std::string& run_dir, int steps,
-                                    int comm_timeout_s) {
+                                    int comm_timeout_s, const TrainShape& shape = {}) {
   std::vector<std::string> a = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml"};
   for (const std::string& s : std::vector<std::string>{
-           "parallel.strategy=FULL_SHARD", "train.threads=1", "train.eval_interval=0",
+           "parallel.strategy=" + shape.strategy, "train.threads=1", "train.eval_interval=0",
            "train.steps=" + std::to_string(steps), "parallel.comm_timeout=" + std::to_string(comm_timeout_s),
-           "checkpoint.interval=" + std::to_string(kCheckpointInterval), "checkpoint.keep=100",
-           "data.dir=" + data_dir, "run.dir=" + run_dir}) {
+           "checkpoint.interval=" + std::to_string(shape.checkpoint_interval), "checkpoint.keep=100",
+           "optim.grad_accum_steps=" + std::to_string(shape.grad_accum_steps), "data.dir=" + data_dir,
+           "run.dir=" + run_dir}) {
     a.push_back("--set");
     a.push_back(s);
   }
@@ -149,14 +163,14 @@ class NetFault : public ::testing::Test {
   // workers: the same ranks, batches and collectives as `world` hosts. Computed once per build:
   // kept next to the test binary, keyed by the binaries' and the config's identity, so the
   // tests (separate processes under ctest) share it.
-  static const Losses& reference(int world, int steps) {
-    static std::map<std::pair<int, int>, Losses> cache;
-    const auto id = std::make_pair(world, steps);
-    auto it = cache.find(id);
+  static const Losses& reference(int world, int steps, const TrainShape& shape = {}) {
+    static std::map<std::string, Losses> cache;
+    const std::string name = "reference-" + std::to_string(world) + "-" + std::to_string(steps) + "-" + shape.name();
+    auto it = cache.find(name);
     if (it != cache.end()) return it->second;
-    const std::string name = "reference-" + std::to_string(world) + "-" + std::to_string(steps);
-    auto train = train_args(data_dir_, *shared_ / name, steps, Timeouts{}.comm_s);
-    std::string stored = reference_file(world, steps);
+    const std::string& id = name;
+    auto train = train_args(data_dir_, *shared_ / name, steps, Timeouts{}.comm_s, shape);
+    std::string stored = reference_file(world, steps, shape);
     if (std::filesystem::exists(stored)) return cache[id] = nlohmann::json::parse(read_file(stored)).get<Losses>();
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
                                      *shared_ / (name + "-logs"), "--"};
@@ -175,7 +189,7 @@ class NetFault : public ::testing::Test {
     std::filesystem::rename(tmp, stored);  // atomic: a parallel test may race us
     return cache[id] = losses;
   }
-  static std::string reference_file(int world, int steps) {
+  static std::string reference_file(int world, int steps, const TrainShape& shape) {
     auto identity = [](const std::string& path) {
       std::error_code ec;
       auto stamp = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
@@ -184,7 +198,7 @@ class NetFault : public ::testing::Test {
     std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
     std::string key = identity(CADRE_BIN) + identity(exe) + read_file(CADRE_SOURCE_DIR "/configs/tiny.yaml");
     return std::filesystem::path(exe).parent_path().string() + "/netfault-reference-" + std::to_string(world) + "x" +
-           std::to_string(steps) + "-" + std::to_string(std::hash<std::string>{}(key)) + ".json";
+           std::to_string(steps) + "-" + shape.name() + "-" + std::to_string(std::hash<std::string>{}(key)) + ".json";
   }
 
   // Loss per step of a fault-free run at this world size resumed from the faulted run's own
@@ -197,7 +211,7 @@ class NetFault : public ::testing::Test {
                           std::filesystem::copy_options::recursive);
     std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
                                      dir_ / (name + "-logs"), "--"};
-    auto train = train_args(data_dir_, dir_ / name, steps_, Timeouts{}.comm_s);
+    auto train = train_args(data_dir_, dir_ / name, steps_, Timeouts{}.comm_s, shape_);
     argv.insert(argv.end(), train.begin(), train.end());
     auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
     if (r.exit_code != 0) throw std::runtime_error("reference run " + name + " failed:\n" + r.output);
@@ -236,8 +250,9 @@ class NetFault : public ::testing::Test {
                                      "--rdzv-backend", etcd_ ? "etcd" : "c10d", "--rdzv-endpoint", endpoint,
                                      "--rdzv-id", "netfault",
                                      "--max-restarts", "3", "--monitor-interval", "0.05", "--stop-timeout", "3",
-                                     "--rdzv-conf", rdzv_conf(), "--log-dir", dir_ / ("logs-" + name), "--"};
-    auto train = train_args(data_dir_, run_dir_, steps_, timeouts_.comm_s);
+                                     "--recovery", recovery_, "--rdzv-conf", rdzv_conf(), "--log-dir",
+                                     dir_ / ("logs-" + name), "--"};
+    auto train = train_args(data_dir_, run_dir_, steps_, timeouts_.comm_s, shape_);
     argv.insert(argv.end(), train.begin(), train.end());
     // The hosts share the job secret through the environment (etcd agrees on one by itself).
     agents_[host] = std::make_unique<Proc>(
@@ -480,10 +495,55 @@ class NetFault : public ::testing::Test {
     report_.resumed_step = segments().back().first_step();
   }
 
+  // --- in-memory recovery ------------------------------------------------------------------
+
+  // Replicated training, 6 micro-batches a step, no checkpoint before the end, and the agents'
+  // in-memory recovery.
+  void use_memory_recovery() {
+    recovery_ = "memory";
+    shape_ = TrainShape{"NO_SHARD", 2, 0};
+  }
+  // Nothing may come from disk: the checkpoint directory becomes a file (any read or write of
+  // it fails) until unblock_checkpoints(), which the final save needs.
+  void block_checkpoints() {
+    std::filesystem::remove_all(run_dir_ + "/checkpoints");
+    cadre::test::write_text(run_dir_ + "/checkpoints", "not a directory: in-memory recovery must not touch disk\n");
+  }
+  void unblock_checkpoints() { std::filesystem::remove(run_dir_ + "/checkpoints"); }
+  // The processes on a host (agent, its guard, workers), for "nothing was restarted".
+  std::set<int> processes(int host) const {
+    auto pids = hosts_->pids(host);
+    return std::set<int>(pids.begin(), pids.end());
+  }
+  // A host's worker: its one process that is neither the agent nor the agent's guard (a fork of
+  // the agent, so the same command line).
+  int worker_pid(int host) const {
+    auto cmdline = [](int pid) { return read_file("/proc/" + std::to_string(pid) + "/cmdline"); };
+    const std::string agent = cmdline(agents_.at(host)->pid());
+    for (int pid : hosts_->pids(host))
+      if (pid != agents_.at(host)->pid() && cmdline(pid) != agent) return pid;
+    return -1;
+  }
+  // "recovery: N rank(s) go on from step S in memory (state of rank R, ...": S, or -1.
+  int64_t memory_recovery_step(const std::string& text) const {
+    static const std::regex line(R"(recovery: \d+ rank\(s\) go on from step (\d+) in memory)");
+    std::smatch m;
+    return std::regex_search(text, m, line) ? std::stoll(m[1]) : -1;
+  }
+  // Largest |a - b| over the steps both have.
+  static double max_difference(const Losses& a, const Losses& b) {
+    double d = 0;
+    for (const auto& [step, loss] : a)
+      if (b.count(step)) d = std::max(d, std::abs(loss - b.at(step)));
+    return d;
+  }
+
   FaultReport report_;
   std::map<int, size_t> offsets_;  // survivors' log offsets at the fault point
   size_t segments_before_ = 0;
   int steps_ = kSteps;
+  std::string recovery_ = "restart";  // cadre run --recovery
+  TrainShape shape_;
   std::vector<int> survivors_ = {0, 1};  // hosts the fault spares; the first one's log is read
   int64_t round_seen_ = -1;
   std::map<std::string, std::function<bool()>> pending_;
@@ -515,6 +575,121 @@ TEST_F(NetFault, KilledHostLeavesAndTheOthersFinish) {
   expect_resume(report);
   std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
   RecordProperty("recovery_s", std::to_string(report.resume_s));
+}
+
+// Issue #26: a lost node costs no step and no process restart. Host 2 dies (agent and worker);
+// hosts 0 and 1 keep their workers, which re-form a 2-rank group from the state in their memory
+// and go on from the step they were in, with the global batch kept (3 micro-batches a rank
+// instead of 2). Nothing may come from disk: the checkpoint directory is unusable from before the
+// fault until the survivors train again.
+TEST_F(NetFault, KilledHostSurvivorsGoOnFromMemoryWithoutARestart) {
+  use_memory_recovery();
+  begin_fault("SIGKILL host 2, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  FaultReport& report = report_;
+  block_checkpoints();
+  std::map<int, std::set<int>> before;
+  for (int h : survivors_) before[h] = processes(h);
+  const Segment& first = segments().back();
+  const int64_t logged_before_fault = first.last_step();
+  auto t_fault = Clock::now();
+  hosts_->kill_all(2);
+  ASSERT_TRUE(agents_[2]->wait_exit(10));
+
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
+  unblock_checkpoints();
+  // The same processes as before the fault on both surviving hosts: nothing was restarted.
+  for (int h : survivors_) {
+    EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
+    EXPECT_NE(output(h).find("live worker(s) go on into it without a restart"), std::string::npos) << output(h);
+  }
+  for (int h : survivors_) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+  }
+  watch_->poll();
+  const Segment& last = segments().back();
+  ASSERT_EQ(last.world_size, 2);
+  EXPECT_EQ(last.last_step(), steps_) << "the 2-node group did not train to the end";
+  // From memory, from the step the group was in: the most advanced survivor's state, at or after
+  // the last step logged before the fault (a step can complete on one survivor and not another).
+  const std::string survivors = survivors_output();
+  const int64_t from = memory_recovery_step(survivors);
+  ASSERT_GE(from, logged_before_fault) << survivors;
+  EXPECT_EQ(last.first_step(), from + 1) << "the re-formed group did not go on from where it was";
+  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+  EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
+
+  // Before the fault: the fault-free 3-rank run, to the bit. After it the 6 micro-batches are
+  // reduced over 2 ranks instead of 3, an order that changes float32 rounding only: the losses may
+  // differ from the 3-rank run by what a fault-free 2-rank run with the same global batch differs
+  // from it (`spread`, over the whole run), plus the rounding of the logged loss itself, a float32
+  // sum of 6 micro-batch losses taken in another order (2 ulps). A different global batch would
+  // differ by orders of magnitude more (~1e-2 here).
+  const Losses& three = reference(3, steps_, shape_);
+  const Losses& two = reference(2, steps_, TrainShape{"NO_SHARD", 3, 0});
+  const double spread = max_difference(two, three);
+  auto ulp = [](double x) {
+    const float f = static_cast<float>(std::abs(x));
+    return static_cast<double>(std::nextafter(f, INFINITY) - f);
+  };
+  for (const Segment& s : segments())
+    for (const auto& r : s.steps) {
+      ASSERT_TRUE(three.count(r.step));
+      if (r.step <= from)
+        EXPECT_EQ(r.loss, three.at(r.step)) << "step " << r.step << " before the fault";
+      else
+        EXPECT_LE(std::abs(r.loss - three.at(r.step)), spread + 2 * ulp(r.loss)) << "step " << r.step << " after the fault";
+    }
+  report.resumed_step = last.first_step();
+  report.fault_step = std::max(report.fault_step, from);  // a step may complete while the fault lands
+  std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
+  std::printf("[netfault] in memory: losses after the fault within %.3g of the fault-free 3-rank run (the 2- and "
+              "3-rank fault-free runs differ by up to %.3g)\n",
+              max_difference(losses_of(run_dir_ + "/metrics.jsonl"), three), spread);
+  RecordProperty("recovery_s", std::to_string(report.resume_s));
+}
+
+// A worker dies and its node's agent starts another: the newcomer takes its state from the live
+// ranks over the network (the survivors are not restarted), the world size is unchanged, and so
+// every loss equals the fault-free run's to the bit.
+TEST_F(NetFault, KilledWorkerIsReplacedFromItsPeersMemoryAndTheLossesStayExact) {
+  use_memory_recovery();
+  begin_fault("SIGKILL host 2's worker, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  block_checkpoints();
+  std::map<int, std::set<int>> before;
+  for (int h : survivors_) before[h] = processes(h);
+  const int victim = worker_pid(2);
+  ASSERT_GT(victim, 0);
+  auto t_fault = Clock::now();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+
+  ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, segments_before_); }, 120)) << "no 3-rank group after the fault";
+  const double resume_s = seconds(segments().back().steps.front().seen - t_fault);
+  unblock_checkpoints();
+  for (int h : survivors_) EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
+  EXPECT_NE(worker_pid(2), victim);
+  for (int h = 0; h < 3; ++h) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+  }
+  watch_->poll();
+  const std::string survivors = survivors_output();
+  const int64_t from = memory_recovery_step(survivors);
+  ASSERT_GE(from, report_.fault_step) << survivors;
+  EXPECT_EQ(segments().back().first_step(), from + 1);
+  EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
+  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+  EXPECT_EQ(last_round().restart_count, 1) << "a worker failure counts against --max-restarts";
+  const Losses& three = reference(3, steps_, shape_);
+  const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
+  EXPECT_EQ(logged.size(), static_cast<size_t>(steps_));
+  for (const auto& [step, loss] : logged) EXPECT_EQ(loss, three.at(step)) << "step " << step;
+  std::printf("[netfault] SIGKILL host 2's worker, --recovery memory: fault after step %lld; the replacement "
+              "trained with the others %.2f s after the kill, from step %lld; every loss equal to the fault-free run\n",
+              static_cast<long long>(report_.fault_step), resume_s, static_cast<long long>(from));
 }
 
 TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {

@@ -22,6 +22,7 @@ class MemoryStore : public KvStore {
   struct Shared {
     std::mutex mutex;
     std::map<std::string, std::string> data;
+    bool vanishing_sessions = false;  // as the job store: session keys go with their client
   };
   explicit MemoryStore(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
   void set(const std::string& k, const std::string& v) override {
@@ -49,8 +50,18 @@ class MemoryStore : public KvStore {
     return shared_->data.count(k) ? shared_->data[k] : "";
   }
   std::string describe() const override { return "memory"; }
+  bool session_keys_vanish_on_death() const override { return shared_->vanishing_sessions; }
+  // A client's death, as the job store sees it: its session keys (here: those under `round`
+  // with this join index) are gone.
+  void kill_session(int64_t round, int64_t join_index) {
+    std::lock_guard<std::mutex> l(shared_->mutex);
+    const std::string suffix = "/r" + std::to_string(round) + "/alive/" + std::to_string(join_index);
+    for (auto it = shared_->data.begin(); it != shared_->data.end();)
+      it = it->first.size() >= suffix.size() && it->first.compare(it->first.size() - suffix.size(), suffix.size(), suffix) == 0
+               ? shared_->data.erase(it)
+               : std::next(it);
+  }
 
- private:
   std::shared_ptr<Shared> shared_;
 };
 
@@ -215,6 +226,53 @@ TEST(Rendezvous, PeerWithStalledHeartbeatIsReportedDead) {
   }
   ASSERT_EQ(s.dead.size(), 1u);
   EXPECT_EQ(s.dead[0], rb.group_rank);
+}
+
+// With a store whose session keys vanish with their client (the job store), a member that died
+// is reported at once, without a heartbeat deadline, and the survivors re-form as soon as both
+// have joined, without waiting out the last call for it.
+TEST(Rendezvous, SurvivorsReformAtOnceWhenAMembersSessionVanished) {
+  Cluster c(2, 3);
+  c.shared->vanishing_sessions = true;
+  c.config.last_call_timeout_s = 600;  // longer than the test may take
+  c.config.heartbeat_timeout_s = 600;
+  auto a = c.agent(), b = c.agent(), d = c.agent();
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  auto fb = std::async(std::launch::async, [&] { return b->join_next_round(node("b"), kNever); });
+  Round rd = d->join_next_round(node("d"), kNever);
+  Round ra = fa.get(), rb = fb.get();
+  MemoryStore(c.shared).kill_session(0, rd.join_index);
+  RoundStatus s = a->poll(ra);
+  ASSERT_EQ(s.dead.size(), 1u);
+  EXPECT_EQ(s.dead[0], rd.group_rank);
+  EXPECT_NE(s.dead_why.find("closed"), std::string::npos) << s.dead_why;
+  a->end_round(ra, "d is gone", false, "");
+  fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  fb = std::async(std::launch::async, [&] { return b->join_next_round(node("b"), kNever); });
+  ASSERT_EQ(fa.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the survivors waited for the dead";
+  Round na = fa.get(), nb = fb.get();
+  EXPECT_EQ(na.number, 1);
+  EXPECT_EQ(na.group_world_size(), 2);
+  EXPECT_EQ(nb.group_world_size(), 2);
+}
+
+// The rule waits for every member that is still alive: one that has not rejoined yet holds the
+// round until the last call, as before.
+TEST(Rendezvous, ALiveMemberNotYetBackHoldsTheRoundUntilTheLastCall) {
+  Cluster c(2, 2);
+  c.shared->vanishing_sessions = true;
+  c.config.last_call_timeout_s = 0.5;
+  auto a = c.agent(), b = c.agent();
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  Round rb = b->join_next_round(node("b"), kNever);
+  Round ra = fa.get();
+  a->end_round(ra, "scale-down test", false, "");
+  c.config.min_nodes = 1;  // a alone may go on, once the last call has passed
+  const auto t0 = std::chrono::steady_clock::now();
+  Round again = c.agent()->join_next_round(node("a"), kNever);  // b is alive but does not come back
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(again.group_world_size(), 1);
+  EXPECT_GE(waited, c.config.last_call_timeout_s) << "closed without waiting for live member " << rb.group_rank;
 }
 
 TEST(Rendezvous, LateJoinerLeavesWhenTheJobFinishes) {

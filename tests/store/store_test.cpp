@@ -117,6 +117,29 @@ TEST(JobStore, OperationsMeanWhatTheContractSays) {
   EXPECT_THROW(c.wait({"a", "late"}, 100ms), cadre::Error);
 }
 
+// A session key lives as long as the client that set it: an agent's "alive" mark vanishes the
+// moment its process (and so its connection) goes, while its plain keys stay.
+TEST(JobStore, SessionKeysGoWithTheClientThatSetThem) {
+  StoreServer server("127.0.0.1", 0, kSecret);
+  StoreClient watcher("127.0.0.1", server.port(), kSecret, 5s);
+  {
+    StoreClient agent("127.0.0.1", server.port(), kSecret, 5s);
+    agent.set_session("alive/0", "h0");
+    agent.set("plain", "x");
+    agent.set_session("alive/1", "h0");  // the same session connection, a second key
+    EXPECT_EQ(agent.try_get("alive/0"), "h0");  // other calls go on other connections
+    EXPECT_EQ(watcher.try_get("alive/0"), "h0");
+    EXPECT_EQ(watcher.try_get("alive/1"), "h0");
+  }
+  // The server sees the connections close in its own time: wait for it, boundedly.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while ((watcher.try_get("alive/0") || watcher.try_get("alive/1")) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(watcher.try_get("alive/0"), std::nullopt);
+  EXPECT_EQ(watcher.try_get("alive/1"), std::nullopt);
+  EXPECT_EQ(watcher.try_get("plain"), "x");
+}
+
 // One client, two threads: a blocking wait must not hold up the call that ends it.
 TEST(JobStore, AWaitInOneThreadDoesNotBlockAnotherThreadsCalls) {
   StoreServer server("127.0.0.1", 0, kSecret);

@@ -1,0 +1,56 @@
+// In-memory recovery's state (`cadre run --recovery memory`): what a live replica carries across
+// a re-formation of its group (model shard, optimizer state, buffers, step, data position, the
+// global batch), and the collective that hands it to every rank of the new group, newcomers
+// included, over the network: no checkpoint file is read.
+//
+// Replicated state only (parallel.strategy NO_SHARD): every rank's shard is the whole model, so
+// any survivor can seed the new group whatever its size. The survivor that completed the most
+// steps is the source: a collective can complete on some ranks and fail on others, so survivors
+// may be one step apart, and replicas at the same step are equal bit for bit.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/comm.h"
+#include "optim/optimizer.h"
+#include "shard/fully_shard.h"
+#include "train/batch_source.h"
+
+namespace cadre {
+
+struct LiveState {
+  int64_t step = 0;             // steps completed
+  int64_t data_position = 0;    // global samples consumed
+  int64_t optimizer_steps = 0;
+  int64_t micro_batches = 0;    // per step, over all data-parallel ranks: the global batch in batch_size units
+  // model.<piece>, optim.<state>.<piece>, buffer.<name>: copies, in the order the layout lists them.
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+};
+
+// Copies this rank's state (the training thread is between steps or failed inside one; the
+// optimizer has not half-stepped: its update follows every collective of the step).
+// `data_position` is where the data stood after `step` steps.
+LiveState live_state_take(FSDPModule& model, Optimizer& optimizer, int64_t step, int64_t data_position,
+                          int64_t micro_batches);
+
+struct Adopted {
+  int64_t step = 0;
+  int64_t micro_batches = 0;
+  int source = 0;           // the rank whose state everyone now holds
+  bool transferred = false; // false when every rank already held it (nothing crossed the network)
+  int64_t bytes = 0;        // sent by the source
+};
+
+// Collective over the new group (null: one rank). Ranks that carry a state (`mine`) restore it;
+// then the state of the survivor with the most steps is broadcast unless every rank holds it.
+// nullopt when no rank carries one (a fresh start or a restart: resume from disk instead).
+std::optional<Adopted> live_state_adopt(const LiveState* mine, FSDPModule& model, Optimizer& optimizer,
+                                        BatchSource& data, comm::Communicator* group, int rank);
+
+}  // namespace cadre
