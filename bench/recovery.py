@@ -14,7 +14,12 @@ once the survivors have done --fault-after steps:
            groups as its train_ddp.py builds them (Manager with min_replica_size 1, its
            DistributedDataParallel and Optimizer wrappers over AdamW, ProcessGroupGloo with a 5 s
            timeout, Manager timeout 30 s), each with 2 x --batch samples a step. torchft keeps no
-           global batch: the survivors go on with 2/3 of it.
+           global batch: the survivors go on with 2/3 of it. Two ways to reduce gradients: its
+           DDP wrapper ("torchft DDP"), and `manager.allreduce` per gradient after backward
+           ("torchft allreduce"), the pattern its FSDP integrations use. In this sitting's runs the
+           DDP wrapper's comm hook failed an assertion on the survivors after the kill (a bucket
+           reduced after the first error gets a dummy future): recorded as a run that did not
+           recover.
 Measured per side (median over --repeats runs):
   recovery_s   from the kill to the first step the survivors complete after it
   steps_lost   the last step completed before the kill minus the step the survivors went on from
@@ -185,7 +190,7 @@ def torchft_worker(args):
                       load_state_dict=load_state_dict, state_dict=state_dict, replica_id=f"bench_{rid}",
                       store_addr="127.0.0.1", store_port=store.port, rank=0, world_size=1,
                       lighthouse_addr=os.environ["TORCHFT_LIGHTHOUSE"], timeout=timedelta(seconds=30))
-    ddp = DistributedDataParallel(manager, model)
+    ddp = DistributedDataParallel(manager, model) if args.torchft_grads == "ddp" else model
     opt = Optimizer(manager, optim)
     gen = np.random.default_rng(1234 + rid)
     with open(os.environ["STEP_LOG"], "a") as out:
@@ -194,6 +199,9 @@ def torchft_worker(args):
             opt.zero_grad()
             loss = loss_fn(ddp(batch[:, :-1]), batch[:, 1:])
             loss.backward()
+            if args.torchft_grads == "allreduce":
+                for work in [manager.allreduce(p.grad) for p in model.parameters()]:
+                    work.wait()
             opt.step()  # commits only if every participant's all-reduce succeeded
             out.write(json.dumps({"step": manager.current_step(), "loss": loss.item(), "t": time.time(),
                                   "participants": manager.num_participants()}) + "\n")
@@ -201,7 +209,7 @@ def torchft_worker(args):
     manager.shutdown(wait=False)
 
 
-def torchft_job(args, data, work, fault):
+def torchft_job(args, data, work, fault, grads="ddp"):
     """The lighthouse and 3 replica groups; with `fault`, the third is killed after --fault-after steps."""
     port = free_port()
     lighthouse = subprocess.Popen([os.path.join(os.path.dirname(args.python), "torchft_lighthouse"), "--min_replicas",
@@ -215,7 +223,7 @@ def torchft_job(args, data, work, fault):
             env = dict(os.environ, REPLICA_GROUP_ID=str(r), STORE_PORT=str(free_port()), OMP_NUM_THREADS="1",
                        TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}", STEP_LOG=step_log)
             cmd = [args.python, os.path.abspath(__file__), "--torchft-worker", "--data", data, "--steps",
-                   str(args.steps), "--batch", str(args.batch)]
+                   str(args.steps), "--batch", str(args.batch), "--torchft-grads", grads]
             out = open(os.path.join(work, f"torchft{r}.log"), "w")
             groups.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
             logs.append(StepLog(step_log))
@@ -225,8 +233,11 @@ def torchft_job(args, data, work, fault):
             before = max(l.last_step() for l in logs[:2])
             t_kill = time.monotonic()
             kill_group(groups[2])
-            seen = wait_until(lambda: [t for s, t in logs[0].poll() if s > before], 300, "a step after the kill")
-            result = dict(recovery_s=seen[0] - t_kill, steps_lost=0)  # survivors keep their step (no rollback)
+            after = lambda: [t for s, t in logs[0].poll() if s > before]
+            wait_until(lambda: after() or any(g.poll() is not None for g in groups[:2]), 300, "a step after the kill")
+            if not after():  # a survivor died instead: recorded, not hidden
+                return dict(failed=last_error_line(os.path.join(work, f"torchft{r}.log") for r in range(2)))
+            result = dict(recovery_s=after()[0] - t_kill, steps_lost=0)  # survivors keep their step (no rollback)
         for g in groups[:2] if fault else groups:
             if g.wait(timeout=1800) != 0:
                 raise RuntimeError(f"a torchft replica group failed: see {work}")
@@ -239,6 +250,16 @@ def torchft_job(args, data, work, fault):
         for p in groups + [lighthouse]:
             if p.poll() is None:
                 kill_group(p)
+
+
+def last_error_line(paths):
+    """The last line naming an error in these logs (a survivor's traceback ends with it)."""
+    last = "exited without an error line"
+    for path in paths:
+        for line in open(path, errors="replace"):
+            if "Error" in line or "error" in line:
+                last = f"{os.path.basename(path)}: {line.strip()[:200]}"
+    return last
 
 
 def torch_ddp_step_s(args, data):
@@ -265,6 +286,7 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     p.add_argument("--data")
     p.add_argument("--torchft-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--torchft-grads", choices=["ddp", "allreduce"], default="ddp", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.torchft_worker:
         return torchft_worker(args)
@@ -273,8 +295,8 @@ def main():
     if not os.path.exists(os.path.join(os.path.dirname(args.python), "torchft_lighthouse")):
         sys.exit(f"recovery.py: no torchft next to {args.python} (scripts/setup.sh --torch installs it)")
     data = args.data or ensure_dataset(args.cadre)
-    jobs = [("cadre", "fault"), ("torchft", "fault"), ("cadre", "memory"), ("cadre", "restart"), ("torchft", "clean"),
-            ("ddp", "clean")]
+    jobs = [("cadre", "fault"), ("torchft", "fault"), ("torchft-allreduce", "fault"), ("cadre", "memory"),
+            ("cadre", "restart"), ("torchft", "clean"), ("torchft-allreduce", "clean"), ("ddp", "clean")]
     runs = {j: [] for j in jobs}
     total, done, t0 = len(jobs) * args.repeats, 0, time.monotonic()
     for rep in range(args.repeats):
@@ -283,8 +305,8 @@ def main():
             try:
                 if side == "cadre":
                     r = cadre_job(args, data, work, "memory" if kind != "restart" else "restart", kind == "fault")
-                elif side == "torchft":
-                    r = torchft_job(args, data, work, kind == "fault")
+                elif side.startswith("torchft"):
+                    r = torchft_job(args, data, work, kind == "fault", "allreduce" if side.endswith("allreduce") else "ddp")
                 else:
                     r = {"step_s": torch_ddp_step_s(args, data)}
             except Exception as e:
@@ -295,25 +317,39 @@ def main():
             rate = done / (time.monotonic() - t0)
             print(f"recovery: {done}/{total} runs ({side} {kind}: {r}); {rate * 60:.1f} runs/min, ETA "
                   f"{(total - done) / rate:.0f} s", file=sys.stderr, flush=True)
-    med = lambda side, kind, key: statistics.median(r[key] for r in runs[(side, kind)])
+    def med(side, kind, key):
+        values = [r[key] for r in runs[(side, kind)] if key in r]
+        return statistics.median(values) if values else float("nan")
+    survived = {side: sum("failed" not in r for r in runs[(side, "fault")])
+                for side in ("cadre", "torchft", "torchft-allreduce")}
     tokens_per_step = REPLICAS * 2 * args.batch * MODEL["max_seq_len"]
-    cadre_overhead = med("cadre", "restart", "tokens_per_s") / med("cadre", "memory", "tokens_per_s") - 1
-    torchft_overhead = med("torchft", "clean", "step_s") / med("ddp", "clean", "step_s") - 1
-    rows = [("recovery_s: kill -> next completed step (s)", med("torchft", "fault", "recovery_s"),
-             med("cadre", "fault", "recovery_s")),
-            ("steps lost", med("torchft", "fault", "steps_lost"), med("cadre", "fault", "steps_lost")),
-            ("fault-tolerance overhead, no fault (step time)", torchft_overhead, cadre_overhead)]
-    lines = [f"Lose 1 of {REPLICAS} replicas (SIGKILL) after step {args.fault_after}; median of {args.repeats} runs; "
-             f"{tokens_per_step} tokens a step; {os.cpu_count()} cores",
-             "", "| case | torchft 0.2.0 | Cadre | ratio (torchft / Cadre) |", "|---|---:|---:|---:|"]
-    for name, peer, mine in rows:
-        ratio = f"{peer / mine:.1f}x" if mine > 0 else "-"
-        fmt = (lambda v: f"{100 * v:+.1f}%") if "overhead" in name else (lambda v: f"{v:.2f}")
-        lines.append(f"| {name} | {fmt(peer)} | {fmt(mine)} | {ratio} |")
+    cadre_step = tokens_per_step / med("cadre", "memory", "tokens_per_s")
+    overhead = {"cadre": med("cadre", "restart", "tokens_per_s") / med("cadre", "memory", "tokens_per_s") - 1,
+                "torchft": med("torchft", "clean", "step_s") / med("ddp", "clean", "step_s") - 1,
+                "torchft-allreduce": med("torchft-allreduce", "clean", "step_s") / med("ddp", "clean", "step_s") - 1}
+    lines = [f"Lose 1 of {REPLICAS} replicas (SIGKILL) after step {args.fault_after}; medians over the runs that "
+             f"recovered ({args.repeats} runs a case); {tokens_per_step} tokens a step; {os.cpu_count()} cores",
+             "", "| case | torchft 0.2.0, DDP wrapper | torchft 0.2.0, manager.allreduce | Cadre --recovery memory | "
+             "torchft allreduce / Cadre |", "|---|---:|---:|---:|---:|"]
+    sides = ("torchft", "torchft-allreduce", "cadre")
+    lines.append("| runs whose survivors trained on | " + " | ".join(f"{survived[s]} of {args.repeats}" for s in sides)
+                 + " | |")
+    recovery = [med(s, "fault", "recovery_s") for s in sides]
+    ratio = f"{recovery[1] / recovery[2]:.1f}x" if recovery[2] > 0 else "-"
+    lines.append("| kill -> next completed step (s) | " + " | ".join(f"{v:.2f}" for v in recovery) + f" | {ratio} |")
+    lines.append("| steps lost | " + " | ".join(f"{med(s, 'fault', 'steps_lost'):.0f}" for s in sides) + " | |")
+    lines.append("| fault-tolerance overhead, no fault (step time) | " +
+                 " | ".join(f"{100 * overhead[s]:+.1f}%" for s in sides) + " | |")
     lines.append("")
-    lines.append(f"Step time without a fault: Cadre {tokens_per_step / med('cadre', 'memory', 'tokens_per_s'):.3f} s "
-                 f"(--recovery memory), {tokens_per_step / med('cadre', 'restart', 'tokens_per_s'):.3f} s (restart); "
-                 f"torchft {med('torchft', 'clean', 'step_s'):.3f} s, torch DDP {med('ddp', 'clean', 'step_s'):.3f} s.")
+    for side in sides:
+        for r in runs[(side, "fault")]:
+            if "failed" in r:
+                lines.append(f"{side} run that did not recover: {r['failed']}")
+    lines.append(f"Step time without a fault: Cadre {cadre_step:.3f} s (--recovery memory), "
+                 f"{tokens_per_step / med('cadre', 'restart', 'tokens_per_s'):.3f} s (restart); torchft "
+                 f"{med('torchft', 'clean', 'step_s'):.3f} s (DDP wrapper), {med('torchft-allreduce', 'clean', 'step_s'):.3f} s "
+                 f"(allreduce), torch DDP {med('ddp', 'clean', 'step_s'):.3f} s. Overheads: Cadre memory over restart; "
+                 "torchft over torch DDP.")
     text = "\n".join(lines)
     print(text)
     os.makedirs(args.out, exist_ok=True)

@@ -234,8 +234,8 @@ TEST(Rendezvous, PeerWithStalledHeartbeatIsReportedDead) {
 TEST(Rendezvous, SurvivorsReformAtOnceWhenAMembersSessionVanished) {
   Cluster c(2, 3);
   c.shared->vanishing_sessions = true;
-  c.config.last_call_timeout_s = 600;  // longer than the test may take
-  c.config.heartbeat_timeout_s = 600;
+  c.config.last_call_timeout_s = 30;  // the survivors must not wait for it
+  c.config.heartbeat_timeout_s = 30;
   auto a = c.agent(), b = c.agent(), d = c.agent();
   auto fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
   auto fb = std::async(std::launch::async, [&] { return b->join_next_round(node("b"), kNever); });
@@ -249,7 +249,7 @@ TEST(Rendezvous, SurvivorsReformAtOnceWhenAMembersSessionVanished) {
   a->end_round(ra, "d is gone", false, "");
   fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
   fb = std::async(std::launch::async, [&] { return b->join_next_round(node("b"), kNever); });
-  ASSERT_EQ(fa.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the survivors waited for the dead";
+  ASSERT_EQ(fa.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the survivors waited for the dead";
   Round na = fa.get(), nb = fb.get();
   EXPECT_EQ(na.number, 1);
   EXPECT_EQ(na.group_world_size(), 2);
