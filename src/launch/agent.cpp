@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -18,6 +19,7 @@
 #include "launch/signals.h"
 #include "launch/worker_group.h"
 #include "obs/agent_observer.h"
+#include "obs/proc_stat.h"
 #include "rdzv/membership.h"
 #include "rdzv/endpoint.h"
 #include "store/secret.h"
@@ -106,6 +108,34 @@ std::string stall_failure(const obs::AgentObserver& observer, const WorkerGroup&
   const std::string hang = observer.last_hang() ? observer.last_hang()->to_json().dump() : "";
   return stall_failure_to_json(rank, spec ? spec->local_rank : -1, spec ? group.pid(spec->local_rank) : 0, reason,
                                hang, context);
+}
+
+// A stopped process (SIGSTOP, a debugger) counts as running, but could never read its
+// membership line: such a group is not kept for the next round.
+bool group_has_stopped_worker(const WorkerGroup& group) {
+  for (const auto& spec : group.specs()) {
+    const obs::ProcStat p = obs::proc_stat_read(group.pid(spec.local_rank));
+    if (p.exists && (p.state == 'T' || p.state == 't')) return true;
+  }
+  return false;
+}
+
+// --recovery memory: a stall is acted on by the node that holds its cause (it replaces its
+// workers, and the others re-form with the newcomers from memory); the other nodes keep theirs,
+// which see the loss as soon as the stuck process is gone. True while this node leaves it to
+// that node. When nobody acts within max(2 stall timeouts, 10 s) (no diagnosis to go by, or
+// that node's agent is itself stuck), false: the group restarts, as without --recovery memory.
+bool stall_left_to_its_node(const AgentConfig& cfg, const obs::AgentObserver& observer, const std::string& reason,
+                            std::optional<std::chrono::steady_clock::time_point>* deferred_since) {
+  if (!cfg.recovery_in_memory || observer.stall_cause_is_local()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (!*deferred_since) {
+    *deferred_since = now;
+    log::warn(str(reason, "; rank ", observer.stalled_rank(),
+                  " is not this node's: its node replaces it, this node's workers stay (--recovery memory)"));
+  }
+  const double patience_s = std::max(2 * cfg.stall_timeout_s, 10.0);
+  return std::chrono::duration<double>(now - **deferred_since).count() < patience_s;
 }
 
 // --recovery memory: the live workers kept from the last round go on into `round`, each told its
@@ -254,6 +284,7 @@ int agent_run(const AgentConfig& cfg) {
       ~RoundEnd() { o.round_ended(); }
     } round_end{observer};
     bool done_marked = false;
+    std::optional<std::chrono::steady_clock::time_point> stall_deferred_since;
     for (;;) {
       if (int sig = signals_received()) {
         // Peers learn first, so that when every worker stops together at the next step (the
@@ -287,7 +318,9 @@ int agent_run(const AgentConfig& cfg) {
       auto status = rendezvous.poll(round);
       // --recovery memory: workers that lost peers (or will gain some) are kept for the next round.
       auto keep_if_live = [&] {
-        if (!cfg.recovery_in_memory || group->poll() != WorkerGroup::State::Running) return false;
+        if (!cfg.recovery_in_memory || group->poll() != WorkerGroup::State::Running ||
+            group_has_stopped_worker(*group))
+          return false;
         kept = std::move(group);
         return true;
       };
@@ -334,14 +367,16 @@ int agent_run(const AgentConfig& cfg) {
           break;
         }
       }
-      if (observer.restart_due()) {
+      if (observer.restart_due() &&
+          !stall_left_to_its_node(cfg, observer, "stall: " + observer.stall_reason(), &stall_deferred_since)) {
         // A hang is a failure like a crash: the group restarts from its last checkpoint within
-        // --max-restarts. The stuck rank cannot checkpoint (its peers would wait for it): a short
-        // grace. After the dead-node check: a silent node, found the same poll, is a membership
-        // change that costs no restart.
+        // --max-restarts (in memory: from its peers). The stuck rank cannot checkpoint (its peers
+        // would wait for it): a short grace, none in memory. After the dead-node check: a silent
+        // node, found the same poll, is a membership change that costs no restart.
         const std::string reason = "stall: " + observer.stall_reason();
-        log::error(reason + "; restarting the group (--stall-action restart)");
-        group->stop(SIGTERM, lost_peer_grace_s(cfg));
+        log::error(reason + (cfg.recovery_in_memory ? "; replacing this node's workers (--stall-action restart)"
+                                                    : "; restarting the group (--stall-action restart)"));
+        group->stop(cfg.recovery_in_memory ? SIGKILL : SIGTERM, cfg.recovery_in_memory ? 0 : lost_peer_grace_s(cfg));
         rendezvous.end_round(round, reason, true, stall_failure(observer, *group, reason, me.hostname, round));
         break;
       }

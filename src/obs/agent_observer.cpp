@@ -99,6 +99,7 @@ void AgentObserver::round_started(const RoundFacts& round, const std::vector<Loc
   stalled_ = false;
   stall_reason_.clear();
   stalled_rank_ = -1;
+  stalled_outside_collectives_ = false;
   hang_.reset();
   metrics_->round_started(round, workers);
 }
@@ -133,6 +134,7 @@ void AgentObserver::poll() {
   const int64_t limit_ns = int64_t(options_.stall_timeout_s * 1e9);
   std::string why;
   int rank = -1;
+  bool inside = false;
   for (const auto& w : workers_) {
     if (w.recorder_file.empty()) continue;
     FlightRecorderState fr;
@@ -153,6 +155,7 @@ void AgentObserver::poll() {
       if (r.state == CollectiveState::Started) {
         why = str("rank ", w.rank, " has been inside ", r.describe(), " for ", double(now_ns - r.started_ns) * 1e-9,
                   " s");
+        inside = true;
         break;
       }
     break;
@@ -161,7 +164,7 @@ void AgentObserver::poll() {
     stalled_ = false;  // a past stall resolved itself
     return;
   }
-  if (!stalled_) on_stall(rank, why);
+  if (!stalled_) on_stall(rank, why, !inside);
 }
 
 bool AgentObserver::restart_due() const {
@@ -177,12 +180,29 @@ int AgentObserver::stalled_rank() const {
   return stalled_rank_;
 }
 
-void AgentObserver::on_stall(int rank, const std::string& why) {
+bool AgentObserver::stall_cause_is_local() const {
+  auto is_local = [&](int rank) {
+    for (const auto& w : workers_)
+      if (w.rank == rank) return true;
+    return false;
+  };
+  if (hang_ && !(hang_->stopped.empty() && hang_->missing.empty())) return is_local(stalled_rank());
+  // Quiet outside any collective (stuck in compute, in I/O): nobody waits for this rank's peers.
+  if (stalled_outside_collectives_ && is_local(stalled_rank_)) return true;
+  for (const auto& w : workers_) {
+    const ProcStat p = proc_stat_read(w.pid);
+    if (p.exists && (p.state == 'T' || p.state == 't')) return true;
+  }
+  return false;
+}
+
+void AgentObserver::on_stall(int rank, const std::string& why, bool outside_collectives) {
   stalled_ = true;
   stalled_at_ = std::chrono::steady_clock::now();
   if (stall_reason_.empty()) {
     stall_reason_ = why;
     stalled_rank_ = rank;
+    stalled_outside_collectives_ = outside_collectives;
   }
   log::warn(str("stall: ", why, " (--stall-timeout ", options_.stall_timeout_s,
                 " s); asking this node's workers for flight-recorder dumps"));

@@ -67,10 +67,14 @@ class AgentObserver {
   bool restart_due() const;
   std::string stall_reason() const;
   int stalled_rank() const;
+  // Whether this node holds the stall's cause: a rank the hang diagnosis names (stopped, or not
+  // in the stalled op), or, with no diagnosis, a worker of this node whose process is stopped. A
+  // worker merely waiting inside a collective is a victim: --recovery memory keeps it.
+  bool stall_cause_is_local() const;
   JobMetrics& metrics() { return *metrics_; }
 
  private:
-  void on_stall(int rank, const std::string& why);
+  void on_stall(int rank, const std::string& why, bool outside_collectives);
   void diagnose();
   std::string run_dir() const;
 
@@ -89,6 +93,7 @@ class AgentObserver {
   std::chrono::steady_clock::time_point stalled_at_{};
   std::string stall_reason_;  // the first stall of this round
   int stalled_rank_ = -1;
+  bool stalled_outside_collectives_ = false;  // that rank was in no collective when found quiet
   std::chrono::steady_clock::time_point last_diagnosis_{};
   std::optional<HangDiagnosis> hang_;
 };

@@ -77,6 +77,10 @@ std::string base64_decode(const std::string& in) {
     uint32_t v = (value(in[i]) << 18) | (value(in[i + 1]) << 12);
     if (pad < 2) v |= value(in[i + 2]) << 6;
     if (pad < 1) v |= value(in[i + 3]);
+    // Bits below the last whole byte must be zero: otherwise two texts ("zdg=", "zdj=") decode
+    // to the same bytes and what Cadre wrote back would not be what the peer sent.
+    CADRE_CHECK((v & (pad == 2 ? 0xffffu : pad == 1 ? 0xffu : 0u)) == 0, "etcd: malformed base64 '",
+                in.substr(0, 100), "' (bits after its last byte are not zero)");
     out += char((v >> 16) & 0xff);
     if (pad < 2) out += char((v >> 8) & 0xff);
     if (pad < 1) out += char(v & 0xff);

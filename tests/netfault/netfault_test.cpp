@@ -251,7 +251,10 @@ class NetFault : public ::testing::Test {
                                      "--rdzv-id", "netfault",
                                      "--max-restarts", "3", "--monitor-interval", "0.05", "--stop-timeout", "3",
                                      "--recovery", recovery_, "--rdzv-conf", rdzv_conf(), "--log-dir",
-                                     dir_ / ("logs-" + name), "--"};
+                                     dir_ / ("logs-" + name)};
+    auto flags = agent_flags_.count(host) ? agent_flags_.at(host) : agent_flags_[kEveryHost];
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("--");
     auto train = train_args(data_dir_, run_dir_, steps_, timeouts_.comm_s, shape_);
     argv.insert(argv.end(), train.begin(), train.end());
     // The hosts share the job secret through the environment (etcd agrees on one by itself).
@@ -543,6 +546,9 @@ class NetFault : public ::testing::Test {
   size_t segments_before_ = 0;
   int steps_ = kSteps;
   std::string recovery_ = "restart";  // cadre run --recovery
+  // More of cadre run's flags: for a host, else for kEveryHost.
+  static constexpr int kEveryHost = -1;
+  std::map<int, std::vector<std::string>> agent_flags_;
   TrainShape shape_;
   std::vector<int> survivors_ = {0, 1};  // hosts the fault spares; the first one's log is read
   int64_t round_seen_ = -1;
@@ -690,6 +696,61 @@ TEST_F(NetFault, KilledWorkerIsReplacedFromItsPeersMemoryAndTheLossesStayExact) 
   std::printf("[netfault] SIGKILL host 2's worker, --recovery memory: fault after step %lld; the replacement "
               "trained with the others %.2f s after the kill, from step %lld; every loss equal to the fault-free run\n",
               static_cast<long long>(report_.fault_step), resume_s, static_cast<long long>(from));
+}
+
+// A hang recovers as a crash does (issue #26): host 2's worker is stopped (SIGSTOP) mid-run. Every
+// agent sees the stall; the diagnosis names the stopped rank, so only host 2's agent acts: it
+// replaces its worker, which takes its state from the live ranks over the network. Hosts 0 and 1
+// keep their workers (nothing restarted there), the world size is unchanged, and so every loss
+// equals the fault-free run's to the bit. Host 2's stall timeout is the longer one, so that the
+// others see the stall first and must leave it to host 2 (within max(2 x 2 s, 10 s) they do not
+// act themselves): the order is pinned, not left to which agent polls first.
+TEST_F(NetFault, HungWorkerIsReplacedFromItsPeersMemoryAndTheOthersStay) {
+  use_memory_recovery();
+  // Far above a step (~0.1 s), far below the 20 s collective deadline.
+  constexpr double kStallTimeoutS = 2, kHungHostStallTimeoutS = 5;
+  agent_flags_[kEveryHost] = {"--stall-timeout", std::to_string(kStallTimeoutS), "--stall-action", "restart"};
+  agent_flags_[2] = {"--stall-timeout", std::to_string(kHungHostStallTimeoutS), "--stall-action", "restart"};
+  begin_fault("SIGSTOP host 2's worker, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  block_checkpoints();
+  std::map<int, std::set<int>> before;
+  for (int h : survivors_) before[h] = processes(h);
+  const int victim = worker_pid(2);
+  ASSERT_GT(victim, 0);
+  auto t_fault = Clock::now();
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+
+  ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, segments_before_); }, 120)) << "no 3-rank group after the hang";
+  const double resume_s = seconds(segments().back().steps.front().seen - t_fault);
+  unblock_checkpoints();
+  for (int h : survivors_) EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
+  EXPECT_NE(worker_pid(2), victim);
+  for (int h = 0; h < 3; ++h) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+  }
+  watch_->poll();
+  // Host 2 named its own stopped rank and replaced it; the others named it too and left it to host 2.
+  EXPECT_NE(output(2).find("replacing this node's workers"), std::string::npos) << output(2);
+  for (int h : survivors_) {
+    EXPECT_EQ(output(h).find("replacing this node's workers"), std::string::npos) << output(h);
+    EXPECT_NE(output(h).find(" is not this node's: its node replaces it"), std::string::npos) << output(h);
+  }
+  const std::string survivors = survivors_output();
+  const int64_t from = memory_recovery_step(survivors);
+  ASSERT_GE(from, report_.fault_step) << survivors;
+  EXPECT_EQ(segments().back().first_step(), from + 1);
+  EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
+  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+  const Losses& three = reference(3, steps_, shape_);
+  const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
+  EXPECT_EQ(logged.size(), static_cast<size_t>(steps_));
+  for (const auto& [step, loss] : logged) EXPECT_EQ(loss, three.at(step)) << "step " << step;
+  std::printf("[netfault] SIGSTOP host 2's worker, --recovery memory (--stall-timeout %.0f s there): fault after step %lld; "
+              "the replacement trained with the others %.2f s after the stop, from step %lld; every loss equal to "
+              "the fault-free run\n",
+              kHungHostStallTimeoutS, static_cast<long long>(report_.fault_step), resume_s, static_cast<long long>(from));
 }
 
 TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
