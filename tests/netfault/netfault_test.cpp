@@ -219,6 +219,30 @@ class NetFault : public ::testing::Test {
       throw std::runtime_error("reference run " + name + " did not resume:\n" + r.output);
     return losses_of(dir_ / (name + "/metrics.jsonl"));
   }
+  // Loss per step after `step` of a fault-free run that trains on `first` ranks (shape
+  // `first_shape`) to that step, checkpoints it, and goes on from that checkpoint on `then` ranks
+  // (`then_shape`): what a group that changed size after `step` must give, bit for bit.
+  Losses switched_reference(int first, TrainShape first_shape, int64_t step, int then, const TrainShape& then_shape) {
+    auto run = [&](int world, const std::string& name, const TrainShape& shape) {
+      std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
+                                       dir_ / (name + "-logs"), "--"};
+      auto train = train_args(data_dir_, dir_ / name, steps_, Timeouts{}.comm_s, shape);
+      argv.insert(argv.end(), train.begin(), train.end());
+      auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
+      if (r.exit_code != 0) throw std::runtime_error("reference run " + name + " failed:\n" + r.output);
+      return r.output;
+    };
+    first_shape.checkpoint_interval = static_cast<int>(step);
+    const std::string before = "switch-before-" + std::to_string(step), after = "switch-after-" + std::to_string(step);
+    run(first, before, first_shape);
+    std::filesystem::create_directories(dir_ / (after + "/checkpoints"));
+    std::filesystem::copy(dir_ / (before + "/checkpoints/step-" + step_digits(step)),
+                          dir_ / (after + "/checkpoints/step-" + step_digits(step)),
+                          std::filesystem::copy_options::recursive);
+    if (run(then, after, then_shape).find("train: resumed from") == std::string::npos)
+      throw std::runtime_error("reference run " + after + " did not resume");
+    return losses_of(dir_ / (after + "/metrics.jsonl"));
+  }
   static std::string step_digits(int64_t step) {
     char digits[24];
     std::snprintf(digits, sizeof digits, "%08lld", static_cast<long long>(step));
@@ -751,6 +775,64 @@ TEST_F(NetFault, HungWorkerIsReplacedFromItsPeersMemoryAndTheOthersStay) {
               "the replacement trained with the others %.2f s after the stop, from step %lld; every loss equal to "
               "the fault-free run\n",
               kHungHostStallTimeoutS, static_cast<long long>(report_.fault_step), resume_s, static_cast<long long>(from));
+}
+
+// A node that joins a running job under --recovery memory takes its state from the live ranks
+// over the network; the two running hosts keep their workers, nothing is read from disk and no
+// step is lost. Two hosts train 6 micro-batches a step (3 a rank), host 2 starts after step 8;
+// the three go on with 2 a rank. Before the join the losses equal the fault-free 2-rank run's to
+// the bit; after it, those of a fault-free run that switched from 2 to 3 ranks through a
+// checkpoint of the same step, to the bit.
+TEST_F(NetFault, JoiningHostTakesItsStateFromLiveRanksAndNoStepIsLost) {
+  use_memory_recovery();
+  shape_.grad_accum_steps = 3;
+  steps_ = 300;  // the 2-host group (~30 ms a step) must not finish before the third joins (~1 s)
+  for (int h : {0, 1}) start_agent(h);
+  ASSERT_TRUE(wait_for([&] { return has_segment(2, kFaultAfterStep); }, 180)) << "no 2-node round reached step "
+                                                                              << kFaultAfterStep;
+  block_checkpoints();
+  std::map<int, std::set<int>> before;
+  for (int h : survivors_) before[h] = processes(h);
+  const size_t segments_before = segments().size();
+  const int64_t logged_before_join = segments().back().last_step();
+  auto t_join = Clock::now();
+  start_agent(2);
+
+  ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, segments_before); }, 120)) << "host 2 did not join";
+  const double join_s = seconds(segments().back().steps.front().seen - t_join);
+  unblock_checkpoints();
+  for (int h : survivors_) EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
+  for (int h = 0; h < 3; ++h) {
+    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+  }
+  watch_->poll();
+  ASSERT_EQ(segments().back().world_size, 3);
+  const std::string survivors = survivors_output();
+  EXPECT_NE(survivors.find("the live workers re-form with them"), std::string::npos) << survivors;
+  // Every step trained and logged once: the 2-rank group's last step, then the 3-rank group's.
+  const int64_t from = memory_recovery_step(survivors);
+  ASSERT_GE(from, logged_before_join) << survivors;
+  const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
+  EXPECT_EQ(logged.size(), static_cast<size_t>(steps_)) << "steps lost or repeated in the join";
+  EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
+  EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
+  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+  EXPECT_EQ(last_round().restart_count, 0) << "a join is no failure";
+
+  const Losses& two = reference(2, steps_, shape_);
+  const Losses switched = switched_reference(2, shape_, from, 3, TrainShape{"NO_SHARD", 2, 0});
+  for (const auto& [step, loss] : logged) {
+    if (step <= from)
+      EXPECT_EQ(loss, two.at(step)) << "step " << step << " before the join";
+    else
+      EXPECT_EQ(loss, switched.at(step)) << "step " << step << " after the join";
+  }
+  std::printf("[netfault] host 2 joins a 2-host job, --recovery memory: started after step %lld; trained with the "
+              "others %.2f s later, from step %lld, no step lost; every loss equal to a fault-free run that went from "
+              "2 to 3 ranks through a checkpoint of step %lld\n",
+              static_cast<long long>(logged_before_join), join_s, static_cast<long long>(from + 1),
+              static_cast<long long>(from));
 }
 
 TEST_F(NetFault, CutHostIsDetectedThenRejoinsWhenBack) {
