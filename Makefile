@@ -1,12 +1,13 @@
 # The two commands: `make demo` and `make test`. Both install what is missing first.
 BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
-# The retry soak (~11 min) is not part of `make test`: `cd build && ctest -L soak`. Nor are the
+# The soaks are not part of `make test`: `make soak` (recovery, over an hour) and the Slurm retry
+# soak (~11 min, `cd build && ctest -R DeploySbatchRetrySoak`). Nor are the
 # `cuda` tests (they need a GPU: `make gpu-check` runs them); the `gpucheck` rehearsal runs in
 # the libtorch 2.x part only.
 CTEST_FLAGS ?= -LE '^(soak|cuda|gpucheck)$$'
 
-.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz sanitize demo mnist vision bench clean
+.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz soak sanitize demo mnist vision bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -60,6 +61,17 @@ gpu-check:
 FUZZ_SECONDS ?= 60
 fuzz: build
 	@cd $(BUILD) && FUZZ_SECONDS=$(FUZZ_SECONDS) ctest -L fuzz --output-on-failure --timeout 0
+
+# The recovery soak (issue #26; root, network namespaces): SOAK_FAULTS faults drawn at random
+# (SOAK_SEED repeats a draw) against three-host jobs under --recovery memory; prints a table per
+# fault kind and writes soak.json, soak.md and the plot soak.png to $(BUILD)/soak/.
+SOAK_FAULTS ?= 100
+SOAK_SEED ?=
+soak: build
+	@mkdir -p $(BUILD)/soak
+	@cd $(BUILD) && CADRE_SOAK_FAULTS=$(SOAK_FAULTS) $(if $(SOAK_SEED),CADRE_SOAK_SEED=$(SOAK_SEED)) \
+	  CADRE_SOAK_OUT=$(abspath $(BUILD))/soak ctest -R '^RecoverySoak\.' -V --timeout 0; rc=$$?; \
+	  /usr/bin/python3 $(CURDIR)/tests/soak/plot_soak.py $(abspath $(BUILD))/soak/soak.json; exit $$rc
 
 # The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build
 # directory (no benchmarks, no fuzzers). Not part of `make test`: see docs/testing.md ("Fuzzing and sanitizers")

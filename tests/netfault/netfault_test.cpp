@@ -43,6 +43,7 @@
 
 #include "launch/launch_harness.h"
 #include "netfault/metrics_watch.h"
+#include "netfault/training_run.h"
 #include "netfault/virtual_hosts.h"
 #include "support/etcd_cluster.h"
 #include "support/process.h"
@@ -51,6 +52,9 @@
 using cadre::netfault::Clock;
 using cadre::netfault::MetricsWatch;
 using cadre::netfault::Segment;
+using cadre::netfault::TrainShape;
+using cadre::netfault::Losses;
+using cadre::netfault::losses_of;
 using cadre::netfault::VirtualHosts;
 using launch_test::Proc;
 using launch_test::read_file;
@@ -58,7 +62,7 @@ using launch_test::read_file;
 namespace {
 
 constexpr int kSteps = 30;              // per training run
-constexpr int kCheckpointInterval = 5;
+const int kCheckpointInterval = TrainShape{}.checkpoint_interval;
 constexpr int kFaultAfterStep = 8;      // faults are injected once this step is done
 constexpr double kLossTolerance = 1e-6;  // same world size, same start: the same arithmetic
 const char* kStorePort = "29400";
@@ -74,46 +78,10 @@ struct Timeouts {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// What is trained: the checkpoint scenarios shard fully and checkpoint every kCheckpointInterval
-// steps; the in-memory ones replicate (NO_SHARD), never checkpoint before the end, and spread a
-// global batch of 6 micro-batches over the ranks (2 each on 3 ranks, 3 each on 2).
-struct TrainShape {
-  std::string strategy = "FULL_SHARD";
-  int grad_accum_steps = 1;
-  int checkpoint_interval = kCheckpointInterval;
-  std::string name() const {
-    return strategy + "-a" + std::to_string(grad_accum_steps) + "-c" + std::to_string(checkpoint_interval);
-  }
-};
-
 // The trainer's command line (without the launcher), writing to run_dir.
 std::vector<std::string> train_args(const std::string& data_dir, const std::string& run_dir, int steps,
                                     int comm_timeout_s, const TrainShape& shape = {}) {
-  std::vector<std::string> a = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml"};
-  for (const std::string& s : std::vector<std::string>{
-           "parallel.strategy=" + shape.strategy, "train.threads=1", "train.eval_interval=0",
-           "train.steps=" + std::to_string(steps), "parallel.comm_timeout=" + std::to_string(comm_timeout_s),
-           "checkpoint.interval=" + std::to_string(shape.checkpoint_interval), "checkpoint.keep=100",
-           "optim.grad_accum_steps=" + std::to_string(shape.grad_accum_steps), "data.dir=" + data_dir,
-           "run.dir=" + run_dir}) {
-    a.push_back("--set");
-    a.push_back(s);
-  }
-  a.push_back("--resume");
-  a.push_back("auto");
-  return a;
-}
-
-using Losses = std::map<int64_t, double>;  // step -> loss
-
-Losses losses_of(const std::string& metrics_path) {
-  Losses out;
-  std::ifstream in(metrics_path);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return out;
+  return cadre::netfault::train_args(CADRE_BIN, CADRE_SOURCE_DIR, data_dir, run_dir, steps, comm_timeout_s, shape);
 }
 
 // Newest step with a complete (COMMITTED) checkpoint under <run_dir>/checkpoints, 0 if none.
