@@ -69,8 +69,8 @@ SOAK_FAULTS ?= 100
 SOAK_SEED ?=
 soak: build
 	@mkdir -p $(BUILD)/soak
-	@cd $(BUILD) && CADRE_SOAK_FAULTS=$(SOAK_FAULTS) $(if $(SOAK_SEED),CADRE_SOAK_SEED=$(SOAK_SEED)) \
-	  CADRE_SOAK_OUT=$(abspath $(BUILD))/soak ctest -R '^RecoverySoak\.' -V --timeout 0; rc=$$?; \
+	@CADRE_SOAK_FAULTS=$(SOAK_FAULTS) $(if $(SOAK_SEED),CADRE_SOAK_SEED=$(SOAK_SEED)) \
+	  CADRE_SOAK_OUT=$(abspath $(BUILD))/soak $(BUILD)/tests/soak/test_recovery_soak; rc=$$?; \
 	  /usr/bin/python3 $(CURDIR)/tests/soak/plot_soak.py $(abspath $(BUILD))/soak/soak.json; exit $$rc
 
 # The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build

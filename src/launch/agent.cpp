@@ -113,10 +113,8 @@ std::string stall_failure(const obs::AgentObserver& observer, const WorkerGroup&
 // A stopped process (SIGSTOP, a debugger) counts as running, but could never read its
 // membership line: such a group is not kept for the next round.
 bool group_has_stopped_worker(const WorkerGroup& group) {
-  for (const auto& spec : group.specs()) {
-    const obs::ProcStat p = obs::proc_stat_read(group.pid(spec.local_rank));
-    if (p.exists && (p.state == 'T' || p.state == 't')) return true;
-  }
+  for (const auto& spec : group.specs())
+    if (obs::proc_is_stopped(obs::proc_stat_read(group.pid(spec.local_rank)))) return true;
   return false;
 }
 

@@ -126,7 +126,8 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& argv, std::vector<Worke
         ::dup2(inherited_fd, kInheritedFd);
       }
       if (channel[1] >= 0) ::dup2(channel[1], kChannelFd);
-      ::close_range(channel[1] >= 0 ? kChannelFd + 1 : inherited_fd >= 0 ? kInheritedFd + 1 : kInheritedFd, ~0U, 0);
+      if (inherited_fd < 0) ::close(kInheritedFd);  // no secret to pass: not whatever the agent holds there
+      ::close_range(channel[1] >= 0 ? kChannelFd + 1 : kInheritedFd + 1, ~0U, 0);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -189,10 +189,8 @@ bool AgentObserver::stall_cause_is_local() const {
   if (hang_ && !(hang_->stopped.empty() && hang_->missing.empty())) return is_local(stalled_rank());
   // Quiet outside any collective (stuck in compute, in I/O): nobody waits for this rank's peers.
   if (stalled_outside_collectives_ && is_local(stalled_rank_)) return true;
-  for (const auto& w : workers_) {
-    const ProcStat p = proc_stat_read(w.pid);
-    if (p.exists && (p.state == 'T' || p.state == 't')) return true;
-  }
+  for (const auto& w : workers_)
+    if (proc_is_stopped(proc_stat_read(w.pid))) return true;
   return false;
 }
 
@@ -210,8 +208,8 @@ void AgentObserver::on_stall(int rank, const std::string& why, bool outside_coll
   for (const auto& view : metrics_->workers()) {
     const LocalWorker& w = view.worker;
     ProcStat p = proc_stat_read(w.pid);
-    const bool can_answer = view.last && view.last->dumps_on_sigusr1 && p.exists && p.state != 'T' &&
-                            p.state != 't' && p.state != 'Z';
+    const bool can_answer =
+        view.last && view.last->dumps_on_sigusr1 && p.exists && !proc_is_stopped(p) && p.state != 'Z';
     if (can_answer) {
       ::kill(w.pid, SIGUSR1);
       continue;

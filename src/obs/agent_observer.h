@@ -68,8 +68,9 @@ class AgentObserver {
   std::string stall_reason() const;
   int stalled_rank() const;
   // Whether this node holds the stall's cause: a rank the hang diagnosis names (stopped, or not
-  // in the stalled op), or, with no diagnosis, a worker of this node whose process is stopped. A
-  // worker merely waiting inside a collective is a victim: --recovery memory keeps it.
+  // in the stalled op), or, with no diagnosis, a worker of this node that is stopped or was found
+  // quiet outside any collective. A worker merely waiting inside a collective is a victim:
+  // --recovery memory keeps it.
   bool stall_cause_is_local() const;
   JobMetrics& metrics() { return *metrics_; }
 

@@ -67,7 +67,7 @@ std::string JobMetrics::exposition() {
                         {"local_rank", std::to_string(w.local_rank)}};
     // The process itself, live even when it is stuck.
     ProcStat p = w.pid > 0 ? proc_stat_read(w.pid) : ProcStat{};
-    const bool up = p.exists && p.state != 'Z' && p.state != 'X' && p.state != 'T' && p.state != 't';
+    const bool up = p.exists && p.state != 'Z' && p.state != 'X' && !proc_is_stopped(p);
     m.set("cadre_worker_up", labels, up ? 1 : 0);
     if (p.exists) {
       m.set("cadre_worker_resident_memory_bytes", labels, double(p.rss_bytes));

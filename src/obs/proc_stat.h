@@ -16,6 +16,8 @@ struct ProcStat {
 };
 
 ProcStat proc_stat_read(pid_t pid);
+// Stopped by a signal (SIGSTOP, SIGTSTP) or held by a debugger: alive, but runs nothing.
+inline bool proc_is_stopped(const ProcStat& p) { return p.exists && (p.state == 'T' || p.state == 't'); }
 const char* proc_state_name(char state);  // "running", "stopped (SIGSTOP or a debugger)", ...
 
 }  // namespace cadre::obs

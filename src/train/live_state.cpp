@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+
 #include "core/error.h"
 #include "core/shape_text.h"
 
@@ -39,6 +41,15 @@ void restore(const LiveState& mine, const std::vector<std::pair<std::string, at:
   }
 }
 
+// `text` (read on `source` only) to every rank; `size`, its length, every rank already knows.
+std::string broadcast_text(const std::string& text, int64_t size, comm::Communicator& group, int source) {
+  if (size == 0) return "";
+  at::Tensor words = at::zeros({(size + 7) / 8}, at::kLong);  // collectives move numbers, not bytes
+  if (group.rank() == source) std::memcpy(words.data_ptr<int64_t>(), text.data(), text.size());
+  group.broadcast(words, source);
+  return std::string(reinterpret_cast<const char*>(words.data_ptr<int64_t>()), size_t(size));
+}
+
 // Every state tensor and the scalars from `source` to every rank.
 int64_t broadcast_state(const std::vector<std::pair<std::string, at::Tensor>>& live, at::Tensor scalars,
                         comm::Communicator& group, int source) {
@@ -57,9 +68,10 @@ int64_t broadcast_state(const std::vector<std::pair<std::string, at::Tensor>>& l
 }  // namespace
 
 LiveState live_state_take(FSDPModule& model, Optimizer& optimizer, int64_t step, int64_t data_position,
-                          int64_t micro_batches) {
+                          int64_t micro_batches, std::string last_record) {
   LiveState s;
   s.step = step;
+  s.last_record = std::move(last_record);
   s.data_position = data_position;
   s.optimizer_steps = optimizer.steps();
   s.micro_batches = micro_batches;
@@ -85,10 +97,13 @@ std::optional<Adopted> live_state_adopt(const LiveState* mine, FSDPModule& model
   const auto live = state_tensors(model, optimizer);
   if (mine) restore(*mine, live, rank);
   at::Tensor scalars = at::tensor({best, mine ? mine->data_position : 0, mine ? mine->optimizer_steps : 0,
-                                   mine ? mine->micro_batches : 0},
+                                   mine ? mine->micro_batches : 0, mine ? int64_t(mine->last_record.size()) : 0},
                                   at::kLong);
+  out.record = mine ? mine->last_record : "";
   if (group && fewest != best) {  // a newcomer, or a survivor a step behind
     out.bytes = broadcast_state(live, scalars, *group, out.source);
+    out.record = broadcast_text(out.record, scalars[4].item<int64_t>(), *group, out.source);
+    out.bytes += int64_t(out.record.size());
     out.transferred = true;
   }
   const int64_t* v = scalars.data_ptr<int64_t>();

@@ -29,6 +29,9 @@ struct LiveState {
   int64_t data_position = 0;    // global samples consumed
   int64_t optimizer_steps = 0;
   int64_t micro_batches = 0;    // per step, over all data-parallel ranks: the global batch in batch_size units
+  // metrics.jsonl's record of `step` as this rank measured it ("" before the first step): rank 0
+  // writes the file, and may have stopped between a step's last collective and its record.
+  std::string last_record;
   // model.<piece>, optim.<state>.<piece>, buffer.<name>: copies, in the order the layout lists them.
   std::vector<std::pair<std::string, at::Tensor>> tensors;
 };
@@ -37,7 +40,7 @@ struct LiveState {
 // optimizer has not half-stepped: its update follows every collective of the step).
 // `data_position` is where the data stood after `step` steps.
 LiveState live_state_take(FSDPModule& model, Optimizer& optimizer, int64_t step, int64_t data_position,
-                          int64_t micro_batches);
+                          int64_t micro_batches, std::string last_record);
 
 struct Adopted {
   int64_t step = 0;
@@ -45,6 +48,7 @@ struct Adopted {
   int source = 0;           // the rank whose state everyone now holds
   bool transferred = false; // false when every rank already held it (nothing crossed the network)
   int64_t bytes = 0;        // sent by the source
+  std::string record;       // the source's record of `step` (LiveState::last_record)
 };
 
 // Collective over the new group (null: one rank). Ranks that carry a state (`mine`) restore it;

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -13,17 +14,21 @@
 
 namespace cadre {
 
-void metrics_truncate(const std::string& path, int64_t step) {
+int64_t metrics_truncate(const std::string& path, int64_t step) {
   std::ifstream in(path);
-  if (!in) return;
+  if (!in) return 0;
   std::string kept;
+  int64_t newest = 0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_object() && record.value("step", int64_t{0}) > step) continue;
+    const int64_t at = record.is_object() ? record.value("step", int64_t{0}) : 0;
+    if (at > step) continue;
+    newest = std::max(newest, at);
     kept += line + "\n";
   }
   file_write_atomic(path, kept);
+  return newest;
 }
 
 MemoryReport final_memory_report(RunSetup& run) {

@@ -14,8 +14,9 @@
 namespace cadre {
 
 // After a resume, metrics.jsonl keeps the records up to the resumed step: steps the crashed
-// run did after its last checkpoint are done again and logged again.
-void metrics_truncate(const std::string& path, int64_t step);
+// run did after its last checkpoint are done again and logged again. Returns the newest step
+// kept (0 for none).
+int64_t metrics_truncate(const std::string& path, int64_t step);
 
 // This rank's model state after training: measured, with the optimizer's moments, against the
 // strategy's formula.

@@ -116,6 +116,8 @@ class Trainer {
   MembershipChannel* channel_ = nullptr;
   int64_t steps_done_ = 0, position_done_ = 0, micro_batches_ = 0;
   bool reform_due_ = false;
+  std::string last_record_;     // this rank's record of its last step (every rank measures it)
+  std::string adopted_record_;  // the record of the step a re-formed group took over
 };
 
 // --- resume and checkpointing ---------------------------------------------------------------
@@ -147,6 +149,7 @@ bool Trainer::adopt_live_state(const LiveState* mine) {
               "size cannot go on (restart from a checkpoint, or choose sizes that divide it)");
   run_->c.optim.grad_accum_steps = adopted->micro_batches / run_->dp;
   micro_batches_ = adopted->micro_batches;
+  adopted_record_ = adopted->record;
   resumed_.step = steps_done_ = adopted->step;
   position_done_ = int64_t(run_->train_data->position());
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -160,7 +163,7 @@ bool Trainer::adopt_live_state(const LiveState* mine) {
 }
 
 LiveState Trainer::take_live_state() {
-  return live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_);
+  return live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_, last_record_);
 }
 
 // A communicator of this group failed (a peer gone or unreachable), as opposed to an error of
@@ -256,8 +259,14 @@ void Trainer::start() {
                 ") x ", c_.train.threads, " threads; ", run_->train_data->num_samples(), " train samples; ",
                 units_per_step_, " ", unit_, " per step"));
   if (run_->lead) {
-    if (resumed_.step > 0) metrics_truncate(c_.run.dir + "/metrics.jsonl", resumed_.step);
+    const int64_t logged = resumed_.step > 0 ? metrics_truncate(c_.run.dir + "/metrics.jsonl", resumed_.step) : 0;
     metrics_ = std::make_unique<JsonLog>(c_.run.dir + "/metrics.jsonl", /*append=*/resumed_.step > 0);
+    // A re-formed group took over a step whose record the old rank 0 never wrote (it stopped or
+    // died after the step's last collective): the record came with the state.
+    if (logged < resumed_.step && !adopted_record_.empty()) {
+      nlohmann::json record = nlohmann::json::parse(adopted_record_);
+      if (record.value("step", int64_t{0}) == resumed_.step) metrics_->write(record);
+    }
     progress_ = std::make_unique<Progress>("train: step", end_step_, "step", 0.5, resumed_.step);
   }
   stop_signal_.emplace();
@@ -391,6 +400,7 @@ void Trainer::report(const StepFigures& f, nlohmann::json& record, int64_t done)
   observer_->checkpoint_committed(committed.step, committed.bytes, committed.total_s);
   observer_->step_done(done, f.split, f.loss, f.grad_norm, f.lr, record);
   if (metrics_) metrics_->write(record);
+  last_record_ = record.dump();
   // The progress line redraws at most twice a second; its numbers refresh every log_interval.
   if (done % c_.train.log_interval == 0 || done == 1) {
     char line[160];

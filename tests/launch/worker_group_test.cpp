@@ -3,7 +3,9 @@
 // waiting for a child through signals.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -82,6 +84,33 @@ TEST(WorkerGroup, StopKillsWorkersIgnoringSigtermAndTheirChildren) {
   EXPECT_TRUE(wait_until([&] { return pids_with_marker(marker).empty(); }, 10));
   EXPECT_EQ(group.poll(), WorkerGroup::State::Failed);  // killed by SIGKILL after the grace period
   EXPECT_EQ(group.first_failure()->signal, SIGKILL);
+}
+
+// A worker gets exactly its standard streams, the job secret (descriptor 3) when there is one and
+// its membership channel (descriptor 4) when asked for: no descriptor of the agent's leaks in,
+// even one left open at 3 without close-on-exec.
+TEST(WorkerGroup, WorkersInheritOnlyTheirOwnDescriptors) {
+  const int saved = ::fcntl(3, F_DUPFD_CLOEXEC, 10);  // whatever this process holds at 3, if anything
+  const int stray = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(stray, 0);
+  ASSERT_EQ(::dup2(stray, 3), 3);  // open, inheritable
+  if (stray != 3) ::close(stray);
+  // Which of 0..9 are open (test -e stats the link: no descriptor of its own, unlike a glob).
+  const std::string list = "for n in 0 1 2 3 4 5 6 7 8 9; do [ -e /proc/$$/fd/$n ] && printf '%s ' $n; done; :";
+  auto descriptors = [&](bool channels) {
+    TempDir logs;
+    WorkerGroup group({"/bin/sh", "-c", list}, {spec(logs, 0)}, nullptr, -1, channels);
+    EXPECT_EQ(wait_state(group), WorkerGroup::State::Succeeded);
+    group.stop(SIGTERM, 1);
+    return read_file(logs.path + "/out0");
+  };
+  EXPECT_EQ(descriptors(false), "0 1 2 \n");  // the log ends an unterminated last line
+  EXPECT_EQ(descriptors(true), "0 1 2 4 \n");
+  ::close(3);
+  if (saved >= 0) {
+    ::dup2(saved, 3);
+    ::close(saved);
+  }
 }
 
 TEST(WorkerGroup, ProgramLookup) {

@@ -525,6 +525,45 @@ class NetFault : public ::testing::Test {
     std::smatch m;
     return std::regex_search(text, m, line) ? std::stoll(m[1]) : -1;
   }
+  // Host 2's worker gets `sig` (SIGKILL: a crash, SIGSTOP: a hang) while nothing can be read from
+  // disk; followed until every agent finished: a 3-rank group again from the most advanced live
+  // state, which crossed the network, the survivors' processes unchanged, every loss equal to the
+  // fault-free run's. Fills replaced_.
+  void expect_host2_worker_replaced_from_memory(int sig) {
+    block_checkpoints();
+    std::map<int, std::set<int>> before;
+    for (int h : survivors_) before[h] = processes(h);
+    const int victim = worker_pid(2);
+    ASSERT_GT(victim, 0);
+    auto t_fault = Clock::now();
+    ASSERT_EQ(::kill(victim, sig), 0);
+
+    ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, segments_before_); }, 120)) << "no 3-rank group after the fault";
+    replaced_.resume_s = seconds(segments().back().steps.front().seen - t_fault);
+    unblock_checkpoints();
+    for (int h : survivors_) EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
+    EXPECT_NE(worker_pid(2), victim);
+    for (int h = 0; h < 3; ++h) {
+      ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+      EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+    }
+    watch_->poll();
+    const std::string survivors = survivors_output();
+    replaced_.from = memory_recovery_step(survivors);
+    ASSERT_GE(replaced_.from, report_.fault_step) << survivors;
+    EXPECT_EQ(segments().back().first_step(), replaced_.from + 1);
+    EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
+    EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+    const Losses& three = reference(3, steps_, shape_);
+    const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
+    EXPECT_EQ(logged.size(), static_cast<size_t>(steps_));
+    for (const auto& [step, loss] : logged) EXPECT_EQ(loss, three.at(step)) << "step " << step;
+  }
+  struct Replaced {
+    double resume_s = -1;  // fault -> first step of the re-formed group
+    int64_t from = -1;     // the step the adopted state was at
+  } replaced_;
+
   // Largest |a - b| over the steps both have.
   static double max_difference(const Losses& a, const Losses& b) {
     double d = 0;
@@ -632,13 +671,18 @@ TEST_F(NetFault, KilledHostSurvivorsGoOnFromMemoryWithoutARestart) {
     const float f = static_cast<float>(std::abs(x));
     return static_cast<double>(std::nextafter(f, INFINITY) - f);
   };
+  // And exactly: a fault-free run that went from 3 to 2 ranks through a checkpoint of step
+  // `from` gives the same losses, bit for bit (the state the survivors adopted is that step's).
+  const Losses switched = switched_reference(3, shape_, from, 2, TrainShape{"NO_SHARD", 3, 0});
   for (const Segment& s : segments())
     for (const auto& r : s.steps) {
       ASSERT_TRUE(three.count(r.step));
-      if (r.step <= from)
+      if (r.step <= from) {
         EXPECT_EQ(r.loss, three.at(r.step)) << "step " << r.step << " before the fault";
-      else
+      } else {
         EXPECT_LE(std::abs(r.loss - three.at(r.step)), spread + 2 * ulp(r.loss)) << "step " << r.step << " after the fault";
+        EXPECT_EQ(r.loss, switched.at(r.step)) << "step " << r.step << " after the fault";
+      }
     }
   report.resumed_step = last.first_step();
   report.fault_step = std::max(report.fault_step, from);  // a step may complete while the fault lands
@@ -656,38 +700,12 @@ TEST_F(NetFault, KilledWorkerIsReplacedFromItsPeersMemoryAndTheLossesStayExact) 
   use_memory_recovery();
   begin_fault("SIGKILL host 2's worker, --recovery memory");
   ASSERT_FALSE(HasFailure());
-  block_checkpoints();
-  std::map<int, std::set<int>> before;
-  for (int h : survivors_) before[h] = processes(h);
-  const int victim = worker_pid(2);
-  ASSERT_GT(victim, 0);
-  auto t_fault = Clock::now();
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
-
-  ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, segments_before_); }, 120)) << "no 3-rank group after the fault";
-  const double resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  unblock_checkpoints();
-  for (int h : survivors_) EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
-  EXPECT_NE(worker_pid(2), victim);
-  for (int h = 0; h < 3; ++h) {
-    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
-    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
-  }
-  watch_->poll();
-  const std::string survivors = survivors_output();
-  const int64_t from = memory_recovery_step(survivors);
-  ASSERT_GE(from, report_.fault_step) << survivors;
-  EXPECT_EQ(segments().back().first_step(), from + 1);
-  EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
-  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+  expect_host2_worker_replaced_from_memory(SIGKILL);
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(last_round().restart_count, 1) << "a worker failure counts against --max-restarts";
-  const Losses& three = reference(3, steps_, shape_);
-  const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
-  EXPECT_EQ(logged.size(), static_cast<size_t>(steps_));
-  for (const auto& [step, loss] : logged) EXPECT_EQ(loss, three.at(step)) << "step " << step;
   std::printf("[netfault] SIGKILL host 2's worker, --recovery memory: fault after step %lld; the replacement "
               "trained with the others %.2f s after the kill, from step %lld; every loss equal to the fault-free run\n",
-              static_cast<long long>(report_.fault_step), resume_s, static_cast<long long>(from));
+              static_cast<long long>(report_.fault_step), replaced_.resume_s, static_cast<long long>(replaced_.from));
 }
 
 // A hang recovers as a crash does (issue #26): host 2's worker is stopped (SIGSTOP) mid-run. Every
@@ -705,44 +723,19 @@ TEST_F(NetFault, HungWorkerIsReplacedFromItsPeersMemoryAndTheOthersStay) {
   agent_flags_[2] = {"--stall-timeout", std::to_string(kHungHostStallTimeoutS), "--stall-action", "restart"};
   begin_fault("SIGSTOP host 2's worker, --recovery memory");
   ASSERT_FALSE(HasFailure());
-  block_checkpoints();
-  std::map<int, std::set<int>> before;
-  for (int h : survivors_) before[h] = processes(h);
-  const int victim = worker_pid(2);
-  ASSERT_GT(victim, 0);
-  auto t_fault = Clock::now();
-  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
-
-  ASSERT_TRUE(wait_for([&] { return has_segment(3, 1, segments_before_); }, 120)) << "no 3-rank group after the hang";
-  const double resume_s = seconds(segments().back().steps.front().seen - t_fault);
-  unblock_checkpoints();
-  for (int h : survivors_) EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
-  EXPECT_NE(worker_pid(2), victim);
-  for (int h = 0; h < 3; ++h) {
-    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
-    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
-  }
-  watch_->poll();
+  expect_host2_worker_replaced_from_memory(SIGSTOP);
+  ASSERT_FALSE(HasFatalFailure());
   // Host 2 named its own stopped rank and replaced it; the others named it too and left it to host 2.
   EXPECT_NE(output(2).find("replacing this node's workers"), std::string::npos) << output(2);
   for (int h : survivors_) {
     EXPECT_EQ(output(h).find("replacing this node's workers"), std::string::npos) << output(h);
     EXPECT_NE(output(h).find(" is not this node's: its node replaces it"), std::string::npos) << output(h);
   }
-  const std::string survivors = survivors_output();
-  const int64_t from = memory_recovery_step(survivors);
-  ASSERT_GE(from, report_.fault_step) << survivors;
-  EXPECT_EQ(segments().back().first_step(), from + 1);
-  EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
-  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
-  const Losses& three = reference(3, steps_, shape_);
-  const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
-  EXPECT_EQ(logged.size(), static_cast<size_t>(steps_));
-  for (const auto& [step, loss] : logged) EXPECT_EQ(loss, three.at(step)) << "step " << step;
-  std::printf("[netfault] SIGSTOP host 2's worker, --recovery memory (--stall-timeout %.0f s there): fault after step %lld; "
-              "the replacement trained with the others %.2f s after the stop, from step %lld; every loss equal to "
-              "the fault-free run\n",
-              kHungHostStallTimeoutS, static_cast<long long>(report_.fault_step), resume_s, static_cast<long long>(from));
+  std::printf("[netfault] SIGSTOP host 2's worker, --recovery memory (--stall-timeout %.0f s there): fault after step "
+              "%lld; the replacement trained with the others %.2f s after the stop, from step %lld; every loss equal "
+              "to the fault-free run\n",
+              kHungHostStallTimeoutS, static_cast<long long>(report_.fault_step), replaced_.resume_s,
+              static_cast<long long>(replaced_.from));
 }
 
 // A node that joins a running job under --recovery memory takes its state from the live ranks

@@ -16,7 +16,8 @@
 // detection (fault -> first agent line that acts on it), time to training again (fault -> first
 // step of the re-formed group, or the first step after an etcd kill) and steps lost; it prints a
 // table per kind and writes soak.json and soak.md to CADRE_SOAK_OUT (default: the test's build
-// directory; `make soak` plots soak.json with tests/soak/plot_soak.py). A fault that goes wrong
+// directory; `make soak` runs this binary itself, as ctest would stop it after 1500 s, and plots
+// soak.json with tests/soak/plot_soak.py). A fault that goes wrong
 // keeps its job's logs under CADRE_SOAK_OUT/failed-<i>/ and the soak goes on; the test fails at
 // the end unless every fault was survived with correct losses. Needs root.
 #include <gtest/gtest.h>
@@ -365,6 +366,8 @@ class RecoverySoak : public ::testing::Test {
     etcd_killed_ = false;
   }
 
+  void write_results(unsigned seed, const std::vector<Outcome>& outcomes) const;
+
   cadre::test::TempDir shared_{"soak"};
   std::string data_dir_, out_dir_;
   std::unique_ptr<VirtualHosts> hosts_;
@@ -410,6 +413,14 @@ std::string table(const std::vector<Outcome>& outcomes) {
   return md;
 }
 
+void RecoverySoak::write_results(unsigned seed, const std::vector<Outcome>& outcomes) const {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& o : outcomes) all.push_back(o.to_json());
+  cadre::test::write_text(out_dir_ + "/soak.json.tmp", nlohmann::json{{"seed", seed}, {"faults", all}}.dump(1) + "\n");
+  std::filesystem::rename(out_dir_ + "/soak.json.tmp", out_dir_ + "/soak.json");
+  cadre::test::write_text(out_dir_ + "/soak.md", table(outcomes));
+}
+
 TEST_F(RecoverySoak, RandomFaultsAreSurvivedWithExactLosses) {
   const int faults = getenv("CADRE_SOAK_FAULTS") ? std::atoi(getenv("CADRE_SOAK_FAULTS")) : 100;
   const unsigned seed = getenv("CADRE_SOAK_SEED") ? unsigned(std::atoll(getenv("CADRE_SOAK_SEED")))
@@ -438,12 +449,9 @@ TEST_F(RecoverySoak, RandomFaultsAreSurvivedWithExactLosses) {
                 o.survived && o.losses_exact ? "losses exact" : ("FAILED:" + o.note).c_str(), rate * 60,
                 (faults - i - 1) / rate / 60);
     std::fflush(stdout);
+    write_results(seed, outcomes);  // after every fault: an interrupted soak keeps what it measured
   }
-  nlohmann::json all = nlohmann::json::array();
-  for (const auto& o : outcomes) all.push_back(o.to_json());
   const std::string md = table(outcomes);
-  std::ofstream(out_dir_ + "/soak.json") << nlohmann::json{{"seed", seed}, {"faults", all}}.dump(1) << "\n";
-  std::ofstream(out_dir_ + "/soak.md") << md;
   std::printf("[soak] %d faults in %.1f min (seed %u); %s/soak.json\n%s", faults, seconds(Clock::now() - t0) / 60,
               seed, out_dir_.c_str(), md.c_str());
   for (const auto& o : outcomes)
