@@ -30,6 +30,7 @@
 
 #include "comm/c10d_store.h"
 #include "comm/inband.h"
+#include "comm/interrupt.h"
 #include "comm/nccl_group.h"
 #include "comm/progress.h"
 #include "comm/ring.h"
@@ -351,6 +352,7 @@ struct Communicator::Impl {
 
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
+  Interrupt interrupt;  // abort(): ends the op in flight
 
   std::mutex queue_mu;
   std::condition_variable queue_cv;
@@ -376,6 +378,7 @@ struct Communicator::Impl {
 
   void loop() {
     SigpipeBlocked blocked;  // for this thread's whole life (see SigpipeBlocked)
+    bind_interrupt(&interrupt);
     for (;;) {
       std::function<void()> task;
       {
@@ -546,12 +549,30 @@ struct Communicator::Impl {
                               sig.describe(), disagree, "); nothing was sent"));
   }
 
+  // An op ended by abort(): the reason names the lost peer, so no diagnosis; the connections
+  // close, so that no late message lands in a buffer this op no longer owns and the peers
+  // still in the op learn at once.
+  [[noreturn]] void throw_aborted(const OpSignature& sig, bool began) {
+    if (context) context->closeConnections();
+    std::string message =
+        str(sig.describe(), " on ", where(), began ? " aborted: " : " aborted before it began: ", interrupt.reason());
+    std::string dump = obs::flight_recorder_dump_now(str("collective #", seq, " aborted: ", message));
+    if (!dump.empty()) message += "; flight recorder dumped to " + dump;
+    throw Error(message);
+  }
+
   // Runs one op on the communication thread: header exchange (with the data of a small op) and
   // cross-rank check when validating, then data movement.
   void run(const OpSignature& sig, const OpPlan& plan) {
     if (poisoned) obs::flight_recorder().finished(sig.record, false);
     CADRE_CHECK(!poisoned, sig.describe(), " on ", where(), ": communicator is unusable after an earlier failure (",
                 poison_reason, "); call rebuild() on every rank");
+    if (interrupt.fired()) {
+      obs::flight_recorder().finished(sig.record, false);
+      poisoned = true;
+      poison_reason = str(sig.describe(), " aborted before it began: ", interrupt.reason());
+      throw_aborted(sig, /*began=*/false);
+    }
     ++seq;
     obs::flight_recorder().started(sig.record, seq, generation);
     if (progress) progress->reached(seq, sig.describe());
@@ -581,6 +602,7 @@ struct Communicator::Impl {
       obs::flight_recorder().finished(sig.record, false);
       poisoned = true;
       poison_reason = str(sig.describe(), " failed: ", e.what());
+      if (interrupt.fired()) throw_aborted(sig, /*began=*/true);
       const bool peer_error = std::chrono::steady_clock::now() < deadline;
       const std::string missing = missing_ranks(diagnosis_deadline(deadline));
       std::string message = str(sig.describe(), " on ", where(), " failed after ", options.timeout.count(),
@@ -715,6 +737,8 @@ const char* Communicator::backend() const { return NcclGroup::usable() ? "gloo+n
 const CommOptions& Communicator::options() const { return impl_->options; }
 void Communicator::set_validate(bool validate) { impl_->validate = validate; }
 bool Communicator::poisoned() const { return impl_->poisoned; }
+
+void Communicator::abort(const std::string& reason) { impl_->interrupt.fire(reason); }
 
 Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   check_tensor(tensor, "all_reduce", "input");
@@ -857,6 +881,7 @@ void Communicator::rebuild() {
   impl->submit([impl] {
     if (impl->context) impl->context->closeConnections();
     impl->context.reset();
+    impl->interrupt.reset();
     ++impl->generation;
     impl->connect();
     impl->poisoned = false;

@@ -97,6 +97,11 @@ class Communicator {
 
   // True after an op failed: every later op throws until rebuild().
   bool poisoned() const;
+  // From any thread: the op in flight (or else the next one) fails at once with `reason`
+  // instead of waiting for its deadline, and the communicator is poisoned as by any failure.
+  // For a peer known to be gone that nothing reset (a cut link): `cadre run --recovery memory`
+  // aborts when its agent reports a lost node.
+  void abort(const std::string& reason);
   // Collective: drops the failed connections and connects afresh (new store generation).
   // Every rank of this communicator calls it after a failure.
   void rebuild();

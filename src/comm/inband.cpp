@@ -8,17 +8,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/interrupt.h"
 #include "core/error.h"
 
 namespace cadre::comm::inband {
 namespace {
 
 constexpr size_t kRegion = sizeof(Header) + kMaxPayload;
-
-std::chrono::milliseconds remaining(ring::Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
 
 }  // namespace
 
@@ -51,8 +47,8 @@ Received exchange(gloo::Context& ctx, uint64_t slot, const Header& mine, const P
     if (size) std::memcpy(region + sizeof h, data, size);
     send_buf->send(peer, slot, kRegion * (i - 1), sizeof h + size);
   }
-  for (int i = 1; i < n; ++i) CADRE_CHECK(recv_buf->waitRecv(nullptr, remaining(deadline)), "receive aborted");
-  for (int i = 1; i < n; ++i) CADRE_CHECK(send_buf->waitSend(nullptr, remaining(deadline)), "send aborted");
+  for (int i = 1; i < n; ++i) wait_recv(*recv_buf, deadline);
+  for (int i = 1; i < n; ++i) wait_send(*send_buf, deadline);
   for (int i = 1; i < n; ++i) {
     const int peer = (r + i) % n;
     const char* region = staging.recv.data() + kRegion * (i - 1);

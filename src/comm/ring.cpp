@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/interrupt.h"
 #include "core/error.h"
 
 namespace cadre::comm::ring {
@@ -26,18 +27,6 @@ namespace {
 
 // Segments let the reduction of one piece run while the next piece is still on the wire.
 constexpr size_t kSegmentBytes = size_t(4) << 20;
-
-std::chrono::milliseconds remaining(Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
-void wait_recv(gloo::transport::UnboundBuffer& buf, Deadline deadline) {
-  CADRE_CHECK(buf.waitRecv(nullptr, remaining(deadline)), "receive aborted");
-}
-void wait_send(gloo::transport::UnboundBuffer& buf, Deadline deadline) {
-  CADRE_CHECK(buf.waitSend(nullptr, remaining(deadline)), "send aborted");
-}
 
 // Accumulation type: float for every float dtype, int64 for int64.
 template <typename E> struct Accumulate { using type = float; };

@@ -150,6 +150,13 @@ bool announce_round(WorkerGroup& group, const rdzv::Round& round, const std::pai
   return true;
 }
 
+// --recovery memory: the round ended because a node is gone. The kept workers abort its
+// collectives at once rather than wait for their deadline (a cut link resets nothing, so a
+// peer on it is only found out by parallel.comm_timeout otherwise).
+void abort_round(WorkerGroup& group, int64_t round, const std::string& why) {
+  for (const WorkerSpec& spec : group.specs()) group.send_line(spec.local_rank, rdzv::round_lost_line(round, why));
+}
+
 // The first report of this round's workers that a collective lost a peer ("" when none). Reports
 // of an earlier round are stale: that round already ended.
 std::string lost_peer_report(WorkerGroup& group, int64_t round) {
@@ -325,6 +332,7 @@ int agent_run(const AgentConfig& cfg) {
       if (status.ended) {
         if (keep_if_live()) {
           log::info(str("round ", round.number, " ended: ", status.end_reason, "; workers kept for the next round"));
+          if (!status.workers_alive) abort_round(*kept, round.number, status.end_reason);
           break;
         }
         // With every worker alive they stop gracefully (a checkpoint of the current step); after
@@ -350,8 +358,12 @@ int agent_run(const AgentConfig& cfg) {
         std::string reason = str("node ", node.hostname, " (group rank ", status.dead.front(), ", agent pid ", node.pid,
                                  ") ", status.dead_why);
         log::warn(reason + "; re-forming the group");
+        rendezvous.declare_dead(round, status.dead, status.dead_why);
         rendezvous.end_round(round, reason, false, "");
-        if (keep_if_live()) break;
+        if (keep_if_live()) {
+          abort_round(*kept, round.number, reason);
+          break;
+        }
         group->stop(SIGTERM, lost_peer_grace_s(cfg));  // their collectives could only wait for the lost ranks
         break;
       }
@@ -362,6 +374,7 @@ int agent_run(const AgentConfig& cfg) {
           log::warn(lost + "; re-forming the group");
           rendezvous.end_round(round, lost, false, "", /*workers_alive=*/true);
           kept = std::move(group);
+          abort_round(*kept, round.number, lost);  // this node's other workers may still wait
           break;
         }
       }

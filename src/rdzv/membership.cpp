@@ -61,6 +61,21 @@ std::optional<LostPeer> lost_peer_parse(const std::string& line) {
   return std::nullopt;
 }
 
+std::string round_lost_line(int64_t round, const std::string& why) {
+  return nlohmann::json({{"round_lost", why}, {"round", round}}).dump() + "\n";
+}
+
+std::optional<RoundLost> round_lost_parse(const std::string& line) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j.is_object() && j.contains("round_lost") && j.at("round_lost").is_string() && j.contains("round"))
+      return RoundLost{j.at("round").get<int64_t>(), j.at("round_lost").get<std::string>()};
+  } catch (const nlohmann::json::exception&) {
+    // not this kind of line: the caller reads it as another
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> LineReader::read_available(bool* closed) {
   std::vector<std::string> lines;
   char buf[4096];

@@ -1,6 +1,7 @@
 // The agent -> worker channel of in-memory recovery (`cadre run --recovery memory`): a socket
 // pair whose worker end is descriptor 4 (CADRE_MEMBERSHIP_FD). The agent writes one line per
-// rendezvous round its live workers go on into (their new rank, world and master); a worker
+// rendezvous round its live workers go on into (their new rank, world and master), and one when
+// a round ends because a node is gone (the workers abort that round's collectives); a worker
 // writes one line when a collective lost a peer, so the agent ends the round at once instead of
 // waiting for a heartbeat deadline. Lines are JSON objects, one per line.
 #pragma once
@@ -36,6 +37,17 @@ struct LostPeer {
 };
 // nullopt for anything but a lost_peer_line.
 std::optional<LostPeer> lost_peer_parse(const std::string& line);
+
+// The agent's word that round `round` is over because a node is gone (`why`): the workers'
+// collectives of that round could only wait for it, so they abort them (a cut link resets
+// nothing: without this they would wait out parallel.comm_timeout).
+std::string round_lost_line(int64_t round, const std::string& why);
+struct RoundLost {
+  int64_t round = -1;
+  std::string reason;
+};
+// nullopt for anything but a round_lost_line.
+std::optional<RoundLost> round_lost_parse(const std::string& line);
 
 // Reads whole lines from a non-blocking descriptor, keeping a partial one for the next call.
 class LineReader {

@@ -12,6 +12,8 @@
 //   r<k>/hb/<i>           heartbeat counter of join index i (stores without sessions)
 //   r<k>/alive/<i>        session key of join index i (stores with sessions, e.g. etcd: it
 //                         vanishes when the agent's lease expires); written before node/<i>
+//   r<k>/dead/<i>         set by an agent that found join index i silent (heartbeats): the next
+//                         round does not wait for it, though its session key may live on
 //   r<k>/master           "addr:port" of the workers' master (group rank 0's node)
 //   r<k>/end              why the round ended (first writer wins)
 //   r<k>/failed           counts failure reports so a round adds at most one restart
@@ -149,6 +151,7 @@ bool Rendezvous::survivors_all_joined(int64_t k, int64_t joined) {
   for (int64_t i = 0; i < previous_members; ++i) {
     const std::string index = std::to_string(i);
     if (!store_->try_get(round_key(k - 1, "alive/" + index))) continue;  // gone
+    if (store_->try_get(round_key(k - 1, "dead/" + index))) continue;    // silent: its link is cut
     auto record = store_->try_get(round_key(k - 1, "node/" + index));
     if (!record) continue;
     const NodeInfo n = node_info_from_json(*record);
@@ -369,6 +372,10 @@ RoundStatus Rendezvous::poll(const Round& round) {
     }
   }
   return status;
+}
+
+void Rendezvous::declare_dead(const Round& round, const std::vector<int64_t>& group_ranks, const std::string& why) {
+  for (int64_t g : group_ranks) store_->set(round_key(round.number, "dead/" + std::to_string(round.join_indices[g])), why);
 }
 
 void Rendezvous::end_round(const Round& round, const std::string& reason, bool is_failure, const std::string& failure_json,

@@ -79,6 +79,10 @@ class Rendezvous {
   // Monitor-loop calls during a round.
   void heartbeat(const Round& round);
   RoundStatus poll(const Round& round);
+  // Marks nodes of the round (group ranks, from RoundStatus::dead) as dead, before end_round:
+  // the next round closes without waiting for them even where their session lives on (a cut
+  // link closes no connection). One that was only slow joins later, as a scale-up.
+  void declare_dead(const Round& round, const std::vector<int64_t>& group_ranks, const std::string& why);
   // Ends the round for everyone. A failure counts against --max-restarts (once per round) and its
   // description (JSON) becomes the job's last failure. `workers_alive`: every worker of the
   // round is still there (a scale-up, a node leaving on a signal), so they can stop gracefully

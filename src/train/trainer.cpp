@@ -55,7 +55,14 @@ class Trainer {
   // (--recovery memory).
   explicit Trainer(const Config& config, const std::optional<comm::JobEnv>& env = std::nullopt,
                    MembershipChannel* channel = nullptr)
-      : run_(run_set_up(config, env)), c_(run_->c), channel_(channel) {}
+      : run_(run_set_up(config, env)), c_(run_->c), channel_(channel) {
+    abort_on_lost_node();
+  }
+  ~Trainer() {
+    if (channel_) channel_->set_abort_handler(nullptr);  // before the communicators go
+  }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   void resume();
   bool adopt_live_state(const LiveState* mine);
@@ -85,6 +92,7 @@ class Trainer {
   void report(const StepFigures& f, nlohmann::json& record, int64_t done);
   TrainSummary stopped(const SaveStats& saved);
   TrainSummary completed(const SaveStats& saved);
+  void abort_on_lost_node();
   std::string checkpoint_path(int64_t step) const { return checkpoint_dir_ + "/" + checkpoint_name(step); }
 
   // In the order the original single function built them: destroyed in reverse (the saver
@@ -174,6 +182,20 @@ bool Trainer::lost_peer() const {
   return false;
 }
 
+// --recovery memory: when the agent reports this round lost a node, every communicator of the
+// group aborts the op it waits in (a cut link resets nothing: that op would wait out its
+// deadline, parallel.comm_timeout, or checkpoint.timeout_s for a save's agreement); the step then
+// fails as on a reset connection and the group re-forms from memory.
+void Trainer::abort_on_lost_node() {
+  if (!channel_) return;
+  std::vector<comm::Communicator*> groups;
+  for (comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
+    if (g && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  channel_->set_abort_handler([groups](const std::string& reason) {
+    for (comm::Communicator* g : groups) g->abort(reason);
+  });
+}
+
 void Trainer::open_checkpointing() {
   if (run_->group) {
     // Saves agree from a background thread: a communicator of their own keeps those
@@ -188,6 +210,7 @@ void Trainer::open_checkpointing() {
   saver_ = std::make_unique<CheckpointSaver>(
       SaverOptions{checkpoint_dir_, run_->rank, run_->world, c_.checkpoint.keep, c_.checkpoint.async},
       [g = checkpoint_group_.get()](bool ok) { return comm::all_ranks_agree(g, ok); });
+  abort_on_lost_node();  // the saver's communicator too
   end_step_ = c_.train.stop_at > 0 ? c_.train.stop_at : c_.train.steps;
 }
 
@@ -479,8 +502,6 @@ TrainSummary train_run_in_memory_recovery(const Config& config, MembershipChanne
                      "cadre run --recovery memory: parallel.strategy is ", strategy_name(config.parallel.strategy),
                      (config.parallel.tp_size > 1 ? str(" with tp_size ", config.parallel.tp_size) : std::string()),
                      "; in-memory recovery keeps replicated state only (NO_SHARD, tp_size 1): use --recovery restart");
-  const char* round_env = std::getenv(rdzv::kRoundEnv);
-  int64_t round = round_env ? std::strtoll(round_env, nullptr, 10) : 0;
   std::optional<comm::JobEnv> env = comm::JobEnv::from_env();
   std::optional<LiveState> carried;
   for (;;) {
@@ -520,10 +541,9 @@ TrainSummary train_run_in_memory_recovery(const Config& config, MembershipChanne
     if (!lost.empty()) {
       log::warn(str("recovery: rank ", rank, " lost a peer (", lost, "); keeping this rank's state in memory (step ",
                     carried->step, ") and waiting for the re-formed group"));
-      channel.report_lost(round, rank, lost);
+      channel.report_lost(rank, lost);
     }
     env = channel.next(*env, /*timeout_s=*/3600);
-    round = channel.last().round;
   }
 }
 

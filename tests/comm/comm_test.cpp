@@ -1,6 +1,6 @@
 // Communicator behaviour with 2, 3 and 4 real processes on loopback: every op and dtype on odd
 // and zero sizes, sub-groups, sizes and ops that differ across ranks, ranks out of step, and a
-// rank that never arrives.
+// rank that never arrives, and an op aborted from another thread.
 #include <gtest/gtest.h>
 
 #include "support/rank_processes.h"
@@ -29,6 +29,8 @@ TEST(Communicator, RanksOutOfStepFailAtOnceAndRebuildRecovers) { expect_all_pass
 
 TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith2Ranks) { expect_all_pass(2, "missing"); }
 TEST(Communicator, MissingRankIsNamedAndRebuildRecoversWith3Ranks) { expect_all_pass(3, "missing"); }
+
+TEST(Communicator, AbortEndsTheOpInFlightAtOnceAndRebuildRecovers) { expect_all_pass(2, "abort"); }
 
 }  // namespace
 

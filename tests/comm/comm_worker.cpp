@@ -3,8 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "comm/comm.h"
 #include "core/error.h"
@@ -224,11 +228,77 @@ void scenario_missing(Communicator& comm) {
   EXPECT(at::equal(t, at::full({33}, float(comm.size()))), "all_reduce after rebuild");
 }
 
+// Communicator::abort, as `cadre run --recovery memory` uses it when its agent reports a lost
+// node: the last rank never enters the op (a peer behind a cut link), and rank 0's op ends at
+// once with the reason, not after its 60 s deadline; an abort before an op fails that op; a
+// rebuild makes the group usable again.
+void scenario_abort(Communicator& comm, const cadre::comm::JobEnv& env) {
+  const int last = comm.size() - 1;
+  // The other ranks must keep their connections open (a rebuild would reset them, a peer error
+  // rather than the abort) until rank 0 saw its op aborted: it says so in a file.
+  const std::filesystem::path aborted_mark =
+      std::filesystem::temp_directory_path() / cadre::str("cadre-comm-abort-", env.master_port);
+  comm.barrier();
+  if (comm.rank() != 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!std::filesystem::exists(aborted_mark) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT(std::filesystem::exists(aborted_mark), "rank 0 never reported its op aborted");
+  }
+  if (comm.rank() == 0) {
+    auto failure_of = [&](const std::function<void()>& op) {
+      try {
+        op();
+      } catch (const cadre::Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    at::Tensor big = at::ones({1 << 20});  // past the small-op path: a header exchange, then the ring
+    const auto started = std::chrono::steady_clock::now();
+    std::thread aborter([&] {
+      // The op is usually waiting by then; were it not, it fails as it begins (the same error).
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.abort("node h2 is gone (test)");
+    });
+    const std::string error = failure_of([&] { comm.all_reduce(big); });
+    aborter.join();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("abort: %s (after %.2f s)\n", error.c_str(), waited);
+    EXPECT(error.find("all_reduce(sum) of 1048576 x float") != std::string::npos, "error lacks the op: ", error);
+    EXPECT(error.find("aborted") != std::string::npos && error.find("node h2 is gone (test)") != std::string::npos,
+           "error does not say the op was aborted and why: ", error);
+    EXPECT(error.find("timeout") == std::string::npos, "the op waited for its deadline: ", error);
+    EXPECT(waited < 30, "the op ended ", waited, " s later, not at the abort");
+    EXPECT(comm.poisoned(), "an aborted communicator is not marked failed");
+    const std::string refused = failure_of([&] { comm.barrier(); });
+    EXPECT(refused.find("unusable after an earlier failure") != std::string::npos, "aborted communicator was reused: ", refused);
+    std::ofstream(aborted_mark) << "aborted\n";
+  }
+  comm.rebuild();
+  if (comm.rank() == 0) std::filesystem::remove(aborted_mark);
+  at::Tensor t = at::ones({33});
+  comm.all_reduce(t);
+  EXPECT(at::equal(t, at::full({33}, float(comm.size()))), "all_reduce after rebuild");
+  // An abort with no op in flight fails the next op before it sends anything, on that rank.
+  if (comm.rank() == last) {
+    comm.abort("node h0 is gone (test)");
+    std::string error;
+    try {
+      comm.barrier();
+    } catch (const cadre::Error& e) {
+      error = e.what();
+    }
+    EXPECT(error.find("aborted before it began: node h0 is gone (test)") != std::string::npos,
+           "an op after abort() did not fail at once: ", error);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing|out_of_step\n");
+    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing|out_of_step|abort\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -243,6 +313,7 @@ int main(int argc, char** argv) {
     else if (scenario == "mismatch") scenario_mismatch(comm);
     else if (scenario == "missing") scenario_missing(comm);
     else if (scenario == "out_of_step") scenario_out_of_step(comm);
+    else if (scenario == "abort") scenario_abort(comm, env);
     else throw std::runtime_error("unknown scenario " + scenario);
     std::printf("PASS %s rank %d\n", scenario.c_str(), rank);
     return 0;

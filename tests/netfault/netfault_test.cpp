@@ -28,6 +28,9 @@
 //   KilledHostZeroSurvivesWithEtcd: with `--rdzv-backend etcd` (one etcd member on the switch, on
 //     no host) the store no longer lives in host 0's agent, so host 0 itself can die: hosts 1 and
 //     2 re-form (rank 0 moves to host 1) and finish.
+// The *FromMemory* tests run `--recovery memory` (issue #26): the survivors keep their processes
+// and state, e.g. CutHostSurvivorsGoOnFromMemoryBeforeTheCollectiveTimeout: the agents tell their
+// workers of the silent host, whose collectives abort instead of waiting out comm_timeout.
 // Needs root (CI has it); without root the tests fail and say so.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -71,6 +74,7 @@ const char* kStorePort = "29400";
 // deadline (parallel.comm_timeout; normally above the heartbeat so a lost node is a membership
 // change), and how long an agent waits on the rendezvous store before giving up.
 struct Timeouts {
+  int last_call_s = 2;
   int heartbeat_s = 3;
   int comm_s = 20;
   int store_s = 5;
@@ -255,7 +259,8 @@ class NetFault : public ::testing::Test {
         dir_ / ("agent-" + name + ".out"));
   }
   std::string rdzv_conf() const {
-    return "last_call_timeout=2,heartbeat_timeout=" + std::to_string(timeouts_.heartbeat_s) +
+    return "last_call_timeout=" + std::to_string(timeouts_.last_call_s) +
+           ",heartbeat_timeout=" + std::to_string(timeouts_.heartbeat_s) +
            ",join_timeout=90,store_timeout=" + std::to_string(timeouts_.store_s) + ",exit_linger=5";
   }
   std::string output(int host) const { return agents_.at(host)->output(); }
@@ -565,6 +570,77 @@ class NetFault : public ::testing::Test {
   } replaced_;
 
   // Largest |a - b| over the steps both have.
+  // The survivors' processes and the last step logged, taken just before host 2 is lost.
+  struct SurvivorsAtFault {
+    std::map<int, std::set<int>> processes;
+    int64_t logged = 0;
+  };
+  SurvivorsAtFault survivors_at_fault() {
+    SurvivorsAtFault at;
+    for (int h : survivors_) at.processes[h] = processes(h);
+    at.logged = segments().back().last_step();
+    return at;
+  }
+
+  // After host 2 was lost under --recovery memory: hosts 0 and 1 kept their processes, went on
+  // with 2 ranks from the step they were in (read from no checkpoint; global batch kept) and
+  // trained to the end. Before the fault every loss is the fault-free 3-rank run's, to the bit;
+  // after it the 6 micro-batches are reduced over 2 ranks instead of 3, an order that changes
+  // float32 rounding only: within what a fault-free 2-rank run with the same global batch differs
+  // from the 3-rank one (`spread`, over the whole run) plus 2 ulps of the logged loss (a float32
+  // sum of 6 micro-batch losses in another order); a different global batch would differ by
+  // orders of magnitude more (~1e-2 here). And exactly: equal, bit for bit, to a fault-free run
+  // that went from 3 to 2 ranks through a checkpoint of the step the survivors went on from.
+  void expect_survivors_went_on_from_memory(const SurvivorsAtFault& at_fault) {
+    unblock_checkpoints();
+    for (int h : survivors_) {
+      EXPECT_EQ(processes(h), at_fault.processes.at(h)) << "host " << h << "'s processes changed";
+      EXPECT_NE(output(h).find("live worker(s) go on into it without a restart"), std::string::npos) << output(h);
+    }
+    for (int h : survivors_) {
+      ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
+      EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
+    }
+    watch_->poll();
+    const Segment& last = segments().back();
+    ASSERT_EQ(last.world_size, 2);
+    EXPECT_EQ(last.last_step(), steps_) << "the 2-node group did not train to the end";
+    // The most advanced survivor's state, at or after the last step logged before the fault (a
+    // step can complete on one survivor and not another).
+    const std::string survivors = survivors_output();
+    const int64_t from = memory_recovery_step(survivors);
+    ASSERT_GE(from, at_fault.logged) << survivors;
+    EXPECT_EQ(last.first_step(), from + 1) << "the re-formed group did not go on from where it was";
+    EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
+    EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
+
+    const Losses& three = reference(3, steps_, shape_);
+    const Losses& two = reference(2, steps_, TrainShape{"NO_SHARD", 3, 0});
+    const double spread = max_difference(two, three);
+    auto ulp = [](double x) {
+      const float f = static_cast<float>(std::abs(x));
+      return static_cast<double>(std::nextafter(f, INFINITY) - f);
+    };
+    const Losses switched = switched_reference(3, shape_, from, 2, TrainShape{"NO_SHARD", 3, 0});
+    for (const Segment& s : segments())
+      for (const auto& r : s.steps) {
+        ASSERT_TRUE(three.count(r.step));
+        if (r.step <= from) {
+          EXPECT_EQ(r.loss, three.at(r.step)) << "step " << r.step << " before the fault";
+        } else {
+          EXPECT_LE(std::abs(r.loss - three.at(r.step)), spread + 2 * ulp(r.loss)) << "step " << r.step << " after the fault";
+          EXPECT_EQ(r.loss, switched.at(r.step)) << "step " << r.step << " after the fault";
+        }
+      }
+    report_.resumed_step = last.first_step();
+    report_.fault_step = std::max(report_.fault_step, from);  // a step may complete while the fault lands
+    std::printf("%s; test %.1f s\n", report_.print().c_str(), seconds(Clock::now() - started_));
+    std::printf("[netfault] in memory: losses after the fault within %.3g of the fault-free 3-rank run (the 2- and "
+                "3-rank fault-free runs differ by up to %.3g)\n",
+                max_difference(losses_of(run_dir_ + "/metrics.jsonl"), three), spread);
+    RecordProperty("recovery_s", std::to_string(report_.resume_s));
+  }
+
   static double max_difference(const Losses& a, const Losses& b) {
     double d = 0;
     for (const auto& [step, loss] : a)
@@ -623,74 +699,49 @@ TEST_F(NetFault, KilledHostSurvivorsGoOnFromMemoryWithoutARestart) {
   use_memory_recovery();
   begin_fault("SIGKILL host 2, --recovery memory");
   ASSERT_FALSE(HasFailure());
-  FaultReport& report = report_;
   block_checkpoints();
-  std::map<int, std::set<int>> before;
-  for (int h : survivors_) before[h] = processes(h);
-  const Segment& first = segments().back();
-  const int64_t logged_before_fault = first.last_step();
+  const SurvivorsAtFault at_fault = survivors_at_fault();
   auto t_fault = Clock::now();
   hosts_->kill_all(2);
   ASSERT_TRUE(agents_[2]->wait_exit(10));
 
   expect_reformed(t_fault, "the survivors did not re-form with 2");
   ASSERT_FALSE(HasFatalFailure());
-  unblock_checkpoints();
-  // The same processes as before the fault on both surviving hosts: nothing was restarted.
-  for (int h : survivors_) {
-    EXPECT_EQ(processes(h), before[h]) << "host " << h << "'s processes changed";
-    EXPECT_NE(output(h).find("live worker(s) go on into it without a restart"), std::string::npos) << output(h);
-  }
-  for (int h : survivors_) {
-    ASSERT_TRUE(agents_[h]->wait_exit(180)) << "host " << h << " did not finish";
-    EXPECT_EQ(agents_[h]->exit_code(), 0) << output(h);
-  }
-  watch_->poll();
-  const Segment& last = segments().back();
-  ASSERT_EQ(last.world_size, 2);
-  EXPECT_EQ(last.last_step(), steps_) << "the 2-node group did not train to the end";
-  // From memory, from the step the group was in: the most advanced survivor's state, at or after
-  // the last step logged before the fault (a step can complete on one survivor and not another).
-  const std::string survivors = survivors_output();
-  const int64_t from = memory_recovery_step(survivors);
-  ASSERT_GE(from, logged_before_fault) << survivors;
-  EXPECT_EQ(last.first_step(), from + 1) << "the re-formed group did not go on from where it was";
-  EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
-  EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
+  expect_survivors_went_on_from_memory(at_fault);
+}
 
-  // Before the fault: the fault-free 3-rank run, to the bit. After it the 6 micro-batches are
-  // reduced over 2 ranks instead of 3, an order that changes float32 rounding only: the losses may
-  // differ from the 3-rank run by what a fault-free 2-rank run with the same global batch differs
-  // from it (`spread`, over the whole run), plus the rounding of the logged loss itself, a float32
-  // sum of 6 micro-batch losses taken in another order (2 ulps). A different global batch would
-  // differ by orders of magnitude more (~1e-2 here).
-  const Losses& three = reference(3, steps_, shape_);
-  const Losses& two = reference(2, steps_, TrainShape{"NO_SHARD", 3, 0});
-  const double spread = max_difference(two, three);
-  auto ulp = [](double x) {
-    const float f = static_cast<float>(std::abs(x));
-    return static_cast<double>(std::nextafter(f, INFINITY) - f);
-  };
-  // And exactly: a fault-free run that went from 3 to 2 ranks through a checkpoint of step
-  // `from` gives the same losses, bit for bit (the state the survivors adopted is that step's).
-  const Losses switched = switched_reference(3, shape_, from, 2, TrainShape{"NO_SHARD", 3, 0});
-  for (const Segment& s : segments())
-    for (const auto& r : s.steps) {
-      ASSERT_TRUE(three.count(r.step));
-      if (r.step <= from) {
-        EXPECT_EQ(r.loss, three.at(r.step)) << "step " << r.step << " before the fault";
-      } else {
-        EXPECT_LE(std::abs(r.loss - three.at(r.step)), spread + 2 * ulp(r.loss)) << "step " << r.step << " after the fault";
-        EXPECT_EQ(r.loss, switched.at(r.step)) << "step " << r.step << " after the fault";
-      }
-    }
-  report.resumed_step = last.first_step();
-  report.fault_step = std::max(report.fault_step, from);  // a step may complete while the fault lands
-  std::printf("%s; test %.1f s\n", report.print().c_str(), seconds(Clock::now() - started_));
-  std::printf("[netfault] in memory: losses after the fault within %.3g of the fault-free 3-rank run (the 2- and "
-              "3-rank fault-free runs differ by up to %.3g)\n",
-              max_difference(losses_of(run_dir_ + "/metrics.jsonl"), three), spread);
-  RecordProperty("recovery_s", std::to_string(report.resume_s));
+// The same loss by a cut link (issue #26): nothing resets, so the survivors' collectives would
+// wait out parallel.comm_timeout (20 s here) for host 2. Their agents find it silent after
+// heartbeat_timeout, declare it dead (the next round does not wait for its open session) and
+// tell their workers, which abort the collective they wait in and re-form from memory: training
+// again within the heartbeat deadline plus a re-formation, far below the collective timeout.
+TEST_F(NetFault, CutHostSurvivorsGoOnFromMemoryBeforeTheCollectiveTimeout) {
+  use_memory_recovery();
+  timeouts_.last_call_s = 10;  // a re-formation that waited for the cut host would show
+  begin_fault("link of host 2 cut, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  block_checkpoints();
+  const SurvivorsAtFault at_fault = survivors_at_fault();
+  auto t_fault = Clock::now();
+  hosts_->cut(2);
+
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_NE(report_.detected_by.find("stopped heartbeating"), std::string::npos) << report_.detected_by;
+  // The collective in flight was aborted on the agents' word, not timed out (a survivor whose
+  // notice came second may see the first one's aborted connections reset instead).
+  const std::string survivors = survivors_output();
+  EXPECT_NE(survivors.find("aborting its collectives"), std::string::npos) << survivors;
+  EXPECT_NE(survivors.find("aborted: the agent reports a lost node: node"), std::string::npos) << survivors;
+  // Heartbeats are checked every timeout/10 and the deadline runs from the last one seen; then
+  // one re-formation (under a second in the other tests): nowhere near the 20 s collective
+  // timeout, nor the 10 s last call a round waiting for the cut host's open session would take.
+  EXPECT_LE(report_.resume_s, timeouts_.heartbeat_s + 3.0) << "the collective timeout or the last call was waited for";
+  expect_survivors_went_on_from_memory(at_fault);
+  // The cut host's agent cannot reach the store: it gives up and takes its worker with it.
+  ASSERT_TRUE(agents_[2]->wait_exit(timeouts_.store_s + timeouts_.comm_s + 10)) << output(2);
+  EXPECT_NE(agents_[2]->exit_code(), 0) << output(2);
+  EXPECT_TRUE(wait_for([&] { return hosts_->pids(2).empty(); }, 30)) << "processes left on the cut host";
 }
 
 // A worker dies and its node's agent starts another: the newcomer takes its state from the live

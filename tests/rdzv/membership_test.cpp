@@ -1,6 +1,6 @@
 // The agent <-> worker lines of in-memory recovery (rdzv/membership.h): a membership survives
-// the round trip, malformed lines are refused naming what is wrong, lost-peer reports are told
-// apart from memberships, and lines split across reads come out whole.
+// the round trip, malformed lines are refused naming what is wrong, lost-peer reports and
+// round-lost notices are told apart from memberships, and lines split across reads come out whole.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <fcntl.h>
@@ -55,6 +55,20 @@ TEST(Membership, LostPeerReportsCarryTheirRound) {
   EXPECT_NE(lost->reason.find("rank 2 lost a peer: connection reset by peer"), std::string::npos) << lost->reason;
   EXPECT_FALSE(lost_peer_parse("{\"lost\": \"no round\"}"));
   EXPECT_FALSE(lost_peer_parse("garbage"));
+}
+
+TEST(Membership, RoundLostLinesCarryTheirRoundAndAreNoOtherLine) {
+  const std::string line = round_lost_line(4, "node h2 (group rank 2) stopped heartbeating");
+  ASSERT_EQ(line.back(), '\n');
+  auto lost = round_lost_parse(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(lost->round, 4);
+  EXPECT_EQ(lost->reason, "node h2 (group rank 2) stopped heartbeating");
+  EXPECT_FALSE(lost_peer_parse(line));
+  EXPECT_FALSE(round_lost_parse(lost_peer_line(4, 1, "reset")));
+  EXPECT_FALSE(round_lost_parse(membership_to_line(Membership{4, 0, 0, 2, "a", 1})));
+  EXPECT_FALSE(round_lost_parse("{\"round_lost\": \"no round\"}"));
+  EXPECT_FALSE(round_lost_parse("garbage"));
 }
 
 TEST(Membership, LinesSplitAcrossWritesComeOutWholeAndAClosedPeerIsSeen) {

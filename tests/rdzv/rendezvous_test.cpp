@@ -256,6 +256,36 @@ TEST(Rendezvous, SurvivorsReformAtOnceWhenAMembersSessionVanished) {
   EXPECT_EQ(nb.group_world_size(), 2);
 }
 
+// A member behind a cut link keeps its session (nothing closes its connection) and only stops
+// heartbeating: once a survivor declares it dead, the survivors re-form without waiting out the
+// last call for it either.
+TEST(Rendezvous, SurvivorsReformAtOnceWhenASilentMemberWasDeclaredDead) {
+  Cluster c(2, 3);
+  c.shared->vanishing_sessions = true;
+  c.config.last_call_timeout_s = 30;  // the survivors must not wait for it
+  auto a = c.agent(), b = c.agent(), d = c.agent();
+  auto fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  auto fb = std::async(std::launch::async, [&] { return b->join_next_round(node("b"), kNever); });
+  Round rd = d->join_next_round(node("d"), kNever);
+  Round ra = fa.get(), rb = fb.get();
+  RoundStatus s;  // a and b beat, d is silent with its session open
+  for (int i = 0; i < 400 && s.dead.empty(); ++i) {
+    a->heartbeat(ra);
+    b->heartbeat(rb);
+    s = a->poll(ra);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(s.dead, std::vector<int64_t>{rd.group_rank});
+  EXPECT_EQ(s.dead_why, "stopped heartbeating");
+  a->declare_dead(ra, s.dead, s.dead_why);
+  a->end_round(ra, "d stopped heartbeating", false, "");
+  fa = std::async(std::launch::async, [&] { return a->join_next_round(node("a"), kNever); });
+  fb = std::async(std::launch::async, [&] { return b->join_next_round(node("b"), kNever); });
+  ASSERT_EQ(fa.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the survivors waited for the silent";
+  EXPECT_EQ(fa.get().group_world_size(), 2);
+  EXPECT_EQ(fb.get().group_world_size(), 2);
+}
+
 // The rule waits for every member that is still alive: one that has not rejoined yet holds the
 // round until the last call, as before.
 TEST(Rendezvous, ALiveMemberNotYetBackHoldsTheRoundUntilTheLastCall) {
