@@ -91,25 +91,13 @@ void LogForwarder::run() {
         s.spec.pipe_fd = -1;
         continue;
       }
-      s.partial.append(buf, static_cast<size_t>(n));
-      size_t start = 0, nl;
-      while ((nl = s.partial.find('\n', start)) != std::string::npos) {
-        emit_line(s, s.partial.substr(start, nl - start));
-        start = nl + 1;
-      }
-      s.partial.erase(0, start);
-      // A worker that writes without newlines must not make the agent buffer without bound.
-      while (s.partial.size() >= kMaxLineBytes) {
-        emit_line(s, s.partial.substr(0, kMaxLineBytes));
-        s.partial.erase(0, kMaxLineBytes);
-      }
+      for (const std::string& line : s.lines.append(buf, static_cast<size_t>(n))) emit_line(s, line);
     }
   }
-  for (auto& s : streams_)
-    if (!s.partial.empty()) {
-      emit_line(s, s.partial);
-      s.partial.clear();
-    }
+  for (auto& s : streams_) {
+    std::string rest = s.lines.take_rest();
+    if (!rest.empty()) emit_line(s, rest);
+  }
 }
 
 }  // namespace cadre::launch

@@ -2,13 +2,15 @@
 // agent's console; keeps the last lines of each stream for the root-cause report. One thread.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-#include <atomic>
+
+#include "core/line_buffer.h"
 
 namespace cadre::launch {
 
@@ -33,7 +35,7 @@ class LogForwarder {
   struct Stream {
     LogStream spec;
     int file_fd = -1;
-    std::string partial;
+    LineBuffer lines{kMaxLineBytes};
     std::deque<std::string> tail;
   };
   void run();

@@ -87,11 +87,7 @@ std::vector<std::string> LineReader::read_available(bool* closed) {
       if (closed) *closed = true;
       break;
     }
-    partial_.append(buf, static_cast<size_t>(n));
-  }
-  for (size_t nl; (nl = partial_.find('\n')) != std::string::npos;) {
-    lines.push_back(partial_.substr(0, nl));
-    partial_.erase(0, nl + 1);
+    for (std::string& line : buffer_.append(buf, static_cast<size_t>(n))) lines.push_back(std::move(line));
   }
   return lines;
 }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/line_buffer.h"
+
 namespace cadre::rdzv {
 
 constexpr const char* kMembershipFdEnv = "CADRE_MEMBERSHIP_FD";
@@ -59,7 +61,7 @@ class LineReader {
 
  private:
   int fd_;
-  std::string partial_;
+  LineBuffer buffer_;
 };
 
 }  // namespace cadre::rdzv

@@ -63,12 +63,15 @@ void MembershipChannel::read_lines() {
 
 void MembershipChannel::take(const std::string& line) {
   if (auto lost = rdzv::round_lost_parse(line)) {
-    // A round this worker already left is over for it anyway.
-    if (lost->round == round_ && abort_) {
-      log::warn(str("recovery: the agent reports round ", lost->round, " lost a node (", lost->reason,
-                    "); aborting its collectives"));
-      abort_(str("the agent reports a lost node: ", lost->reason));
+    // A round this worker already left is over for it anyway. One announced but not yet taken
+    // (the notice overtook next()) is remembered, as is one that comes while no handler is set
+    // (a trainer being built for the round): set_abort_handler applies it.
+    if (lost->round < round_) return;
+    if (lost->round >= lost_round_) {
+      lost_round_ = lost->round;
+      lost_reason_ = lost->reason;
     }
+    if (lost->round == round_) call_abort(lost->reason);
     return;
   }
   try {
@@ -96,6 +99,13 @@ int64_t MembershipChannel::round() const {
 void MembershipChannel::set_abort_handler(AbortHandler abort) {
   std::lock_guard<std::mutex> lock(mu_);
   abort_ = std::move(abort);
+  if (lost_round_ == round_) call_abort(lost_reason_);
+}
+
+void MembershipChannel::call_abort(const std::string& reason) {
+  if (!abort_) return;
+  log::warn(str("recovery: the agent reports round ", round_, " lost a node (", reason, "); aborting its collectives"));
+  abort_(str("the agent reports a lost node: ", reason));
 }
 
 void MembershipChannel::report_lost(int rank, const std::string& why) {

@@ -40,13 +40,16 @@ class MembershipChannel {
   int64_t round() const;  // the round this worker is in
 
   // While set, called on the reader thread when the agent says the current round lost a node;
-  // it aborts that round's communicators. Cleared with nullptr (which waits for a call in progress).
+  // it aborts that round's communicators. A notice that came before (while the round's trainer
+  // was being built, or before next() took the round) calls it at once, on the calling thread.
+  // Cleared with nullptr (which waits for a call in progress).
   void set_abort_handler(AbortHandler abort);
 
  private:
   void read_lines();
   void take(const std::string& line);  // under mu_
   void rethrow_read_error();           // under mu_
+  void call_abort(const std::string& reason);  // under mu_: the handler, if one is set
 
   int fd_;
   int wake_fd_;  // eventfd: ends the reader thread
@@ -58,6 +61,8 @@ class MembershipChannel {
   std::exception_ptr read_error_;  // a line the worker cannot read, rethrown on the main thread
   int64_t round_;
   AbortHandler abort_;
+  int64_t lost_round_ = -1;  // the newest round the agent said lost a node, and why
+  std::string lost_reason_;
   rdzv::Membership last_;
   std::thread thread_;
 };

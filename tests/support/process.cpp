@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,10 +22,15 @@ namespace cadre::test {
 RunResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env, double timeout_s) {
   int pipefd[2];
   if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+  const pid_t test_pid = getpid();
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     setpgid(0, 0);  // own group: the timeout kills the whole tree
+    // A test stopped by a signal (ctest's timeout, ^C) never reaches the timeout's kill: the child
+    // goes with it instead of running on (a `cadre run` keeps its workers alive).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != test_pid) _exit(127);  // the test died before the line above
     dup2(pipefd[1], STDOUT_FILENO);
     dup2(pipefd[1], STDERR_FILENO);
     close(pipefd[0]);

@@ -57,7 +57,7 @@ TEST_F(MembershipChannelTest, LostNodeOfTheCurrentRoundReachesTheAbortHandler) {
   channel_->set_abort_handler(nullptr);
 }
 
-TEST_F(MembershipChannelTest, NoticesOfOtherRoundsAndWithNoHandlerAreIgnored) {
+TEST_F(MembershipChannelTest, NoticesOfRoundsThisWorkerLeftAreIgnored) {
   std::atomic<int> calls{0};
   channel_->set_abort_handler([&](const std::string&) { ++calls; });
   agent_says(round_lost_line(2, "an earlier round"));
@@ -67,10 +67,71 @@ TEST_F(MembershipChannelTest, NoticesOfOtherRoundsAndWithNoHandlerAreIgnored) {
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(channel_->round(), 4);
   agent_says(round_lost_line(3, "the round this worker left"));
-  channel_->set_abort_handler(nullptr);
-  agent_says(round_lost_line(4, "no handler set"));
   announce(5, 0);
-  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(calls.load(), 0) << "a notice for round 3 aborted round 4";
+  channel_->set_abort_handler(nullptr);
+}
+
+// The trainer of a round registers its handler only once its group is built: a node lost
+// meanwhile must still end that round's collectives, not leave them to their deadline.
+TEST_F(MembershipChannelTest, ANoticeThatCameBeforeTheHandlerAbortsWhenItIsSet) {
+  agent_says(round_lost_line(3, "node h1 stopped heartbeating"));
+  announce(4, 0);  // read in order: the notice was read before
+  std::string reason;
+  channel_->set_abort_handler([&](const std::string& r) { reason = r; });
+  EXPECT_NE(reason.find("node h1 stopped heartbeating"), std::string::npos) << "not aborted at registration";
+  channel_->set_abort_handler(nullptr);
+}
+
+// The agent announces a round and says it lost a node before this worker took it: the notice
+// applies once the round is taken, and a later round taken instead does not inherit it.
+TEST_F(MembershipChannelTest, ANoticeForARoundNotYetTakenAbortsItOnceTaken) {
+  // `marker` notices of the current round tell the lines before them were read (in order).
+  std::atomic<int> other_calls{0};
+  std::promise<void> marker;
+  auto until_marker = [&] {
+    channel_->set_abort_handler([&](const std::string& r) {
+      if (r.find("marker") != std::string::npos) marker.set_value();
+      else ++other_calls;
+    });
+    other_calls = 0;  // a notice of the current round, applied at registration, is not one of them
+  };
+  auto take_round = [&](int64_t round) {
+    ASSERT_EQ(marker.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    channel_->set_abort_handler(nullptr);
+    channel_->next(cadre::comm::JobEnv{}, 10);
+    ASSERT_EQ(channel_->round(), round);
+    marker = std::promise<void>();
+  };
+  auto reason_at_registration = [&] {
+    std::string reason;
+    channel_->set_abort_handler([&](const std::string& r) { reason = r; });
+    channel_->set_abort_handler(nullptr);
+    return reason;
+  };
+
+  until_marker();
+  agent_says(membership_to_line(Membership{4, 0, 1, 2, "10.0.0.1", 29400}));
+  agent_says(round_lost_line(4, "node h2 stopped heartbeating"));
+  agent_says(round_lost_line(3, "marker"));
+  take_round(4);
+  EXPECT_EQ(other_calls.load(), 0) << "round 3 aborted for round 4's loss";
+  EXPECT_NE(reason_at_registration().find("node h2 stopped heartbeating"), std::string::npos);
+
+  until_marker();
+  agent_says(membership_to_line(Membership{5, 0, 1, 2, "10.0.0.1", 29400}));
+  agent_says(round_lost_line(4, "marker"));
+  take_round(5);
+  EXPECT_EQ(reason_at_registration(), "") << "round 5 aborted for round 4's loss";
+
+  // A later notice of the current round does not make the channel forget the announced one's.
+  until_marker();
+  agent_says(membership_to_line(Membership{6, 0, 1, 2, "10.0.0.1", 29400}));
+  agent_says(round_lost_line(6, "node h0 stopped heartbeating"));
+  agent_says(round_lost_line(5, "marker"));
+  take_round(6);
+  EXPECT_NE(reason_at_registration().find("node h0 stopped heartbeating"), std::string::npos);
+  EXPECT_EQ(other_calls.load(), 0);
 }
 
 TEST_F(MembershipChannelTest, TheNewestAnnouncedRoundIsTakenAndReportsNameTheCurrentOne) {
