@@ -1,4 +1,5 @@
 // `cadre train --config <yaml> [--resume auto|none|PATH] [--set key=value ...]`.
+#include <csignal>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -44,6 +45,11 @@ std::string train_run_dir(const Args& args) {
 }
 
 int cmd_train(const Args& args) {
+  // A write to a socket whose peer left (a rank that died, a store whose host went) must fail
+  // with EPIPE, which the op turns into an error naming it, never kill the rank silently: the
+  // recovery soak saw rank 0 die of SIGPIPE as its group re-formed after a peer's SIGKILL, on a
+  // thread other than the Gloo threads that block it (comm.cpp), and the job with it.
+  std::signal(SIGPIPE, SIG_IGN);
   Config config = train_config(args);
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work

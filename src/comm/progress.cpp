@@ -9,66 +9,76 @@
 namespace cadre::comm {
 
 ProgressPublisher::ProgressPublisher(int rank, std::chrono::milliseconds interval)
-    : rank_(rank), interval_(interval), thread_([this] { loop(); }) {}
+    : s_(std::make_shared<Shared>()) {
+  s_->rank = rank;
+  s_->interval = interval;
+  thread_ = std::thread([s = s_] { loop(s); });
+}
 
 ProgressPublisher::~ProgressPublisher() {
+  bool writing = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->stopping = true;  // no write starts after this
+    writing = s_->thread_writing;
   }
-  cv_.notify_all();
-  thread_.join();
+  s_->cv.notify_all();
+  if (writing) thread_.detach();
+  else thread_.join();
 }
 
 std::string ProgressPublisher::key(int rank) { return str("arrive/", rank); }
 
 void ProgressPublisher::set_store(c10::intrusive_ptr<c10d::Store> store) {
-  std::lock_guard<std::mutex> lock(mu_);
-  store_ = std::move(store);
-  seq_ = 0;
-  published_seq_ = 0;  // a fresh generation's store has no mark, read as "none"
-  description_.clear();
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->store = std::move(store);
+  s_->seq = 0;
+  s_->published_seq = 0;  // a fresh generation's store has no mark, read as "none"
+  s_->description.clear();
 }
 
 void ProgressPublisher::reached(int64_t seq, std::string description) {
-  std::lock_guard<std::mutex> lock(mu_);
-  seq_ = seq;
-  description_ = std::move(description);
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->seq = seq;
+  s_->description = std::move(description);
 }
 
 std::string ProgressPublisher::publish_now() {
-  std::unique_lock<std::mutex> lock(mu_);
-  return publish_locked(lock);
+  std::unique_lock<std::mutex> lock(s_->mu);
+  return publish_locked(*s_, lock);
 }
 
-// Called with mu_ held; releases it around the store write (a network round trip).
-std::string ProgressPublisher::publish_locked(std::unique_lock<std::mutex>& lock) {
-  if (!store_ || seq_ == published_seq_) return {};
-  auto store = store_;
-  const int64_t seq = seq_;
-  std::string value = str(seq, " ", description_);
+// Called with s.mu held; releases it around the store write (a network round trip).
+std::string ProgressPublisher::publish_locked(Shared& s, std::unique_lock<std::mutex>& lock) {
+  if (!s.store || s.seq == s.published_seq) return {};
+  auto store = s.store;
+  const int64_t seq = s.seq;
+  std::string value = str(seq, " ", s.description);
   lock.unlock();
   std::string error;
   try {
-    store->set(key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+    store->set(key(s.rank), std::vector<uint8_t>(value.begin(), value.end()));
   } catch (const std::exception& e) {
-    error = str("rank ", rank_, " could not publish its progress (op #", seq, "): ", e.what());
+    error = str("rank ", s.rank, " could not publish its progress (op #", seq, "): ", e.what());
   }
   lock.lock();
   // Only if no new generation began meanwhile.
-  if (error.empty() && store_ == store) published_seq_ = std::max(published_seq_, seq);
+  if (error.empty() && s.store == store) s.published_seq = std::max(s.published_seq, seq);
   return error;
 }
 
-void ProgressPublisher::loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+void ProgressPublisher::loop(const std::shared_ptr<Shared>& s) {
+  std::unique_lock<std::mutex> lock(s->mu);
   bool warned = false;
-  while (!stopping_) {
-    cv_.wait_for(lock, interval_, [&] { return stopping_; });
-    if (stopping_) break;
+  while (!s->stopping) {
+    s->cv.wait_for(lock, s->interval, [&] { return s->stopping; });
+    if (s->stopping) break;
+    s->thread_writing = true;
+    std::string error = publish_locked(*s, lock);
+    s->thread_writing = false;
+    if (s->stopping) break;  // perhaps detached: the communicator is gone and so is the interest
     // A failed write is retried next interval (the diagnosis then sees an older mark); it is
     // logged once per outage, not once per interval.
-    std::string error = publish_locked(lock);
     if (!error.empty() && !warned) log::warn(error);
     warned = !error.empty();
   }

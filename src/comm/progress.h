@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -34,17 +35,25 @@ class ProgressPublisher {
   static std::string key(int rank);
 
  private:
-  void loop();
-  std::string publish_locked(std::unique_lock<std::mutex>& lock);
+  // What the publishing thread uses. It may outlive the publisher: a write to the store of a cut
+  // host blocks up to the store's timeout, and neither this communicator's destruction nor the
+  // re-formation of its group (in-memory recovery) may wait for that; the thread then finishes
+  // the write on its own, detached, and exits.
+  struct Shared {
+    int rank;
+    std::chrono::milliseconds interval;
+    std::mutex mu;
+    std::condition_variable cv;
+    c10::intrusive_ptr<c10d::Store> store;
+    int64_t seq = 0, published_seq = -1;
+    std::string description;
+    bool stopping = false;
+    bool thread_writing = false;  // the thread is in a store write (mu released)
+  };
+  static void loop(const std::shared_ptr<Shared>& s);
+  static std::string publish_locked(Shared& s, std::unique_lock<std::mutex>& lock);
 
-  const int rank_;
-  const std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  c10::intrusive_ptr<c10d::Store> store_;
-  int64_t seq_ = 0, published_seq_ = -1;
-  std::string description_;
-  bool stopping_ = false;
+  std::shared_ptr<Shared> s_;
   std::thread thread_;
 };
 

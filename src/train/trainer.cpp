@@ -534,13 +534,17 @@ TrainSummary train_run_in_memory_recovery(const Config& config, MembershipChanne
       throw;
     } catch (const Error& e) {
       // Building the announced group failed (a member went meanwhile): a survivor keeps its
-      // state and waits for the next round; a newcomer has nothing to keep and fails.
-      if (!carried) throw;
+      // state and waits for the next round. A newcomer has nothing to keep and fails, unless its
+      // agent already announced a newer round (it was building one the others had left: the
+      // soak saw such a failure cost a restart each round until --max-restarts ran out).
+      if (!carried && !channel.pending()) throw;
       lost = e.what();
     }
     if (!lost.empty()) {
-      log::warn(str("recovery: rank ", rank, " lost a peer (", lost, "); keeping this rank's state in memory (step ",
-                    carried->step, ") and waiting for the re-formed group"));
+      log::warn(str("recovery: rank ", rank, " lost a peer (", lost, "); ",
+                    carried ? str("keeping this rank's state in memory (step ", carried->step, ")")
+                            : std::string("it holds no state yet"),
+                    " and waiting for the re-formed group"));
       channel.report_lost(rank, lost);
     }
     env = channel.next(*env, /*timeout_s=*/3600);
