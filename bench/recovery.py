@@ -24,9 +24,15 @@ Measured per side (median over --repeats runs):
   recovery_s   from the kill to the first step the survivors complete after it
   steps_lost   the last step completed before the kill minus the step the survivors went on from
   overhead     step time with fault tolerance on and nothing failing, over the same training
-               without it, minus 1: Cadre --recovery memory over --recovery restart; torchft's
+               without it, minus 1: Cadre --recovery memory over --recovery restart (wall-clock time
+               per step after --warmup steps, read from metrics.jsonl as it grows); torchft's
                Manager + DDP over torch DDP (bench/torch_peer.py --mode ddp), 3 ranks each
-Prints the table, torchft's figure, Cadre's and their ratio; writes bench/results/recovery.{md,json}.
+With --cadre-strategy FULL_SHARD (or SHARD_GRAD_OP, ZERO1) Cadre's side shards the state fully:
+each rank copies its part to a peer's memory every --memory-interval steps, and the survivors go
+back to the newest copied step (steps_lost up to the interval). torchft has no counterpart (its
+replica groups each hold the whole state), so --cadre-only runs Cadre's cases alone.
+Prints the table, torchft's figure, Cadre's and their ratio; writes bench/results/recovery.{md,json}
+(recovery-<strategy>.{md,json} for another strategy).
 Needs a Cadre build (--cadre) and the project venv with torchft (scripts/setup.sh --torch).
 """
 import argparse
@@ -68,7 +74,9 @@ def wait_until(cond, timeout_s, what):
 
 
 class StepLog:
-    """Steps completed, as (step, time first seen), from a JSON-lines file another process appends."""
+    """Steps completed, as (step, time seen), from a JSON-lines file another process appends. A group
+    that goes back to an older step (sharded in-memory recovery) cuts the file back: it is then read
+    again from the start, the steps in it seen anew."""
 
     def __init__(self, path):
         self.path, self.offset, self.partial, self.steps = path, 0, "", []
@@ -76,6 +84,8 @@ class StepLog:
     def poll(self):
         try:
             with open(self.path) as f:
+                if os.fstat(f.fileno()).st_size < self.offset:  # cut back
+                    self.offset, self.partial = 0, ""
                 f.seek(self.offset)
                 chunk = f.read()
                 self.offset = f.tell()
@@ -108,7 +118,8 @@ def cadre_train_args(args, run_dir, data):
     sets = [f"model.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in MODEL.items()]
     sets += [f"data.dir={data}", f"run.dir={run_dir}", f"train.steps={args.steps}", "train.eval_interval=0",
              "train.threads=1", f"data.batch_size={args.batch}", "optim.grad_accum_steps=2",
-             "parallel.strategy=NO_SHARD", "checkpoint.interval=0"]
+             f"parallel.strategy={args.cadre_strategy}", "checkpoint.interval=0",
+             f"checkpoint.memory_interval={args.memory_interval}"]
     cmd = [args.cadre, "train", "--config", os.path.join(ROOT, "configs/small.yaml")]
     for s in sets:
         cmd += ["--set", s]
@@ -142,11 +153,25 @@ def cadre_job(args, data, work, recovery, fault):
             text = lambda: "".join(open(o).read() for o in outputs[:2])
             pattern = re.compile(r"recovery: \d+ rank\(s\) go on from step (\d+) in memory")
             start = int(wait_until(lambda: pattern.search(text()), 300, "the in-memory recovery").group(1))
-            seen = wait_until(lambda: [t for s, t in log.poll() if s > start], 300, "a step after the recovery")
+            seen = wait_until(lambda: [t for s, t in log.poll() if s > start and t > t_kill], 300,
+                              "a step after the recovery")
             result = dict(recovery_s=seen[0] - t_kill, steps_lost=max(0, before - start))
+        if not fault:  # wall-clock time per step after the warm-up: copies and saves included
+            deadline = time.monotonic() + 1800
+            while any(a.poll() is None for a in agents) and time.monotonic() < deadline:
+                log.poll()
+                time.sleep(0.01)
+            seen = {step: t for step, t in log.poll()}
+            last = max(seen)
+            if last > args.warmup:
+                result["wall_step_s"] = (seen[last] - seen[args.warmup]) / (last - args.warmup)
         for a in agents[:2] if fault else agents:
             if a.wait(timeout=1800) != 0:
                 raise RuntimeError(f"a Cadre agent failed: see {work}")
+        copies = [r["peer_copy_s"] for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl")))
+                  if "peer_copy_s" in r]
+        if copies:  # sharded state: the training thread's share of each copy (packing it)
+            result["peer_copy_s"] = statistics.median(copies)
         summary = json.load(open(os.path.join(run_dir, "summary.json")))
         result["tokens_per_s"] = summary["tokens_per_s"]
         return result
@@ -285,6 +310,9 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     p.add_argument("--data")
+    p.add_argument("--cadre-strategy", default="NO_SHARD", help="Cadre's parallel.strategy")
+    p.add_argument("--memory-interval", type=int, default=10, help="checkpoint.memory_interval (sharded state)")
+    p.add_argument("--cadre-only", action="store_true", help="skip torchft and torch DDP")
     p.add_argument("--torchft-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--torchft-grads", choices=["ddp", "allreduce"], default="ddp", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -292,11 +320,13 @@ def main():
         return torchft_worker(args)
     if not os.path.exists(args.cadre):
         sys.exit(f"recovery.py: no Cadre binary at {args.cadre} (build it, or pass --cadre)")
-    if not os.path.exists(os.path.join(os.path.dirname(args.python), "torchft_lighthouse")):
+    if not args.cadre_only and not os.path.exists(os.path.join(os.path.dirname(args.python), "torchft_lighthouse")):
         sys.exit(f"recovery.py: no torchft next to {args.python} (scripts/setup.sh --torch installs it)")
     data = args.data or ensure_dataset(args.cadre)
     jobs = [("cadre", "fault"), ("torchft", "fault"), ("torchft-allreduce", "fault"), ("cadre", "memory"),
             ("cadre", "restart"), ("torchft", "clean"), ("torchft-allreduce", "clean"), ("ddp", "clean")]
+    if args.cadre_only:
+        jobs = [j for j in jobs if j[0] == "cadre"]
     runs = {j: [] for j in jobs}
     total, done, t0 = len(jobs) * args.repeats, 0, time.monotonic()
     for rep in range(args.repeats):
@@ -318,44 +348,54 @@ def main():
             print(f"recovery: {done}/{total} runs ({side} {kind}: {r}); {rate * 60:.1f} runs/min, ETA "
                   f"{(total - done) / rate:.0f} s", file=sys.stderr, flush=True)
     def med(side, kind, key):
-        values = [r[key] for r in runs[(side, kind)] if key in r]
+        values = [r[key] for r in runs.get((side, kind), []) if key in r]
         return statistics.median(values) if values else float("nan")
-    survived = {side: sum("failed" not in r for r in runs[(side, "fault")])
+    survived = {side: sum("failed" not in r for r in runs.get((side, "fault"), []))
                 for side in ("cadre", "torchft", "torchft-allreduce")}
     tokens_per_step = REPLICAS * 2 * args.batch * MODEL["max_seq_len"]
-    cadre_step = tokens_per_step / med("cadre", "memory", "tokens_per_s")
-    overhead = {"cadre": med("cadre", "restart", "tokens_per_s") / med("cadre", "memory", "tokens_per_s") - 1,
+    cadre_step = med("cadre", "memory", "wall_step_s")
+    overhead = {"cadre": med("cadre", "memory", "wall_step_s") / med("cadre", "restart", "wall_step_s") - 1,
                 "torchft": med("torchft", "clean", "step_s") / med("ddp", "clean", "step_s") - 1,
                 "torchft-allreduce": med("torchft-allreduce", "clean", "step_s") / med("ddp", "clean", "step_s") - 1}
     lines = [f"Lose 1 of {REPLICAS} replicas (SIGKILL) after step {args.fault_after}; medians over the runs that "
-             f"recovered ({args.repeats} runs a case); {tokens_per_step} tokens a step; {os.cpu_count()} cores",
+             f"recovered ({args.repeats} runs a case); {tokens_per_step} tokens a step; {os.cpu_count()} cores; "
+             f"Cadre {args.cadre_strategy}" + (f", checkpoint.memory_interval {args.memory_interval}"
+                                               if args.cadre_strategy != "NO_SHARD" else ""),
              "", "| case | torchft 0.2.0, DDP wrapper | torchft 0.2.0, manager.allreduce | Cadre --recovery memory | "
              "torchft allreduce / Cadre |", "|---|---:|---:|---:|---:|"]
     sides = ("torchft", "torchft-allreduce", "cadre")
+    if args.cadre_only:
+        lines[-2:] = ["| case | Cadre --recovery memory | |", "|---|---:|---:|"]
+        sides = ("cadre",)
     lines.append("| runs whose survivors trained on | " + " | ".join(f"{survived[s]} of {args.repeats}" for s in sides)
                  + " | |")
     recovery = [med(s, "fault", "recovery_s") for s in sides]
-    ratio = f"{recovery[1] / recovery[2]:.1f}x" if recovery[2] > 0 else "-"
+    ratio = f"{recovery[1] / recovery[2]:.1f}x" if len(recovery) == 3 and recovery[2] > 0 else "-"
     lines.append("| kill -> next completed step (s) | " + " | ".join(f"{v:.2f}" for v in recovery) + f" | {ratio} |")
     lines.append("| steps lost | " + " | ".join(f"{med(s, 'fault', 'steps_lost'):.0f}" for s in sides) + " | |")
     lines.append("| fault-tolerance overhead, no fault (step time) | " +
                  " | ".join(f"{100 * overhead[s]:+.1f}%" for s in sides) + " | |")
     lines.append("")
     for side in sides:
-        for r in runs[(side, "fault")]:
+        for r in runs.get((side, "fault"), []):
             if "failed" in r:
                 lines.append(f"{side} run that did not recover: {r['failed']}")
     lines.append(f"Step time without a fault: Cadre {cadre_step:.3f} s (--recovery memory), "
-                 f"{tokens_per_step / med('cadre', 'restart', 'tokens_per_s'):.3f} s (restart); torchft "
+                 f"{med('cadre', 'restart', 'wall_step_s'):.3f} s (restart), wall clock after the warm-up; torchft "
                  f"{med('torchft', 'clean', 'step_s'):.3f} s (DDP wrapper), {med('torchft-allreduce', 'clean', 'step_s'):.3f} s "
                  f"(allreduce), torch DDP {med('ddp', 'clean', 'step_s'):.3f} s. Overheads: Cadre memory over restart; "
                  "torchft over torch DDP.")
+    if runs.get(("cadre", "memory")) and "peer_copy_s" in runs[("cadre", "memory")][0]:
+        lines.append(f"Each in-memory copy (every {args.memory_interval} steps) held the training thread "
+                     f"{1000 * med('cadre', 'memory', 'peer_copy_s'):.1f} ms (median): packing the rank's part; "
+                     "the exchange runs in the background.")
     text = "\n".join(lines)
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "recovery.md"), "w") as f:
+    name = "recovery" if args.cadre_strategy == "NO_SHARD" else f"recovery-{args.cadre_strategy.lower()}"
+    with open(os.path.join(args.out, name + ".md"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "recovery.json"), "w") as f:
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump({f"{s}/{k}": v for (s, k), v in runs.items()}, f, indent=1)
 
 

@@ -67,6 +67,7 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint.resume", &c.checkpoint.resume},
       {"checkpoint.async", &c.checkpoint.async},
       {"checkpoint.timeout_s", &c.checkpoint.timeout_s},
+      {"checkpoint.memory_interval", &c.checkpoint.memory_interval},
       {"obs.metrics", &c.obs.metrics},
       {"obs.flight_recorder_entries", &c.obs.flight_recorder_entries},
       {"obs.straggler_factor", &c.obs.straggler_factor},
@@ -265,6 +266,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(c.checkpoint.interval >= 0, "checkpoint.interval must be >= 0");
   CADRE_CONFIG_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
   CADRE_CONFIG_CHECK(c.checkpoint.timeout_s > 0, "checkpoint.timeout_s must be > 0");
+  CADRE_CONFIG_CHECK(c.checkpoint.memory_interval >= 1, "checkpoint.memory_interval must be >= 1");
   CADRE_CONFIG_CHECK(!c.checkpoint.resume.empty(), "checkpoint.resume must be none, auto or a checkpoint path");
   CADRE_CONFIG_CHECK(c.train.stop_at >= 0 && c.train.stop_at <= c.train.steps, "train.stop_at must be in [0, train.steps=",
                      c.train.steps, "], got ", c.train.stop_at);

@@ -117,6 +117,10 @@ struct CheckpointConfig {
   bool async = true;            // write in a background thread while training goes on
   // How long ranks wait for each other to finish writing their parts of one checkpoint.
   double timeout_s = 600;
+  // `cadre run --recovery memory` with sharded state: steps between the copies each rank keeps of
+  // its part in the memory of a rank on another node (train/peer_copies.h); losing a node costs
+  // at most this many steps.
+  int64_t memory_interval = 10;
 };
 
 // What a run reports besides metrics.jsonl (obs/: the agent's /metrics, stragglers, hangs).

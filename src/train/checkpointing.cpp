@@ -252,4 +252,68 @@ void load_train_state(const CheckpointReader& reader, FSDPModule& model, Optimiz
   }
 }
 
+StateFiller::StateFiller(FSDPModule& model, Optimizer& optimizer) : model_(model) {
+  const auto& layout = model.piece_layout();
+  const auto& pieces = model.parameters();
+  const TensorParallelLayout* tp = model.tensor_parallel();
+  const std::vector<OptimizerState> state = optimizer.state();
+  for (size_t k = 0; k < layout.size(); ++k) {
+    const ShardPiece& where = layout[k];
+    const GlobalPlace place = global_place(where, tp);
+    add_target("model." + where.name, place.shape, place.part, where.start, pieces[k]);
+    for (const OptimizerState& s : state)
+      add_target("optim." + s.name + "." + where.name, place.shape, place.part, where.start, (*s.tensors)[k]);
+  }
+  for (const auto& [name, t] : model.unsharded_state()) {
+    buffer_dtype(t, name);  // one the staging stores
+    add_target("buffer." + name, t.sizes().vec(), box_whole(t.sizes().vec()), 0, t);
+  }
+}
+
+void StateFiller::add_target(std::string name, const std::vector<int64_t>& shape, const Box& part, int64_t start,
+                             const at::Tensor& into) {
+  Target t;
+  t.name = std::move(name);
+  t.runs = box_runs(shape, part, start, into.numel());
+  t.start = start;
+  t.into = into;
+  t.host = into.device().is_cpu() && into.is_contiguous() ? into : at::empty(into.sizes(), into.options().device(at::kCPU));
+  by_name_[t.name] = targets_.size();
+  targets_.push_back(std::move(t));
+}
+
+void StateFiller::apply(const std::vector<SnapshotPiece>& pieces, const char* base, const std::string& rng_name) {
+  for (const SnapshotPiece& p : pieces) {
+    if (p.tensor == rng_name) {
+      at::Tensor rng = at::empty({p.box.numel()}, at::kByte);
+      std::memcpy(rng.data_ptr(), base + p.offset, size_t(p.box.numel()));
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+      continue;
+    }
+    auto found = by_name_.find(p.tensor);
+    if (found == by_name_.end()) continue;  // another rank's RNG, or a tensor of no part of ours
+    Target& t = targets_[found->second];
+    const size_t element = t.host.element_size();
+    CADRE_CHECK(int64_t(element) == dtype_element_size(p.dtype), "in-memory state: '", p.tensor, "' is ", p.dtype,
+                " but this rank's tensor has ", element, "-byte elements");
+    char* into = static_cast<char*>(t.host.data_ptr());
+    const char* from = base + p.offset;
+    t.filled += runs_intersect(t.runs, box_runs(p.shape, p.box), [&](int64_t dst, int64_t src, int64_t n) {
+      std::memcpy(into + size_t(dst - t.start) * element, from + size_t(src) * element, size_t(n) * element);
+    });
+  }
+}
+
+void StateFiller::finish(int rank) {
+  c10::NoGradGuard no_grad;
+  for (Target& t : targets_) {
+    CADRE_CHECK(t.filled == t.into.numel(), "rank ", rank, ": the in-memory state held ", t.filled, " of the ",
+                t.into.numel(), " elements of '", t.name, "' this rank needs");
+    if (!t.host.is_same(t.into)) t.into.copy_(t.host);
+  }
+  model_.mark_updated();
+}
+
 }  // namespace cadre

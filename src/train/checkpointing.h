@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/snapshot.h"
@@ -42,5 +44,33 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model);
 // compute copies are refreshed at the next gather. CheckpointError when the checkpoint is
 // damaged (then the state is partly overwritten: load another checkpoint or stop).
 void load_train_state(const CheckpointReader& reader, FSDPModule& model, Optimizer& optimizer, int rank);
+
+// Loads this rank's part of the model, optimizer and buffers from slices staged under another
+// layout and held in memory (in-memory recovery: the packed states of a lost group's ranks),
+// one source at a time, so no rank ever holds more than its part and one source.
+class StateFiller {
+ public:
+  StateFiller(FSDPModule& model, Optimizer& optimizer);
+  // Copies whatever of this rank's part `pieces` hold (their bytes at `base` + offset); the RNG
+  // from the piece named `rng_name` ("rng.cpu.rank<r>") if it is there.
+  void apply(const std::vector<SnapshotPiece>& pieces, const char* base, const std::string& rng_name);
+  // Error (naming the rank and tensor) unless every element of this rank's part was copied
+  // exactly once; then refreshes device copies and the model's compute copies.
+  void finish(int rank);
+
+ private:
+  struct Target {
+    std::string name;
+    std::vector<Run> runs;  // where the part's elements sit in the global tensor
+    int64_t start = 0;      // the first run's position (the part's elements are start, start + 1, ...)
+    at::Tensor into, host;  // the rank's tensor, and where it is filled (itself on the CPU)
+    int64_t filled = 0;
+  };
+  void add_target(std::string name, const std::vector<int64_t>& shape, const Box& part, int64_t start,
+                  const at::Tensor& into);
+  FSDPModule& model_;
+  std::vector<Target> targets_;
+  std::unordered_map<std::string, size_t> by_name_;
+};
 
 }  // namespace cadre

@@ -45,7 +45,8 @@ LiveState live_state_take(FSDPModule& model, Optimizer& optimizer, int64_t step,
 struct Adopted {
   int64_t step = 0;
   int64_t micro_batches = 0;
-  int source = 0;           // the rank whose state everyone now holds
+  int source = 0;           // the rank whose state everyone now holds (-1: assembled from several)
+  int owners = 0;           // sharded state: the ranks of the lost group whose copies were assembled
   bool transferred = false; // false when every rank already held it (nothing crossed the network)
   int64_t bytes = 0;        // sent by the source
   std::string record;       // the source's record of `step` (LiveState::last_record)

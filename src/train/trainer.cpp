@@ -28,10 +28,13 @@
 #include "obs/progress_heartbeat.h"
 #include "obs/train_observer.h"
 #include "train/checkpointing.h"
+#include "train/copies_adopt.h"
 #include "train/evaluate.h"
 #include "train/init_from.h"
 #include "train/live_state.h"
 #include "train/membership_channel.h"
+#include "train/packed_state.h"
+#include "train/peer_copies.h"
 #include "train/resume.h"
 #include "train/run_records.h"
 #include "train/run_setup.h"
@@ -47,6 +50,21 @@ struct StepFigures {
   double loss_sum = 0, correct = 0;  // over the micro-batches (after agreeing: the mean over ranks)
   obs::StepSplit split;              // compute / communication wait / data wait
   double loss = 0, grad_norm = 0, lr = 0, rate = 0;
+};
+
+// What a rank of a group that re-forms in memory carries into the next one: its replica
+// (NO_SHARD), or the packed copies of sharded state it holds (its own and its giver's).
+struct Carried {
+  std::optional<LiveState> replica;
+  std::vector<PackedState> copies;
+  bool empty() const { return !replica && copies.empty(); }
+  std::string describe() const {
+    if (replica) return str("keeping this rank's state in memory (step ", replica->step, ")");
+    if (copies.empty()) return "it holds no state yet";
+    std::string steps;
+    for (const PackedState& c : copies) steps += str(steps.empty() ? "" : ", ", "rank ", c.owner, "@", c.step);
+    return str("keeping ", copies.size(), " in-memory cop", copies.size() == 1 ? "y" : "ies", " (", steps, ")");
+  }
 };
 
 class Trainer {
@@ -65,8 +83,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   void resume();
-  bool adopt_live_state(const LiveState* mine);
-  LiveState take_live_state();
+  bool adopt(const Carried& carried);
+  Carried take_carried(bool group_intact);
   bool lost_peer() const;
   bool reform_due() const { return reform_due_; }
   void open_checkpointing();
@@ -93,6 +111,8 @@ class Trainer {
   TrainSummary stopped(const SaveStats& saved);
   TrainSummary completed(const SaveStats& saved);
   void abort_on_lost_node();
+  bool sharded_recovery() const { return channel_ && c_.parallel.strategy != Strategy::NoShard; }
+  void keep_copy(int64_t done, std::string record);
   std::string checkpoint_path(int64_t step) const { return checkpoint_dir_ + "/" + checkpoint_name(step); }
 
   // In the order the original single function built them: destroyed in reverse (the saver
@@ -104,6 +124,10 @@ class Trainer {
   std::string initialised_from_;
   std::unique_ptr<comm::Communicator> checkpoint_group_;
   std::unique_ptr<CheckpointSaver> saver_;
+  // Sharded state under --recovery memory: copies of this rank's part in a peer's memory, and
+  // those the group was re-formed from, kept until the first copies of this group commit.
+  std::unique_ptr<PeerCopies> peer_copies_;
+  std::vector<PackedState> inherited_copies_;
   int64_t end_step_ = 0;
   std::unique_ptr<obs::TrainObserver> observer_;
   TrainSummary summary_;
@@ -143,13 +167,17 @@ void Trainer::resume() {
   micro_batches_ = c_.optim.grad_accum_steps * run_->dp;
 }
 
-// A re-formed group takes the state a live rank carried; the global batch stays what it was,
-// gradient accumulation taking up what the data-parallel size no longer covers.
-bool Trainer::adopt_live_state(const LiveState* mine) {
+// A re-formed group takes the state live ranks carried (a replica, or the copies of a sharded
+// group's parts); the global batch stays what it was, gradient accumulation taking up what the
+// data-parallel size no longer covers.
+bool Trainer::adopt(const Carried& carried) {
   const auto t0 = Clock::now();
   checkpoint_dir_ = c_.checkpoint.dir.empty() ? c_.run.dir + "/checkpoints" : c_.checkpoint.dir;
   std::optional<Adopted> adopted =
-      live_state_adopt(mine, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank);
+      sharded_recovery()
+          ? copies_adopt(carried.copies, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank)
+          : live_state_adopt(carried.replica ? &*carried.replica : nullptr, run_->sharded, *run_->optimizer,
+                             *run_->train_data, run_->group, run_->rank);
   if (!adopted) return false;
   CADRE_CHECK(adopted->micro_batches % run_->dp == 0, "rank ", run_->rank, ": the global batch is ",
               adopted->micro_batches, " micro-batches of data.batch_size, which ", run_->dp,
@@ -160,18 +188,45 @@ bool Trainer::adopt_live_state(const LiveState* mine) {
   adopted_record_ = adopted->record;
   resumed_.step = steps_done_ = adopted->step;
   position_done_ = int64_t(run_->train_data->position());
+  inherited_copies_ = carried.copies;  // until this group's own copies commit
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string whose = adopted->source >= 0 ? str("state of rank ", adopted->source)
+                                                 : str("copies of the ", adopted->owners, " ranks' parts");
   if (run_->lead)
-    log::info(str("recovery: ", run_->world, " rank(s) go on from step ", adopted->step, " in memory (state of rank ",
-                  adopted->source, ", ",
+    log::info(str("recovery: ", run_->world, " rank(s) go on from step ", adopted->step, " in memory (round ",
+                  channel_ ? channel_->round() : 0, ", ", whose, ", ",
                   adopted->transferred ? str(adopted->bytes / 1e6, " MB sent over the network") : "held by every rank",
                   ", ", seconds, " s; no checkpoint read); optim.grad_accum_steps ", c_.optim.grad_accum_steps,
                   " keeps the global batch of ", micro_batches_, " x ", c_.data.batch_size, " samples"));
   return true;
 }
 
-LiveState Trainer::take_live_state() {
-  return live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_, last_record_);
+// What this rank carries into the next group. Sharded state: the copies held and, when the
+// group re-forms intact (a node joins after a step every rank completed), this step's parts.
+Carried Trainer::take_carried(bool group_intact) {
+  Carried carried;
+  if (!sharded_recovery()) {
+    carried.replica =
+        live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_, last_record_);
+    return carried;
+  }
+  if (peer_copies_) carried.copies = peer_copies_->release();
+  if (group_intact)
+    carried.copies.push_back(pack_state(run_->sharded, *run_->optimizer, run_->rank, run_->world,
+                                        {steps_done_, position_done_, run_->optimizer->steps(), micro_batches_,
+                                         last_record_}));
+  for (PackedState& c : inherited_copies_) carried.copies.push_back(std::move(c));
+  inherited_copies_.clear();
+  return carried;
+}
+
+// Sharded state under --recovery memory: this rank's part after `done` steps (and its record of
+// that step), kept and sent to its buddy in the background.
+void Trainer::keep_copy(int64_t done, std::string record) {
+  obs::ProgressHeartbeat busy;  // a previous exchange may still be finishing: busy, not hung
+  peer_copies_->start(pack_state(run_->sharded, *run_->optimizer, run_->rank, run_->world,
+                                 {done, position_done_, run_->optimizer->steps(), micro_batches_, std::move(record)}),
+                      *run_->group);
 }
 
 // A communicator of this group failed (a peer gone or unreachable), as opposed to an error of
@@ -179,6 +234,9 @@ LiveState Trainer::take_live_state() {
 bool Trainer::lost_peer() const {
   for (const comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
     if (g && g->poisoned()) return true;
+  if (peer_copies_)
+    for (const comm::Communicator* g : peer_copies_->communicators())
+      if (g->poisoned()) return true;
   return false;
 }
 
@@ -191,6 +249,7 @@ void Trainer::abort_on_lost_node() {
   std::vector<comm::Communicator*> groups;
   for (comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
     if (g && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  if (peer_copies_) groups.insert(groups.end(), peer_copies_->communicators().begin(), peer_copies_->communicators().end());
   channel_->set_abort_handler([groups](const std::string& reason) {
     for (comm::Communicator* g : groups) g->abort(reason);
   });
@@ -210,7 +269,11 @@ void Trainer::open_checkpointing() {
   saver_ = std::make_unique<CheckpointSaver>(
       SaverOptions{checkpoint_dir_, run_->rank, run_->world, c_.checkpoint.keep, c_.checkpoint.async},
       [g = checkpoint_group_.get()](bool ok) { return comm::all_ranks_agree(g, ok); });
-  abort_on_lost_node();  // the saver's communicator too
+  if (sharded_recovery() && run_->group) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    peer_copies_ = std::make_unique<PeerCopies>(*run_->group, local && *local ? std::atoi(local) : run_->world);
+  }
+  abort_on_lost_node();  // the saver's and the peer copies' communicators too
   end_step_ = c_.train.stop_at > 0 ? c_.train.stop_at : c_.train.steps;
 }
 
@@ -294,6 +357,8 @@ void Trainer::start() {
   }
   stop_signal_.emplace();
   host_syncs_ = std::make_unique<HostSyncCounter>(run_->device);
+  last_record_ = adopted_record_;  // carried on if the group re-forms before its first step
+  if (peer_copies_) keep_copy(resumed_.step, adopted_record_);  // the group is covered from its first step
 }
 
 // --- one step -------------------------------------------------------------------------------
@@ -316,6 +381,11 @@ void Trainer::run_step(int64_t step) {
     const int64_t syncs = host_syncs_->count() - syncs_before;
     record["host_syncs"] = syncs;
     if (step > resumed_.step) syncs_per_step_.push_back(double(syncs));
+  }
+  if (peer_copies_ && done % c_.checkpoint.memory_interval == 0 && done != end_step_) {
+    const auto t_copy = Clock::now();
+    keep_copy(done, record.dump());
+    record["peer_copy_s"] = std::chrono::duration<double>(Clock::now() - t_copy).count();
   }
   report(f, record, done);
   cpu_block_cache::trim_unused();  // memory this step did not reuse (a snapshot, an evaluation) is returned
@@ -360,19 +430,25 @@ StepFigures Trainer::forward_backward() {
 // and so do a new membership one rank's agent announced (in-memory recovery: all re-form after
 // the same step) and every rank's compute and wait times so far (straggler attribution).
 void Trainer::agree_across_ranks(StepFigures& f, int64_t step) {
-  constexpr int64_t kFixed = 4;
+  constexpr int64_t kFixed = 5;
   at::Tensor l = at::empty({kFixed + int64_t(observer_->gather_slots())}, at::kFloat);
   float* v = l.data_ptr<float>();
   v[0] = float(f.loss_sum);
   v[1] = float(stopping_);
   v[2] = float(f.correct);
   v[3] = reform_due_ ? 1.f : 0.f;
+  const bool copying = peer_copies_ && peer_copies_->pending();
+  v[4] = copying && !peer_copies_->exchanged() ? 0.f : 1.f;
   observer_->fill_slots(v + kFixed, timer_.split());
   run_->group->all_reduce(l, comm::ReduceOp::Sum);
   f.loss_sum = double(v[0] / float(run_->world));  // rounded as an averaging all-reduce rounds it
   if (v[1] > 0 && !stopping_) stopping_ = SIGTERM;  // another rank's
   f.correct = double(v[2]) / double(run_->mesh->tp_size());  // each tensor-parallel rank counted the same samples
   reform_due_ = v[3] > 0;
+  if (copying && v[4] == float(run_->world)) {  // every rank's exchange completed
+    peer_copies_->commit();
+    inherited_copies_.clear();
+  }
   observer_->read_slots(step + 1, v + kFixed);
 }
 
@@ -493,43 +569,46 @@ TrainSummary Trainer::completed(const SaveStats& saved) {
 }
 
 // --recovery memory: the loop above, re-formed in place whenever a peer is lost or a node joins.
-// A survivor keeps its state in memory (LiveState), reports the loss to its agent (which ends the
-// round at once), waits for its place in the next round and builds the run afresh there; the new
-// group takes the most advanced survivor's state over the network. Only when no rank carries
-// one (the first start, a restart of every node) does it resume from disk.
+// A survivor keeps its state in memory (its replica, or the copies of sharded parts it holds),
+// reports the loss to its agent (which ends the round at once), waits for its place in the next
+// round and builds the run afresh there; the new group takes the state from the survivors over
+// the network. Only when no rank carries one (the first start, a restart of every node, every
+// copy of some part lost) does it resume from disk.
 TrainSummary train_run_in_memory_recovery(const Config& config, MembershipChannel& channel) {
-  CADRE_CONFIG_CHECK(config.parallel.strategy == Strategy::NoShard && config.parallel.tp_size == 1,
-                     "cadre run --recovery memory: parallel.strategy is ", strategy_name(config.parallel.strategy),
-                     (config.parallel.tp_size > 1 ? str(" with tp_size ", config.parallel.tp_size) : std::string()),
-                     "; in-memory recovery keeps replicated state only (NO_SHARD, tp_size 1): use --recovery restart");
+  CADRE_CONFIG_CHECK(config.parallel.tp_size == 1, "cadre run --recovery memory: parallel.tp_size is ",
+                     config.parallel.tp_size, "; in-memory recovery keeps data-parallel state only (tp_size 1): use "
+                     "--recovery restart");
   std::optional<comm::JobEnv> env = comm::JobEnv::from_env();
-  std::optional<LiveState> carried;
+  Carried carried;
   for (;;) {
     std::string lost;
     int rank = env->rank;
     try {
       Trainer trainer(config, env, &channel);
-      if (!trainer.adopt_live_state(carried ? &*carried : nullptr)) trainer.resume();
+      if (!trainer.adopt(carried)) trainer.resume();
       trainer.open_checkpointing();
       trainer.start_observing();
       if (trainer.already_done()) return trainer.nothing_to_train();
       trainer.start();
-      carried.reset();  // the group holds it now; kept until here in case the group broke meanwhile
+      carried = {};  // the group holds it now; kept until here in case the group broke meanwhile
+      bool reform = false;
       for (int64_t step = trainer.first_step(); step < trainer.end_step() && !trainer.stopping(); ++step) {
         try {
           trainer.run_step(step);
         } catch (const std::exception& e) {
           if (!trainer.lost_peer()) throw;
           lost = e.what();
-          carried = trainer.take_live_state();
+          carried = trainer.take_carried(/*group_intact=*/false);
+          reform = true;
           break;
         }
         if (trainer.reform_due()) {
-          carried = trainer.take_live_state();
+          carried = trainer.take_carried(/*group_intact=*/true);
+          reform = true;
           break;
         }
       }
-      if (!carried) return trainer.finish();
+      if (!reform) return trainer.finish();
     } catch (const ConfigError&) {
       throw;
     } catch (const Error& e) {
@@ -537,13 +616,11 @@ TrainSummary train_run_in_memory_recovery(const Config& config, MembershipChanne
       // state and waits for the next round. A newcomer has nothing to keep and fails, unless its
       // agent already announced a newer round (it was building one the others had left: the
       // soak saw such a failure cost a restart each round until --max-restarts ran out).
-      if (!carried && !channel.pending()) throw;
+      if (carried.empty() && !channel.pending()) throw;
       lost = e.what();
     }
     if (!lost.empty()) {
-      log::warn(str("recovery: rank ", rank, " lost a peer (", lost, "); ",
-                    carried ? str("keeping this rank's state in memory (step ", carried->step, ")")
-                            : std::string("it holds no state yet"),
+      log::warn(str("recovery: rank ", rank, " lost a peer (", lost, "); ", carried.describe(),
                     " and waiting for the re-formed group"));
       channel.report_lost(rank, lost);
     }

@@ -499,9 +499,22 @@ class NetFault : public ::testing::Test {
 
   // Replicated training, 6 micro-batches a step, no checkpoint before the end, and the agents'
   // in-memory recovery.
+  void expect_joining_host_takes_live_state();
   void use_memory_recovery() {
     recovery_ = "memory";
     shape_ = TrainShape{"NO_SHARD", 2, 0};
+  }
+  // Sharded state in memory: every rank's part copied to its buddy every kMemoryInterval steps.
+  static constexpr int kMemoryInterval = 5;
+  void use_sharded_memory_recovery() {
+    recovery_ = "memory";
+    shape_ = TrainShape{"FULL_SHARD", 2, 0, kMemoryInterval};
+  }
+  // The same job on `world` ranks with the global batch of 6 micro-batches kept.
+  TrainShape shape_on(int world) const {
+    TrainShape shape = shape_;
+    shape.grad_accum_steps = 6 / world;
+    return shape;
   }
   // Nothing may come from disk: the checkpoint directory becomes a file (any read or write of
   // it fails) until unblock_checkpoints(), which the final save needs.
@@ -523,6 +536,11 @@ class NetFault : public ::testing::Test {
     for (int pid : hosts_->pids(host))
       if (pid != agents_.at(host)->pid() && cmdline(pid) != agent) return pid;
     return -1;
+  }
+  // The earliest step a group may go on from after a fault once `logged` steps were logged:
+  // that step with replicated state, at most memory_interval steps back with sharded state.
+  int64_t earliest_recovery_step(int64_t logged) const {
+    return shape_.memory_interval > 0 ? logged - shape_.memory_interval : logged;
   }
   // "recovery: N rank(s) go on from step S in memory (state of rank R, ...": S, or -1.
   int64_t memory_recovery_step(const std::string& text) const {
@@ -555,7 +573,7 @@ class NetFault : public ::testing::Test {
     watch_->poll();
     const std::string survivors = survivors_output();
     replaced_.from = memory_recovery_step(survivors);
-    ASSERT_GE(replaced_.from, report_.fault_step) << survivors;
+    ASSERT_GE(replaced_.from, earliest_recovery_step(report_.fault_step)) << survivors;
     EXPECT_EQ(segments().back().first_step(), replaced_.from + 1);
     EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the newcomer got no state: " << survivors;
     EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
@@ -583,8 +601,10 @@ class NetFault : public ::testing::Test {
   }
 
   // After host 2 was lost under --recovery memory: hosts 0 and 1 kept their processes, went on
-  // with 2 ranks from the step they were in (read from no checkpoint; global batch kept) and
-  // trained to the end. Before the fault every loss is the fault-free 3-rank run's, to the bit;
+  // with 2 ranks from the step they were in (replicated state; sharded state: from the newest step
+  // whose copies every part has in a survivor's memory, at most checkpoint.memory_interval steps
+  // back) without reading a checkpoint (global batch kept) and trained to the end. Before that
+  // step every loss is the fault-free 3-rank run's, to the bit;
   // after it the 6 micro-batches are reduced over 2 ranks instead of 3, an order that changes
   // float32 rounding only: within what a fault-free 2-rank run with the same global batch differs
   // from the 3-rank one (`spread`, over the whole run) plus 2 ulps of the logged loss (a float32
@@ -609,32 +629,42 @@ class NetFault : public ::testing::Test {
     // step can complete on one survivor and not another).
     const std::string survivors = survivors_output();
     const int64_t from = memory_recovery_step(survivors);
-    ASSERT_GE(from, at_fault.logged) << survivors;
+    ASSERT_GE(from, earliest_recovery_step(at_fault.logged)) << survivors;
+    if (shape_.memory_interval > 0) {  // copies every memory_interval steps
+      EXPECT_EQ(from % shape_.memory_interval, 0) << survivors;
+      EXPECT_NE(survivors.find("copies of the 3 ranks' parts"), std::string::npos) << survivors;
+    }
     EXPECT_EQ(last.first_step(), from + 1) << "the re-formed group did not go on from where it was";
     EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
     EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
 
     const Losses& three = reference(3, steps_, shape_);
-    const Losses& two = reference(2, steps_, TrainShape{"NO_SHARD", 3, 0});
+    const Losses& two = reference(2, steps_, shape_on(2));
     const double spread = max_difference(two, three);
     auto ulp = [](double x) {
       const float f = static_cast<float>(std::abs(x));
       return static_cast<double>(std::nextafter(f, INFINITY) - f);
     };
-    const Losses switched = switched_reference(3, shape_, from, 2, TrainShape{"NO_SHARD", 3, 0});
-    for (const Segment& s : segments())
-      for (const auto& r : s.steps) {
-        ASSERT_TRUE(three.count(r.step));
-        if (r.step <= from) {
-          EXPECT_EQ(r.loss, three.at(r.step)) << "step " << r.step << " before the fault";
-        } else {
-          EXPECT_LE(std::abs(r.loss - three.at(r.step)), spread + 2 * ulp(r.loss)) << "step " << r.step << " after the fault";
-          EXPECT_EQ(r.loss, switched.at(r.step)) << "step " << r.step << " after the fault";
-        }
+    const Losses switched = switched_reference(3, shape_, from, 2, shape_on(2));
+    // What metrics.jsonl holds at the end: a group that went back to an older step (sharded
+    // state) cut it back and logged the steps after it again.
+    const Losses logged = losses_of(run_dir_ + "/metrics.jsonl");
+    EXPECT_EQ(logged.size(), static_cast<size_t>(steps_));
+    for (const auto& [step, loss] : logged) {
+      ASSERT_TRUE(three.count(step));
+      if (step <= from) {
+        EXPECT_EQ(loss, three.at(step)) << "step " << step << " before the fault";
+      } else {
+        EXPECT_LE(std::abs(loss - three.at(step)), spread + 2 * ulp(loss)) << "step " << step << " after the fault";
+        EXPECT_EQ(loss, switched.at(step)) << "step " << step << " after the fault";
       }
+    }
     report_.resumed_step = last.first_step();
     report_.fault_step = std::max(report_.fault_step, from);  // a step may complete while the fault lands
     std::printf("%s; test %.1f s\n", report_.print().c_str(), seconds(Clock::now() - started_));
+    std::smatch recovery_line;
+    if (std::regex_search(survivors, recovery_line, std::regex(R"(recovery: \d+ rank\(s\) go on from step [^\n]*)")))
+      std::printf("[netfault] %s\n", recovery_line.str().c_str());
     std::printf("[netfault] in memory: losses after the fault within %.3g of the fault-free 3-rank run (the 2- and "
                 "3-rank fault-free runs differ by up to %.3g)\n",
                 max_difference(losses_of(run_dir_ + "/metrics.jsonl"), three), spread);
@@ -748,6 +778,29 @@ TEST_F(NetFault, CutHostSurvivorsGoOnFromMemoryBeforeTheCollectiveTimeout) {
   EXPECT_TRUE(wait_for([&] { return hosts_->pids(2).empty(); }, 30)) << "processes left on the cut host";
 }
 
+// Sharded state (FULL_SHARD, issue #26): no survivor holds the cut host's part, but its buddy
+// (host 0) holds a copy, refreshed every 5 steps. The survivors go back to the newest step every
+// part has a copy of (at most 5 steps lost), assemble their new 2-rank parts from their copies
+// over the network, and go on; losses as for replicated state, and bit for bit those of a
+// fault-free run that went from 3 to 2 ranks through a checkpoint of that step.
+TEST_F(NetFault, CutHostsShardedStateComesBackFromItsBuddysCopy) {
+  use_sharded_memory_recovery();
+  timeouts_.last_call_s = 10;
+  timeouts_.heartbeat_s = 1;
+  begin_fault("link of host 2 cut, FULL_SHARD, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  block_checkpoints();
+  const SurvivorsAtFault at_fault = survivors_at_fault();
+  auto t_fault = Clock::now();
+  hosts_->cut(2);
+
+  expect_reformed(t_fault, "the survivors did not re-form with 2");
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_LE(report_.resume_s, timeouts_.heartbeat_s + 3.0) << "the collective timeout or the last call was waited for";
+  expect_survivors_went_on_from_memory(at_fault);
+  ASSERT_TRUE(agents_[2]->wait_exit(timeouts_.store_s + timeouts_.comm_s + 10)) << output(2);
+}
+
 // A worker dies and its node's agent starts another: the newcomer takes its state from the live
 // ranks over the network (the survivors are not restarted), the world size is unchanged, and so
 // every loss equals the fault-free run's to the bit.
@@ -793,6 +846,23 @@ TEST_F(NetFault, HungWorkerIsReplacedFromItsPeersMemoryAndTheOthersStay) {
               static_cast<long long>(replaced_.from));
 }
 
+// Sharded state, a worker killed: its replacement holds nothing and the survivors roll back to the
+// newest step every part has a copy of (the killed rank's at its buddy, host 0); the world size is
+// unchanged, so every loss equals the fault-free run's to the bit, the repeated steps included.
+TEST_F(NetFault, KilledWorkersShardedPartComesBackFromItsBuddysCopyAndTheLossesStayExact) {
+  use_sharded_memory_recovery();
+  begin_fault("SIGKILL host 2's worker, FULL_SHARD, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  expect_host2_worker_replaced_from_memory(SIGKILL);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(replaced_.from % kMemoryInterval, 0);
+  std::printf("[netfault] SIGKILL host 2's worker, FULL_SHARD, --recovery memory: fault after step %lld; the "
+              "replacement trained with the others %.2f s after the kill, from step %lld (copies every %d steps); "
+              "every loss equal to the fault-free run\n",
+              static_cast<long long>(report_.fault_step), replaced_.resume_s, static_cast<long long>(replaced_.from),
+              kMemoryInterval);
+}
+
 // A node that joins a running job under --recovery memory takes its state from the live ranks
 // over the network; the two running hosts keep their workers, nothing is read from disk and no
 // step is lost. Two hosts train 6 micro-batches a step (3 a rank), host 2 starts after step 8;
@@ -801,6 +871,17 @@ TEST_F(NetFault, HungWorkerIsReplacedFromItsPeersMemoryAndTheOthersStay) {
 // checkpoint of the same step, to the bit.
 TEST_F(NetFault, JoiningHostTakesItsStateFromLiveRanksAndNoStepIsLost) {
   use_memory_recovery();
+  expect_joining_host_takes_live_state();
+}
+
+// The same with sharded state (FULL_SHARD): the group re-forms after a step every rank
+// completed, so each packs its part of that step (not its last copy): nothing is lost either.
+TEST_F(NetFault, JoiningHostTakesItsShardedPartFromLiveRanksAndNoStepIsLost) {
+  use_sharded_memory_recovery();
+  expect_joining_host_takes_live_state();
+}
+
+void NetFault::expect_joining_host_takes_live_state() {
   shape_.grad_accum_steps = 3;
   steps_ = 300;  // the 2-host group (~30 ms a step) must not finish before the third joins (~1 s)
   for (int h : {0, 1}) start_agent(h);
@@ -837,17 +918,17 @@ TEST_F(NetFault, JoiningHostTakesItsStateFromLiveRanksAndNoStepIsLost) {
   EXPECT_EQ(last_round().restart_count, 0) << "a join is no failure";
 
   const Losses& two = reference(2, steps_, shape_);
-  const Losses switched = switched_reference(2, shape_, from, 3, TrainShape{"NO_SHARD", 2, 0});
+  const Losses switched = switched_reference(2, shape_, from, 3, shape_on(3));
   for (const auto& [step, loss] : logged) {
     if (step <= from)
       EXPECT_EQ(loss, two.at(step)) << "step " << step << " before the join";
     else
       EXPECT_EQ(loss, switched.at(step)) << "step " << step << " after the join";
   }
-  std::printf("[netfault] host 2 joins a 2-host job, --recovery memory: started after step %lld; trained with the "
+  std::printf("[netfault] host 2 joins a 2-host job, %s, --recovery memory: started after step %lld; trained with the "
               "others %.2f s later, from step %lld, no step lost; every loss equal to a fault-free run that went from "
               "2 to 3 ranks through a checkpoint of step %lld\n",
-              static_cast<long long>(logged_before_join), join_s, static_cast<long long>(from + 1),
+              shape_.strategy.c_str(), static_cast<long long>(logged_before_join), join_s, static_cast<long long>(from + 1),
               static_cast<long long>(from));
 }
 

@@ -17,6 +17,7 @@ std::vector<std::string> train_args(const std::string& cadre_bin, const std::str
       "checkpoint.interval=" + std::to_string(shape.checkpoint_interval), "checkpoint.keep=100",
       "optim.grad_accum_steps=" + std::to_string(shape.grad_accum_steps), "data.dir=" + data_dir,
       "run.dir=" + run_dir};
+  if (shape.memory_interval > 0) sets.push_back("checkpoint.memory_interval=" + std::to_string(shape.memory_interval));
   sets.insert(sets.end(), extra.begin(), extra.end());
   for (const std::string& s : sets) {
     a.push_back("--set");

@@ -16,8 +16,10 @@ struct TrainShape {
   std::string strategy = "FULL_SHARD";
   int grad_accum_steps = 1;
   int checkpoint_interval = 5;
+  int memory_interval = 0;  // checkpoint.memory_interval (sharded in-memory recovery); 0: the default
   std::string name() const {
-    return strategy + "-a" + std::to_string(grad_accum_steps) + "-c" + std::to_string(checkpoint_interval);
+    return strategy + "-a" + std::to_string(grad_accum_steps) + "-c" + std::to_string(checkpoint_interval) +
+           (memory_interval > 0 ? "-m" + std::to_string(memory_interval) : "");
   }
 };
 

@@ -42,7 +42,9 @@ def main(path):
         ax.grid(axis="y", alpha=0.3)
     survived = sum(1 for f in faults if f["survived"] and f["losses_exact"])
     fig.suptitle(f"recovery soak: {survived} of {len(faults)} faults survived with exact losses "
-                 f"(seed {soak['seed']}; red x: failed)")
+                 f"(seed {soak['seed']}, {soak.get('strategy', 'NO_SHARD')}"
+                 + (f", copies every {soak['memory_interval']} steps" if soak.get("memory_interval") else "")
+                 + "; red x: failed)")
     fig.tight_layout()
     out = os.path.join(os.path.dirname(os.path.abspath(path)), "soak.png")
     fig.savefig(out, dpi=110)

@@ -1,7 +1,7 @@
 // Recovery soak (issue #26; `make soak`, label soak, not part of `make test`): CADRE_SOAK_FAULTS
 // faults (default 100) drawn at random (CADRE_SOAK_SEED, printed) from five kinds, each against
-// its own three-host job (network namespaces, one worker a host, NO_SHARD, 6 micro-batches a
-// step) under `cadre run --recovery memory`, rendezvous in a 3-member etcd on the switch:
+// its own three-host job (network namespaces, one worker a host, NO_SHARD or CADRE_SOAK_STRATEGY,
+// 6 micro-batches a step) under `cadre run --recovery memory`, rendezvous in a 3-member etcd on the switch:
 //   worker_kill  SIGKILL one host's worker: its agent starts another, which takes the live state;
 //   agent_kill   SIGKILL one host's agent (its workers go with it): the others go on with 2 ranks,
 //                then the agent is started again and the host joins back;
@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -64,7 +65,17 @@ const std::vector<std::string> kKinds = {"worker_kill", "agent_kill", "node_cut"
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-TrainShape shape_for(int world) { return TrainShape{"NO_SHARD", kGlobalMicroBatches / world, 0}; }
+// CADRE_SOAK_STRATEGY (default NO_SHARD; FULL_SHARD: sharded state, copied to a peer's memory every
+// CADRE_SOAK_MEMORY_INTERVAL steps, default 10, so a fault may cost up to that many steps).
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+TrainShape shape_for(int world) {
+  static const std::string strategy = env_or("CADRE_SOAK_STRATEGY", "NO_SHARD");
+  static const int memory_interval = std::stoi(env_or("CADRE_SOAK_MEMORY_INTERVAL", "10"));
+  return TrainShape{strategy, kGlobalMicroBatches / world, 0, strategy == "NO_SHARD" ? 0 : memory_interval};
+}
 
 // One fault and what came of it.
 struct Outcome {
@@ -85,14 +96,27 @@ struct Outcome {
   }
 };
 
-// "recovery: W rank(s) go on from step S in memory": every (S, W) in the text, in step order.
+// "recovery: W rank(s) go on from step S in memory (round R, ...": every (S, W) in the text, in
+// round order (the order they happened in).
 std::vector<std::pair<int64_t, int>> recoveries_in(const std::string& text) {
-  static const std::regex line(R"(recovery: (\d+) rank\(s\) go on from step (\d+) in memory)");
-  std::vector<std::pair<int64_t, int>> out;
+  static const std::regex line(R"(recovery: (\d+) rank\(s\) go on from step (\d+) in memory \(round (\d+))");
+  std::map<int64_t, std::pair<int64_t, int>> by_round;
   for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it)
-    out.push_back({std::stoll((*it)[2]), std::stoi((*it)[1])});
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+    by_round[std::stoll((*it)[3])] = {std::stoll((*it)[2]), std::stoi((*it)[1])};
+  std::vector<std::pair<int64_t, int>> out;
+  for (const auto& [round, recovery] : by_round) out.push_back(recovery);
+  return out;
+}
+
+// The world size changes the logged losses went through: a group that went back to an older step
+// (sharded state, copies every few steps) redid the steps after it, so a recovery undoes every
+// earlier one at or after its step.
+std::vector<std::pair<int64_t, int>> effective_switches(const std::vector<std::pair<int64_t, int>>& recoveries) {
+  std::vector<std::pair<int64_t, int>> out;
+  for (const auto& r : recoveries) {
+    while (!out.empty() && out.back().first >= r.first) out.pop_back();
+    out.push_back(r);
+  }
   return out;
 }
 
@@ -185,7 +209,8 @@ class RecoverySoak : public ::testing::Test {
   // Losses of fault-free runs chained through checkpoints: 3 ranks from step 0, then at each
   // (step, world) switch, a run of that world size resumed from the previous run's checkpoint
   // of that step (train.stop_at wrote it). One run directory: each resume cuts metrics.jsonl
-  // back to its checkpoint's step and appends.
+  // back to its checkpoint's step and appends. A switch at step 0 (sharded state lost before its
+  // first copies after the start) is the first run's size.
   Losses chain_reference(const std::vector<std::pair<int64_t, int>>& switches) {
     std::vector<std::pair<int64_t, int>> changes;  // only the ones that change the world size
     int world = kHosts;
@@ -197,6 +222,10 @@ class RecoverySoak : public ::testing::Test {
     if (cached != references_.end()) return cached->second;
     const std::string run_dir = shared_ / ("reference-" + key + std::to_string(references_.size()));
     world = kHosts;
+    if (!changes.empty() && changes.front().first == 0) {
+      world = changes.front().second;
+      changes.erase(changes.begin());
+    }
     for (size_t i = 0; i <= changes.size(); ++i) {
       const int64_t stop = i < changes.size() ? changes[i].first : 0;
       std::vector<std::string> argv = {CADRE_BIN, "run", "--nproc-per-node", std::to_string(world), "--log-dir",
@@ -335,7 +364,7 @@ class RecoverySoak : public ::testing::Test {
     if (switches.empty() && o.kind != "etcd_kill") o.note += " no recovery line;";
     if (!switches.empty()) o.steps_lost = std::max<int64_t>(0, o.fault_step - switches.front().first);
     const Losses logged = losses_of(job.run_dir + "/metrics.jsonl");
-    const Losses expected = chain_reference(switches);
+    const Losses expected = chain_reference(effective_switches(switches));
     o.losses_exact = logged.size() == size_t(kSteps);
     if (!o.losses_exact) o.note += " " + std::to_string(logged.size()) + " steps logged;";
     for (const auto& [step, loss] : logged)
@@ -416,7 +445,10 @@ std::string table(const std::vector<Outcome>& outcomes) {
 void RecoverySoak::write_results(unsigned seed, const std::vector<Outcome>& outcomes) const {
   nlohmann::json all = nlohmann::json::array();
   for (const auto& o : outcomes) all.push_back(o.to_json());
-  cadre::test::write_text(out_dir_ + "/soak.json.tmp", nlohmann::json{{"seed", seed}, {"faults", all}}.dump(1) + "\n");
+  const TrainShape shape = shape_for(kHosts);
+  const nlohmann::json results = {
+      {"seed", seed}, {"strategy", shape.strategy}, {"memory_interval", shape.memory_interval}, {"faults", all}};
+  cadre::test::write_text(out_dir_ + "/soak.json.tmp", results.dump(1) + "\n");
   std::filesystem::rename(out_dir_ + "/soak.json.tmp", out_dir_ + "/soak.json");
   cadre::test::write_text(out_dir_ + "/soak.md", table(outcomes));
 }
@@ -433,7 +465,11 @@ TEST_F(RecoverySoak, RandomFaultsAreSurvivedWithExactLosses) {
     kinds.push_back(k);
   }
   if (kinds.empty()) kinds = kKinds;
-  std::printf("[soak] %d faults, seed %u (CADRE_SOAK_SEED=%u repeats the draw)\n", faults, seed, seed);
+  const TrainShape shape = shape_for(kHosts);
+  std::printf("[soak] %d faults, seed %u (CADRE_SOAK_SEED=%u repeats the draw); %s%s\n", faults, seed, seed,
+              shape.strategy.c_str(),
+              shape.memory_interval > 0 ? (", copies every " + std::to_string(shape.memory_interval) + " steps").c_str()
+                                        : "");
   std::mt19937 rng(seed);
   std::vector<Outcome> outcomes;
   const auto t0 = Clock::now();

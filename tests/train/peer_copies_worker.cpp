@@ -1,0 +1,170 @@
+// One rank of sharded in-memory recovery (train/peer_copies.h, train/copies_adopt.h) for
+// peer_copies_test: the ranks of an old group build the user network FULL_SHARD with AdamW, give
+// every element of the model and optimizer state a value that names its place in the global
+// tensor, pack their parts at step 7, exchange copies with their buddies (ranks_per_node 1), and
+// then the ranks of a new group (another size, or a newcomer) adopt what the survivors hold and
+// check every element they now own against that value.
+//
+//   peer_copies_worker <data_dir> <scenario> <new_port>
+//
+// shrink:      3 -> 2: rank 2 is lost after the exchange; its part comes from rank 0's copy.
+// grow:        2 -> 3: ranks 0 and 1 hold their own parts; rank 2 is a newcomer.
+// replace:     3 -> 3: rank 1 is replaced by a newcomer; its part comes from rank 2's copy.
+// copies_lost: 3 -> 2 with rank 0's copy of rank 2 dropped: no step is covered, nothing adopted.
+//
+// Prints "rng <x>" (the old rank's next random number after packing) and "adopted step ... ok"
+// or "nothing adopted".
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cstdio>
+#include <string>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "optim/make_optimizer.h"
+#include "shard/fully_shard.h"
+#include "shard/parallel_groups.h"
+#include "shard/user_net.h"
+#include "train/batch_source.h"
+#include "train/copies_adopt.h"
+#include "train/peer_copies.h"
+
+namespace {
+
+struct Scenario {
+  int old_world, new_world;
+  int old_rank(int process) const;  // -1: not in the old group (a newcomer)
+  int new_rank(int process) const;  // -1: not in the new group (lost)
+  std::string name;
+};
+int Scenario::old_rank(int process) const { return process < old_world ? process : -1; }
+int Scenario::new_rank(int process) const { return process < new_world ? process : -1; }
+
+Scenario scenario(const std::string& name) {
+  if (name == "shrink" || name == "copies_lost") return {3, 2, name};
+  if (name == "grow") return {2, 3, name};
+  if (name == "replace") return {3, 3, name};
+  throw cadre::Error("peer_copies_worker: no scenario '" + name + "'");
+}
+
+// The value of element i of `tensor` (a name): its place, recognisable after any re-layout.
+at::Tensor expected(const std::string& tensor, int64_t start, int64_t n) {
+  double tag = 0;
+  for (char ch : tensor) tag = std::fmod(tag * 31 + double(ch), 97.0);
+  return at::arange(start, start + n, at::kDouble).remainder(1024).mul(1.0 / 1024).add(tag).to(at::kFloat);
+}
+
+struct Job {
+  std::shared_ptr<usernet::Net> net;
+  cadre::ParallelGroups groups;
+  cadre::FSDPModule model;
+  std::unique_ptr<cadre::Optimizer> optimizer;
+};
+
+std::unique_ptr<Job> build(const cadre::comm::JobEnv& env) {
+  auto job = std::make_unique<Job>();
+  job->groups = cadre::make_parallel_groups(env, cadre::Strategy::FullShard, 0, {});
+  job->net = std::make_shared<usernet::Net>();
+  job->net->init(7);
+  cadre::FullyShardOptions options;
+  options.strategy = cadre::Strategy::FullShard;
+  options.groups = job->groups.groups;
+  for (auto* unit : job->net->units()) cadre::fully_shard(*unit, options);
+  job->model = cadre::fully_shard(*job->net, options);
+  job->optimizer = cadre::make_optimizer(cadre::OptimConfig{}, job->model.parameters(), job->model.decay_mask());
+  return job;
+}
+
+// Every element of this rank's part: set to (fill) or compared with (check) its value. Buffers
+// and frozen parameters hold 3 everywhere.
+int64_t visit(Job& job, bool fill) {
+  c10::NoGradGuard no_grad;
+  int64_t wrong = 0;
+  const auto& layout = job.model.piece_layout();
+  const std::vector<cadre::OptimizerState> state = job.optimizer->state();
+  auto one = [&](const std::string& name, const cadre::ShardPiece& where, const at::Tensor& t) {
+    const at::Tensor want = expected(name, where.start, t.numel());
+    if (fill) t.view({-1}).copy_(want);
+    else wrong += t.view({-1}).ne(want).sum().item<int64_t>();
+  };
+  for (size_t k = 0; k < layout.size(); ++k) {
+    one("model." + layout[k].name, layout[k], job.model.parameters()[k]);
+    for (const auto& s : state) one("optim." + s.name + "." + layout[k].name, layout[k], (*s.tensors)[k]);
+  }
+  for (auto& [name, t] : job.model.unsharded_state()) {
+    if (fill) t.fill_(3);
+    else wrong += t.ne(3).sum().item<int64_t>();
+  }
+  return wrong;
+}
+
+cadre::comm::JobEnv env_for(const cadre::comm::JobEnv& base, int rank, int world, int port) {
+  cadre::comm::JobEnv env = base;
+  env.rank = rank;
+  env.world_size = world;
+  env.master_port = port;
+  return env;
+}
+
+// The old group: pack at step 7, exchange with the buddy, hand over what this rank holds.
+std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const Scenario& s) {
+  std::unique_ptr<Job> job = build(env);
+  visit(*job, /*fill=*/true);
+  job->optimizer->set_steps(7);
+  at::manual_seed(uint64_t(1000 + env.rank));
+  cadre::PackedState own = cadre::pack_state(job->model, *job->optimizer, env.rank, env.world_size,
+                                             {7, 107, 7, 6, "{\"step\":7,\"rank\":" + std::to_string(env.rank) + "}"});
+  std::printf("rank %d: rng %lld\n", env.rank, static_cast<long long>(at::randint(1 << 30, {1}).item<int64_t>()));
+  cadre::PeerCopies copies(*job->groups.world, /*ranks_per_node=*/1);
+  copies.start(std::move(own), *job->groups.world);
+  copies.commit();  // waits for this rank's side of the exchange (the barrier below for the others')
+  std::vector<cadre::PackedState> held = copies.release();
+  if (s.name == "copies_lost" && env.rank == 0) held.resize(1);  // its own part only
+  std::printf("rank %d: holds %zu copies (buddy %d, giver %d)\n", env.rank, held.size(), copies.buddy(), copies.giver());
+  job->groups.world->barrier();
+  return held;
+}
+
+int run(int argc, char** argv) {
+  CADRE_CHECK(argc == 4, "usage: peer_copies_worker <data_dir> <scenario> <new_port>");
+  const cadre::comm::JobEnv env = cadre::comm::JobEnv::from_env();
+  const Scenario s = scenario(argv[2]);
+  at::set_num_threads(1);
+  std::vector<cadre::PackedState> held;
+  const int old_rank = s.old_rank(env.rank), new_rank = s.new_rank(env.rank);
+  if (old_rank >= 0) held = old_group(env_for(env, old_rank, s.old_world, env.master_port), s);
+  if (s.name == "replace" && env.rank == 1) held.clear();  // the replacement starts with nothing
+  if (new_rank < 0) return 0;
+  const cadre::comm::JobEnv fresh = env_for(env, new_rank, s.new_world, std::stoi(argv[3]));
+  std::unique_ptr<Job> job = build(fresh);
+  std::unique_ptr<cadre::BatchSource> data = cadre::BatchSource::open(argv[1], cadre::Split::Train, 1234);
+  std::optional<cadre::Adopted> adopted =
+      cadre::copies_adopt(held, job->model, *job->optimizer, *data, job->groups.world.get(), new_rank);
+  if (!adopted) {
+    std::printf("rank %d: nothing adopted\n", new_rank);
+  } else {
+    const int64_t wrong = visit(*job, /*fill=*/false);
+    std::printf("rank %d: adopted step %lld owners %d position %llu optimizer_steps %lld micro_batches %lld "
+                "transferred %d rng %lld wrong %lld record %s\n",
+                new_rank, static_cast<long long>(adopted->step), adopted->owners,
+                static_cast<unsigned long long>(data->position()), static_cast<long long>(job->optimizer->steps()),
+                static_cast<long long>(adopted->micro_batches), adopted->transferred ? 1 : 0,
+                static_cast<long long>(at::randint(1 << 30, {1}).item<int64_t>()), static_cast<long long>(wrong),
+                adopted->record.c_str());
+  }
+  job->groups.world->barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "peer_copies_worker: %s\n", e.what());
+    return 1;
+  }
+}
