@@ -75,12 +75,16 @@ fuzz: build
 
 # The recovery soak (issue #26; root, network namespaces): SOAK_FAULTS faults drawn at random
 # (SOAK_SEED repeats a draw) against three-host jobs under --recovery memory; prints a table per
-# fault kind and writes soak.json, soak.md and the plot soak.png to $(BUILD)/soak/.
+# fault kind and writes soak.json, soak.md and the plot soak.png to $(BUILD)/soak/. SOAK_STRATEGY
+# (default NO_SHARD; FULL_SHARD: sharded state copied to peers every SOAK_MEMORY_INTERVAL steps).
 SOAK_FAULTS ?= 100
 SOAK_SEED ?=
+SOAK_STRATEGY ?= NO_SHARD
+SOAK_MEMORY_INTERVAL ?= 10
 soak: build
 	@mkdir -p $(BUILD)/soak
 	@CADRE_SOAK_FAULTS=$(SOAK_FAULTS) $(if $(SOAK_SEED),CADRE_SOAK_SEED=$(SOAK_SEED)) \
+	  CADRE_SOAK_STRATEGY=$(SOAK_STRATEGY) CADRE_SOAK_MEMORY_INTERVAL=$(SOAK_MEMORY_INTERVAL) \
 	  CADRE_SOAK_OUT=$(abspath $(BUILD))/soak $(BUILD)/tests/soak/test_recovery_soak; rc=$$?; \
 	  /usr/bin/python3 $(CURDIR)/tests/soak/plot_soak.py $(abspath $(BUILD))/soak/soak.json; exit $$rc
 

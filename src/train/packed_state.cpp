@@ -66,8 +66,9 @@ PackedState parse_header(const std::string& text, int64_t bytes, const std::stri
 
 }  // namespace
 
-PackedState pack_state(FSDPModule& model, Optimizer& optimizer, int rank, int world, PackedScalars scalars) {
-  Snapshot staged;
+PackedState pack_state(Snapshot& staged, FSDPModule& model, Optimizer& optimizer, int rank, int world,
+                       PackedScalars scalars) {
+  staged.clear();
   stage_train_state(staged, model, optimizer, rank);
   staged.finish();  // copies from a device, if any
   PackedState s;
@@ -84,6 +85,7 @@ PackedState pack_state(FSDPModule& model, Optimizer& optimizer, int rank, int wo
     std::memcpy(base + p.offset, staged.data(p), snapshot_piece_bytes(p));
     s.pieces.push_back(p);
   }
+  staged.release_pages();
   return s;
 }
 

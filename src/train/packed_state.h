@@ -36,8 +36,12 @@ struct PackedScalars {
   std::string record;
 };
 
-// Stages this rank's part of the model, optimizer and RNG (as a checkpoint does) and packs it.
-PackedState pack_state(FSDPModule& model, Optimizer& optimizer, int rank, int world, PackedScalars scalars);
+// Stages this rank's part of the model, optimizer and RNG (as a checkpoint does) in `staging` and
+// packs it. Reuse one `staging` across calls: a fresh one grows by reallocation piece by piece
+// (bench/recovery.py, a 29 MB part, 3 ranks on 2 cores: 130 ms a copy, 88 ms reused); its pages
+// are handed back after.
+PackedState pack_state(Snapshot& staging, FSDPModule& model, Optimizer& optimizer, int rank, int world,
+                       PackedScalars scalars);
 
 // Sends `state` from `root` to the other ranks of `group` (three broadcasts: sizes, header,
 // bytes), without waiting; wait() before `state` changes or goes.

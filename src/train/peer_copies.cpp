@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/log.h"
 
 namespace cadre {
 namespace {
@@ -23,6 +22,8 @@ std::string what(const std::exception_ptr& error) {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
     return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
   }
 }
 
@@ -81,11 +82,11 @@ void PeerCopies::start(PackedState state, comm::Communicator& group) {
 // Sends this rank's pending copy to its buddy and receives its giver's. With one communicator
 // for both (buddy == giver) both ranks issue the lower rank's send first.
 void PeerCopies::exchange() {
+  std::optional<PackedSend> send;
   try {
     comm::Communicator& out = *to_buddy_;
     comm::Communicator& in = from_giver_ ? *from_giver_ : *to_buddy_;
     const int my_root = index_in_pair(rank_, buddy_), giver_root = index_in_pair(giver_, rank_);
-    std::optional<PackedSend> send;
     if (from_giver_ || my_root == 0) send.emplace(*pending_own_, out, my_root);
     PackedState received = receive_packed(in, giver_root);
     if (!send) send.emplace(*pending_own_, out, my_root);
@@ -93,11 +94,18 @@ void PeerCopies::exchange() {
     CADRE_CHECK(received.owner == giver_ && received.step == pending_own_->step, "rank ", rank_,
                 ": received the copy of rank ", received.owner, " at step ", received.step, " instead of rank ",
                 giver_, "'s at step ", pending_own_->step);
-    std::lock_guard<std::mutex> lock(received_mutex_);
-    pending_received_ = std::move(received);
+    pending_received_ = std::move(received);  // read only after join()
     done_ = true;
   } catch (const std::exception&) {
     error_ = std::current_exception();
+    // The send's buffers must outlive its ops, which end at once on a failed (poisoned)
+    // communicator; their error is this one's consequence, and error_ already holds the cause.
+    if (send) {
+      try {
+        send->wait();
+      } catch (const std::exception&) {  // the consequence; the cause is in error_
+      }
+    }
   }
 }
 
@@ -122,14 +130,6 @@ std::vector<PackedState> PeerCopies::release() {
   pending_own_.reset();
   pending_received_.reset();
   return out;
-}
-
-int64_t PeerCopies::bytes_held() const {
-  int64_t bytes = 0;
-  for (const auto* s : {&kept_own_, &kept_received_, &pending_own_})
-    if (s->has_value()) bytes += int64_t((*s)->bytes.nbytes());
-  if (done_.load() && pending_received_) bytes += int64_t(pending_received_->bytes.nbytes());
-  return bytes;
 }
 
 }  // namespace cadre

@@ -12,7 +12,6 @@
 #include <atomic>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -43,8 +42,6 @@ class PeerCopies {
   // After a failure: aborts the exchange if it still runs and hands over the complete copies
   // (this rank's and its giver's, kept and pending). The object is empty afterwards.
   std::vector<PackedState> release();
-  // Bytes of state held (own and received, kept and pending).
-  int64_t bytes_held() const;
   const std::vector<comm::Communicator*>& communicators() const { return communicators_; }
 
  private:
@@ -55,8 +52,7 @@ class PeerCopies {
   std::unique_ptr<comm::Communicator> to_buddy_, from_giver_;  // the same one when buddy == giver
   std::vector<comm::Communicator*> communicators_;
   std::optional<PackedState> kept_own_, kept_received_, pending_own_;
-  std::mutex received_mutex_;
-  std::optional<PackedState> pending_received_;  // written by the thread
+  std::optional<PackedState> pending_received_;  // written by the thread, read after it ended
   std::atomic<bool> done_{false};
   std::exception_ptr error_;  // the thread's, read after join
   std::thread thread_;

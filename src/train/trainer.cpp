@@ -128,6 +128,7 @@ class Trainer {
   // those the group was re-formed from, kept until the first copies of this group commit.
   std::unique_ptr<PeerCopies> peer_copies_;
   std::vector<PackedState> inherited_copies_;
+  Snapshot copy_staging_;  // reused by every copy
   int64_t end_step_ = 0;
   std::unique_ptr<obs::TrainObserver> observer_;
   TrainSummary summary_;
@@ -212,7 +213,7 @@ Carried Trainer::take_carried(bool group_intact) {
   }
   if (peer_copies_) carried.copies = peer_copies_->release();
   if (group_intact)
-    carried.copies.push_back(pack_state(run_->sharded, *run_->optimizer, run_->rank, run_->world,
+    carried.copies.push_back(pack_state(copy_staging_, run_->sharded, *run_->optimizer, run_->rank, run_->world,
                                         {steps_done_, position_done_, run_->optimizer->steps(), micro_batches_,
                                          last_record_}));
   for (PackedState& c : inherited_copies_) carried.copies.push_back(std::move(c));
@@ -224,7 +225,7 @@ Carried Trainer::take_carried(bool group_intact) {
 // that step), kept and sent to its buddy in the background.
 void Trainer::keep_copy(int64_t done, std::string record) {
   obs::ProgressHeartbeat busy;  // a previous exchange may still be finishing: busy, not hung
-  peer_copies_->start(pack_state(run_->sharded, *run_->optimizer, run_->rank, run_->world,
+  peer_copies_->start(pack_state(copy_staging_, run_->sharded, *run_->optimizer, run_->rank, run_->world,
                                  {done, position_done_, run_->optimizer->steps(), micro_batches_, std::move(record)}),
                       *run_->group);
 }

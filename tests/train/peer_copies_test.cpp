@@ -59,9 +59,10 @@ class PeerCopiesRecovery : public ::testing::Test {
     data_ = cadre::test::prepare_tiny_dataset(dir_->path(), 2, 20000);
   }
   static void TearDownTestSuite() { delete dir_; }
-  std::vector<cadre::testing::RankResult> run(int processes, const std::string& scenario) {
+  std::vector<cadre::testing::RankResult> run(int processes, const std::string& scenario,
+                                              const std::string& strategy = "FULL_SHARD") {
     auto results = cadre::testing::run_ranks(
-        processes, {PEER_COPIES_WORKER, data_, scenario, std::to_string(cadre::testing::free_port())});
+        processes, {PEER_COPIES_WORKER, data_, scenario, std::to_string(cadre::testing::free_port()), strategy});
     for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << r.output;
     return results;
   }
@@ -103,6 +104,13 @@ TEST_F(PeerCopiesRecovery, ANewcomerReceivesItsPartWhenTheGroupGrows) {
 TEST_F(PeerCopiesRecovery, AReplacedRankGetsItsPartFromItsBuddysCopy) {
   expect_adopted(run(3, "replace"), 3, 3);
 }
+
+// The other sharded strategies stage their parts the same way: SHARD_GRAD_OP's and ZERO1's
+// shards, and HYBRID_SHARD's units spread over the replicas that hold them (shard groups of 1:
+// each unit staged by one replica only, so coverage needs every rank's copy).
+TEST_F(PeerCopiesRecovery, ShardGradOpPartsSurviveAShrink) { expect_adopted(run(3, "shrink", "SHARD_GRAD_OP"), 2, 3); }
+TEST_F(PeerCopiesRecovery, Zero1PartsSurviveAShrink) { expect_adopted(run(3, "shrink", "ZERO1"), 2, 3); }
+TEST_F(PeerCopiesRecovery, HybridShardPartsReachANewcomer) { expect_adopted(run(3, "grow", "HYBRID_SHARD"), 3, 2); }
 
 TEST_F(PeerCopiesRecovery, NothingIsAdoptedWhenEveryCopyOfAPartIsGone) {
   auto results = run(3, "copies_lost");

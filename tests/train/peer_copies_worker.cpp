@@ -1,11 +1,12 @@
 // One rank of sharded in-memory recovery (train/peer_copies.h, train/copies_adopt.h) for
-// peer_copies_test: the ranks of an old group build the user network FULL_SHARD with AdamW, give
+// peer_copies_test: the ranks of an old group build the user network sharded (FULL_SHARD, or the
+// strategy given: SHARD_GRAD_OP, ZERO1, HYBRID_SHARD with shard groups of 1) with AdamW, give
 // every element of the model and optimizer state a value that names its place in the global
 // tensor, pack their parts at step 7, exchange copies with their buddies (ranks_per_node 1), and
 // then the ranks of a new group (another size, or a newcomer) adopt what the survivors hold and
 // check every element they now own against that value.
 //
-//   peer_copies_worker <data_dir> <scenario> <new_port>
+//   peer_copies_worker <data_dir> <scenario> <new_port> [strategy]
 //
 // shrink:      3 -> 2: rank 2 is lost after the exchange; its part comes from rank 0's copy.
 // grow:        2 -> 3: ranks 0 and 1 hold their own parts; rank 2 is a newcomer.
@@ -63,13 +64,13 @@ struct Job {
   std::unique_ptr<cadre::Optimizer> optimizer;
 };
 
-std::unique_ptr<Job> build(const cadre::comm::JobEnv& env) {
+std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, cadre::Strategy strategy) {
   auto job = std::make_unique<Job>();
-  job->groups = cadre::make_parallel_groups(env, cadre::Strategy::FullShard, 0, {});
+  job->groups = cadre::make_parallel_groups(env, strategy, /*shard_group_size=*/1, {});
   job->net = std::make_shared<usernet::Net>();
   job->net->init(7);
   cadre::FullyShardOptions options;
-  options.strategy = cadre::Strategy::FullShard;
+  options.strategy = strategy;
   options.groups = job->groups.groups;
   for (auto* unit : job->net->units()) cadre::fully_shard(*unit, options);
   job->model = cadre::fully_shard(*job->net, options);
@@ -109,12 +110,14 @@ cadre::comm::JobEnv env_for(const cadre::comm::JobEnv& base, int rank, int world
 }
 
 // The old group: pack at step 7, exchange with the buddy, hand over what this rank holds.
-std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const Scenario& s) {
-  std::unique_ptr<Job> job = build(env);
+std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const Scenario& s,
+                                          cadre::Strategy strategy) {
+  std::unique_ptr<Job> job = build(env, strategy);
   visit(*job, /*fill=*/true);
   job->optimizer->set_steps(7);
   at::manual_seed(uint64_t(1000 + env.rank));
-  cadre::PackedState own = cadre::pack_state(job->model, *job->optimizer, env.rank, env.world_size,
+  cadre::Snapshot staging;
+  cadre::PackedState own = cadre::pack_state(staging, job->model, *job->optimizer, env.rank, env.world_size,
                                              {7, 107, 7, 6, "{\"step\":7,\"rank\":" + std::to_string(env.rank) + "}"});
   std::printf("rank %d: rng %lld\n", env.rank, static_cast<long long>(at::randint(1 << 30, {1}).item<int64_t>()));
   cadre::PeerCopies copies(*job->groups.world, /*ranks_per_node=*/1);
@@ -128,17 +131,18 @@ std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const 
 }
 
 int run(int argc, char** argv) {
-  CADRE_CHECK(argc == 4, "usage: peer_copies_worker <data_dir> <scenario> <new_port>");
+  CADRE_CHECK(argc == 4 || argc == 5, "usage: peer_copies_worker <data_dir> <scenario> <new_port> [strategy]");
   const cadre::comm::JobEnv env = cadre::comm::JobEnv::from_env();
   const Scenario s = scenario(argv[2]);
+  const cadre::Strategy strategy = cadre::parse_strategy(argc == 5 ? argv[4] : "FULL_SHARD");
   at::set_num_threads(1);
   std::vector<cadre::PackedState> held;
   const int old_rank = s.old_rank(env.rank), new_rank = s.new_rank(env.rank);
-  if (old_rank >= 0) held = old_group(env_for(env, old_rank, s.old_world, env.master_port), s);
+  if (old_rank >= 0) held = old_group(env_for(env, old_rank, s.old_world, env.master_port), s, strategy);
   if (s.name == "replace" && env.rank == 1) held.clear();  // the replacement starts with nothing
   if (new_rank < 0) return 0;
   const cadre::comm::JobEnv fresh = env_for(env, new_rank, s.new_world, std::stoi(argv[3]));
-  std::unique_ptr<Job> job = build(fresh);
+  std::unique_ptr<Job> job = build(fresh, strategy);
   std::unique_ptr<cadre::BatchSource> data = cadre::BatchSource::open(argv[1], cadre::Split::Train, 1234);
   std::optional<cadre::Adopted> adopted =
       cadre::copies_adopt(held, job->model, *job->optimizer, *data, job->groups.world.get(), new_rank);
