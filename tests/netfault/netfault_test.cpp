@@ -634,7 +634,12 @@ class NetFault : public ::testing::Test {
       EXPECT_EQ(from % shape_.memory_interval, 0) << survivors;
       EXPECT_NE(survivors.find("copies of the 3 ranks' parts"), std::string::npos) << survivors;
     }
-    EXPECT_EQ(last.first_step(), from + 1) << "the re-formed group did not go on from where it was";
+    // The re-formed group's first record is step from + 1, or step `from` itself when the old
+    // rank 0 (cut, or killed) never wrote that one: the new rank 0 writes the record that came
+    // with the state (CI saw it once with the job store's host cut).
+    EXPECT_TRUE(last.first_step() == from + 1 || last.first_step() == from)
+        << "the re-formed group did not go on from where it was: its first record is step " << last.first_step()
+        << ", the state it took is step " << from;
     EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
     EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
 
