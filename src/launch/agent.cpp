@@ -20,8 +20,9 @@
 #include "launch/worker_group.h"
 #include "obs/agent_observer.h"
 #include "obs/proc_stat.h"
-#include "rdzv/membership.h"
 #include "rdzv/endpoint.h"
+#include "rdzv/liveness_port.h"
+#include "rdzv/membership.h"
 #include "store/secret.h"
 
 namespace cadre::launch {
@@ -193,6 +194,14 @@ int agent_run(const AgentConfig& cfg) {
   me.local_world_size = cfg.nproc_per_node;
   me.node_rank = cfg.store.node_rank;
   me.pid = ::getpid();
+  // Lets re-forming peers tell at once that this agent died (its etcd lease outlives it).
+  std::unique_ptr<rdzv::LivenessPort> liveness;
+  try {
+    liveness = std::make_unique<rdzv::LivenessPort>(me.addr);
+    me.liveness_port = liveness->port();
+  } catch (const Error& e) {
+    log::warn(str(e.what(), ": if this agent dies, its peers wait for its session or the last call"));
+  }
   auto interrupted = [] { return signals_received() != 0; };
   int64_t last_round_size = 1;
   std::unique_ptr<WorkerGroup> kept;  // --recovery memory: live workers going on into the next round

@@ -35,6 +35,7 @@
 #include "core/error.h"
 #include "core/json_number.h"
 #include "core/log.h"
+#include "rdzv/liveness_port.h"
 
 namespace cadre::rdzv {
 namespace {
@@ -66,7 +67,7 @@ int64_t Round::rank_offset() const {
 std::string node_info_to_json(const NodeInfo& info) {
   return nlohmann::json{{"addr", info.addr}, {"hostname", info.hostname}, {"local_world_size", info.local_world_size},
                         {"node_rank", info.node_rank}, {"pid", info.pid},
-                        {"previous_group_rank", info.previous_group_rank}}.dump();
+                        {"previous_group_rank", info.previous_group_rank}, {"liveness_port", info.liveness_port}}.dump();
 }
 
 NodeInfo node_info_from_json(const std::string& text) {
@@ -79,6 +80,11 @@ NodeInfo node_info_from_json(const std::string& text) {
     info.node_rank = json_int(j.at("node_rank"), "node_rank");
     info.pid = json_int(j.at("pid"), "pid");
     info.previous_group_rank = j.contains("previous_group_rank") ? json_int(j["previous_group_rank"], "previous_group_rank") : -1;
+    if (j.contains("liveness_port")) {
+      const int64_t port = json_int(j["liveness_port"], "liveness_port");
+      CADRE_CHECK(port >= 0 && port <= 65535, "liveness_port ", port, " is not a port");
+      info.liveness_port = static_cast<uint16_t>(port);
+    }
   } catch (const std::exception& e) {
     throw Error(str("rendezvous: bad node record '", text, "': ", e.what()));
   }
@@ -133,8 +139,10 @@ std::optional<int64_t> Rendezvous::gone_member(int64_t round, int64_t members) {
 
 // Re-forming after a lost node: MAX is out of reach, and waiting out last_call_timeout for
 // nodes that are gone would be most of the recovery time. Who is gone is known where the store
-// has sessions (an agent's session ends with its connection, or its lease): the round closes
-// once every live member of the round before and every agent that waited for this one joined.
+// has sessions (an agent's session ends with its connection, or its lease), or at once where an
+// agent's liveness port refuses (a killed agent's etcd lease lives on until its TTL): the round
+// closes once every live member of the round before and every agent that waited for this one
+// joined.
 bool Rendezvous::survivors_all_joined(int64_t k, int64_t joined) {
   if (k == 0 || !store_->session_keys_vanish_on_death()) return false;
   const auto previous = store_->try_get(round_key(k - 1, "closed"));
@@ -155,10 +163,26 @@ bool Rendezvous::survivors_all_joined(int64_t k, int64_t joined) {
     auto record = store_->try_get(round_key(k - 1, "node/" + index));
     if (!record) continue;
     const NodeInfo n = node_info_from_json(*record);
-    if (!here.count({n.hostname, n.pid})) return false;
-    ++expected;
+    if (here.count({n.hostname, n.pid})) {
+      ++expected;
+      continue;
+    }
+    if (!agent_is_gone(k - 1, i, n)) return false;
   }
   return joined >= expected;
+}
+
+bool Rendezvous::agent_is_gone(int64_t round, int64_t index, const NodeInfo& node) {
+  if (node.liveness_port == 0) return false;
+  if (gone_agents_.count({round, index})) return true;
+  // Short: an answer comes in a round trip; a cut host's silence must not hold the round long.
+  constexpr double kProbeTimeoutS = 0.2;
+  if (probe_liveness(node.addr, node.liveness_port, kProbeTimeoutS) != Liveness::kRefused) return false;
+  gone_agents_.insert({round, index});
+  log::info(str("rendezvous round ", round + 1, ": not waiting for ", node.hostname, " (agent pid ", node.pid,
+                "): nothing listens on its liveness port ", node.addr, ":", node.liveness_port,
+                " any more, its process is gone"));
+  return true;
 }
 
 std::string Rendezvous::round_key(int64_t round, const std::string& suffix) const {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct NodeInfo {
   int64_t node_rank = -1;  // requested rank (static backend, Slurm); -1 = any
   int64_t pid = 0;
   int64_t previous_group_rank = -1;  // in the agent's last round: keeps ranks where they were
+  uint16_t liveness_port = 0;        // the agent's LivenessPort on addr (0: none)
 };
 
 // One closed round, as seen by one agent.
@@ -122,8 +124,12 @@ class Rendezvous {
   // With sessions: a member of `round` whose record exists but whose session key vanished.
   std::optional<int64_t> gone_member(int64_t round, int64_t members);
   // Round k may close before last_call_timeout: every member of round k-1 still alive (its
-  // session lives) and every agent that waited for round k has joined it (`joined` so far).
+  // session lives and its liveness port does not refuse) and every agent that waited for round k
+  // has joined it (`joined` so far).
   bool survivors_all_joined(int64_t k, int64_t joined);
+  // Join index `index` of `round` is an agent whose liveness port refuses connections: its
+  // process is gone though its session may live on until the lease's TTL (etcd).
+  bool agent_is_gone(int64_t round, int64_t index, const NodeInfo& node);
 
   std::unique_ptr<KvStore> store_;
   RendezvousConfig config_;
@@ -135,6 +141,7 @@ class Rendezvous {
   // Heartbeats are written and checked at most every heartbeat_timeout/10, not every monitor tick,
   // so the store load stays small with many nodes.
   double last_beat_at_ = -1, last_scan_at_ = -1;
+  std::set<std::pair<int64_t, int64_t>> gone_agents_;  // (round, join index) found gone by a probe
 };
 
 std::string node_info_to_json(const NodeInfo& info);

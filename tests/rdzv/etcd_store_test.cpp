@@ -22,7 +22,9 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "rdzv/endpoint.h"
+#include "rdzv/etcd_client.h"
 #include "rdzv/etcd_store.h"
+#include "rdzv/liveness_port.h"
 #include "rdzv/rendezvous.h"
 #include "support/etcd_cluster.h"
 #include "support/process.h"
@@ -290,6 +292,60 @@ TEST(EtcdRendezvous, AGoneAgentCountedInAFormingRoundDoesNotBlockTheMasterWait) 
   Round r1 = a.join_next_round(node("a"), kNever);
   EXPECT_EQ(r1.number, 1);
   EXPECT_EQ(fb.get().number, 1);
+}
+
+// Round 0 of three agents: a, b, and c, whose records are written under a lease nobody renews or
+// revokes (TTL 10 s), as an agent SIGKILLed mid-round leaves them; c's record names liveness port
+// `c_port`. a ends round 0; returns the seconds a and b take to form round 1 without c.
+double seconds_to_reform_without_c(const EtcdCluster& etcd, const std::string& run_id, uint16_t c_port,
+                                   double last_call_s) {
+  RendezvousConfig c = one_node(run_id);
+  c.min_nodes = 2;
+  c.max_nodes = 3;
+  c.last_call_timeout_s = last_call_s;
+  Rendezvous a(etcd_store_open(options(etcd.endpoints()), 10), c);  // creates the generation and round
+  Rendezvous b(etcd_store_open(options(etcd.endpoints()), 10), c);
+  const std::string r0 = "cadre/" + run_id + "/g0/r0/";
+  {
+    EtcdClient raw(options(etcd.endpoints()));
+    auto records = etcd_store_open(options(etcd.endpoints()), 10);
+    EXPECT_EQ(records->add(r0 + "joined", 1), 1);  // join index 0
+    raw.put(r0 + "alive/0", "c", raw.lease_grant(10));
+    NodeInfo dead = node("c");
+    dead.pid = 4242;
+    dead.liveness_port = c_port;
+    records->set(r0 + "node/0", node_info_to_json(dead));
+  }
+  auto fb = std::async(std::launch::async, [&] { return b.join_next_round(node("b"), kNever); });
+  Round ra = a.join_next_round(node("a"), kNever);
+  EXPECT_EQ(ra.group_world_size(), 3);
+  fb.get();
+  a.end_round(ra, "c's workers are gone", true, R"({"rank":0})");
+  const auto start = std::chrono::steady_clock::now();
+  fb = std::async(std::launch::async, [&] { return b.join_next_round(node("b"), kNever); });
+  Round r1 = a.join_next_round(node("a"), kNever);
+  const double seconds = seconds_since(start);
+  EXPECT_EQ(r1.number, 1);
+  EXPECT_EQ(r1.group_world_size(), 2);
+  EXPECT_EQ(fb.get().group_world_size(), 2);
+  return seconds;
+}
+
+// A SIGKILLed agent's etcd lease lives until its TTL, so its session key still says alive; its
+// liveness port, which the kernel closed as the process died, says gone. The survivors' round
+// closes as soon as they joined: neither the lease (10 s) nor the last call (10 s) is waited for.
+TEST(EtcdRendezvous, ARoundDoesNotWaitForAnAgentWhoseLivenessPortRefuses) {
+  EtcdCluster etcd;
+  const uint16_t closed_port = LivenessPort("127.0.0.1").port();  // listened, then closed
+  EXPECT_LT(seconds_to_reform_without_c(etcd, "killed", closed_port, 10), 5);
+}
+
+// The control: an agent whose port still accepts may only be slow to come back (a restarted
+// worker), so the round waits for it until the last call, as before.
+TEST(EtcdRendezvous, ARoundWaitsForAnAgentWhoseLivenessPortAccepts) {
+  EtcdCluster etcd;
+  LivenessPort open("127.0.0.1");
+  EXPECT_GE(seconds_to_reform_without_c(etcd, "slow", open.port(), 2), 2);
 }
 
 

@@ -1,11 +1,18 @@
 // `cadre train` end to end, as a user runs it: bad input exits 2 naming the key or file before
 // any work; a tiny model learns; runs are deterministic; gradient accumulation matches a
-// larger batch; bf16 mixed precision trains; the checkpoint loads in Python.
+// larger batch; bf16 mixed precision trains; the checkpoint loads in Python; an output nobody
+// reads does not kill it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "support/tiny_dataset.h"
 #include "support/process.h"
@@ -51,6 +58,43 @@ void expect_config_error(const RunResult& r, const std::string& needle) {
   EXPECT_NE(r.output.find(needle), std::string::npos) << "message should name '" << needle << "':\n" << r.output;
 }
 
+// Runs argv with SIGPIPE at its default disposition and stdout a pipe that has no reader from
+// the start (a shell pipeline whose reader left), stderr into `err_path`; returns the wait
+// status, or -1 if it ran past timeout_s (then it is killed).
+int run_with_readerless_stdout(const std::vector<std::string>& argv, const std::string& err_path, double timeout_s) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  close(fds[0]);  // no reader at all: every write to the pipe fails with EPIPE or raises SIGPIPE
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::signal(SIGPIPE, SIG_DFL);
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    sigprocmask(SIG_UNBLOCK, &pipe_only, nullptr);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (dup2(fds[1], STDOUT_FILENO) < 0 || err < 0 || dup2(err, STDERR_FILENO) < 0) _exit(127);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  if (pid < 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return status;
+}
+
 }  // namespace
 
 TEST_F(TrainCli, BadInputExitsTwoNamingTheProblem) {
@@ -86,6 +130,24 @@ TEST_F(TrainCli, TinyModelLearnsAndWritesTheRunDirectory) {
   // The resolved config is itself a valid config.
   RunResult again = train("learn-again", {"train.steps=1"}, *dir_ / "learn/config.yaml");
   EXPECT_EQ(again.exit_code, 0) << again.output;
+}
+
+// A write to a pipe or socket whose reader left fails with EPIPE; it never kills a rank. The
+// recovery soak saw rank 0 die of SIGPIPE as its group re-formed after a peer's SIGKILL (a socket
+// write on a thread that does not block the signal); `cadre train` ignores it for the whole
+// process. Here the write is its own report on a stdout nobody reads: the run still finishes,
+// exit 0, every step in metrics.jsonl.
+TEST_F(TrainCli, AnOutputWhoseReaderLeftDoesNotKillTraining) {
+  const std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+                                         "--set", "data.dir=" + (*dir_ / "data"), "--set",
+                                         "run.dir=" + (*dir_ / "readerless"), "--set", "train.steps=3"};
+  const int status = run_with_readerless_stdout(argv, *dir_ / "readerless.err", 300);
+  ASSERT_NE(status, -1) << "did not finish within 300 s";
+  std::ifstream err_in(*dir_ / "readerless.err");
+  const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << err;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << err;
+  EXPECT_EQ(metrics("readerless").size(), 3u);
 }
 
 TEST_F(TrainCli, SameSeedSameLossesBitForBit) {
