@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -44,7 +45,8 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 constexpr double kDiagnosisWindowS = 10;
 // With --stall-action restart, how long the group is kept after a stall is found: the workers
 // asked for dumps (SIGUSR1) write them, and two diagnoses (one a second) see them. Short beside
-// any stall timeout worth having; the dumps of a worker that does not answer are the agent's own.
+// any stall timeout worth having; the dumps of a worker that does not answer are the agent's own
+// (when no worker was asked, the restart does not wait).
 constexpr double kRestartAfterDumpS = 2;
 
 }  // namespace
@@ -100,6 +102,7 @@ void AgentObserver::round_started(const RoundFacts& round, const std::vector<Loc
   stall_reason_.clear();
   stalled_rank_ = -1;
   stalled_outside_collectives_ = false;
+  dumps_asked_ = 0;
   hang_.reset();
   metrics_->round_started(round, workers);
 }
@@ -118,7 +121,9 @@ std::string AgentObserver::run_dir() const {
 void AgentObserver::poll() {
   if (options_.stall_timeout_s <= 0 || workers_.empty()) return;
   const auto now = std::chrono::steady_clock::now();
-  if (seconds_between(last_poll_, now) < 1) return;
+  // A tenth of the timeout (at most a second): a stall is found within 10% of it, reading the
+  // workers' small rings ten times per timeout.
+  if (seconds_between(last_poll_, now) < std::min(1.0, options_.stall_timeout_s / 10)) return;
   last_poll_ = now;
   if (stalled_) {
     if (seconds_between(stalled_at_, now) <= kDiagnosisWindowS) {
@@ -168,8 +173,10 @@ void AgentObserver::poll() {
 }
 
 bool AgentObserver::restart_due() const {
+  // No worker of this node was asked for a dump (each one is stopped or gone, and the agent wrote
+  // its ring itself): nothing to wait for here.
   return options_.stall_restarts && !stall_reason_.empty() &&
-         seconds_between(stalled_at_, std::chrono::steady_clock::now()) >= kRestartAfterDumpS;
+         (dumps_asked_ == 0 || seconds_between(stalled_at_, std::chrono::steady_clock::now()) >= kRestartAfterDumpS);
 }
 
 std::string AgentObserver::stall_reason() const { return hang_ ? hang_->message : stall_reason_; }
@@ -205,6 +212,7 @@ void AgentObserver::on_stall(int rank, const std::string& why, bool outside_coll
   log::warn(str("stall: ", why, " (--stall-timeout ", options_.stall_timeout_s,
                 " s); asking this node's workers for flight-recorder dumps"));
   const std::string dir = run_dir();
+  dumps_asked_ = 0;
   for (const auto& view : metrics_->workers()) {
     const LocalWorker& w = view.worker;
     ProcStat p = proc_stat_read(w.pid);
@@ -212,6 +220,7 @@ void AgentObserver::on_stall(int rank, const std::string& why, bool outside_coll
         view.last && view.last->dumps_on_sigusr1 && p.exists && !proc_is_stopped(p) && p.state != 'Z';
     if (can_answer) {
       ::kill(w.pid, SIGUSR1);
+      ++dumps_asked_;
       continue;
     }
     // A stopped or stuck worker cannot dump itself: its ring is in the shared file.

@@ -61,7 +61,8 @@ class AgentObserver {
 
   const HangDiagnosis* last_hang() const { return hang_ ? &*hang_ : nullptr; }
   // With --stall-action restart: a stall was found in this round and its dumps have had their
-  // moment; the agent should now restart the group. stall_reason() says what was found (the
+  // moment (2 s; none when this node's workers are all stopped or gone, so none was asked for
+  // one); the agent should now restart the group. stall_reason() says what was found (the
   // diagnosis when there is one), stalled_rank() whom it names: a stopped rank, else one that did
   // not enter the stalled op, else the first local rank found quiet.
   bool restart_due() const;
@@ -95,6 +96,7 @@ class AgentObserver {
   std::string stall_reason_;  // the first stall of this round
   int stalled_rank_ = -1;
   bool stalled_outside_collectives_ = false;  // that rank was in no collective when found quiet
+  int dumps_asked_ = 0;  // this node's workers sent SIGUSR1 at the stall (the others are stopped or gone)
   std::chrono::steady_clock::time_point last_diagnosis_{};
   std::optional<HangDiagnosis> hang_;
 };

@@ -177,7 +177,13 @@ bool Rendezvous::agent_is_gone(int64_t round, int64_t index, const NodeInfo& nod
   if (gone_agents_.count({round, index})) return true;
   // Short: an answer comes in a round trip; a cut host's silence must not hold the round long.
   constexpr double kProbeTimeoutS = 0.2;
-  if (probe_liveness(node.addr, node.liveness_port, kProbeTimeoutS) != Liveness::kRefused) return false;
+  Liveness answer = Liveness::kNoAnswer;
+  try {
+    answer = probe_liveness(node.addr, node.liveness_port, kProbeTimeoutS);
+  } catch (const Error& e) {  // an address that does not resolve here: the deadlines decide, as before
+    log::warn(str("rendezvous round ", round + 1, ": probing ", node.hostname, "'s liveness port: ", e.what()));
+  }
+  if (answer != Liveness::kRefused) return false;
   gone_agents_.insert({round, index});
   log::info(str("rendezvous round ", round + 1, ": not waiting for ", node.hostname, " (agent pid ", node.pid,
                 "): nothing listens on its liveness port ", node.addr, ":", node.liveness_port,

@@ -364,3 +364,23 @@ TEST(Rendezvous, WaitingForTheMasterOfAnEndedRoundSaysRoundEnded) {
   (ra.group_rank == 0 ? a : b)->end_round(rank0, "gone", false, "");
   EXPECT_THROW(agent1->wait_master(rank1, kNever), Rendezvous::RoundEnded);
 }
+
+// A node record carries its agent's liveness port; a record from before it (no field) reads as
+// "none" (0), and a value that is no port is refused, naming the field.
+TEST(NodeRecord, CarriesTheLivenessPort) {
+  NodeInfo n = node("a", 2);
+  n.pid = 77;
+  n.liveness_port = 40123;
+  const NodeInfo back = node_info_from_json(node_info_to_json(n));
+  EXPECT_EQ(back.liveness_port, 40123);
+  EXPECT_EQ(back.pid, 77);
+  EXPECT_EQ(back.local_world_size, 2);
+  const std::string old = R"({"addr":"10.0.0.1","hostname":"h","local_world_size":1,"node_rank":-1,"pid":5})";
+  EXPECT_EQ(node_info_from_json(old).liveness_port, 0);
+  try {
+    node_info_from_json(R"({"addr":"10.0.0.1","hostname":"h","local_world_size":1,"node_rank":-1,"pid":5,"liveness_port":70000})");
+    FAIL() << "a port above 65535 was accepted";
+  } catch (const cadre::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("liveness_port"), std::string::npos) << e.what();
+  }
+}
