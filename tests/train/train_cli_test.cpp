@@ -62,21 +62,21 @@ void expect_config_error(const RunResult& r, const std::string& needle) {
 // the start (a shell pipeline whose reader left), stderr into `err_path`; returns the wait
 // status, or -1 if it ran past timeout_s (then it is killed).
 int run_with_readerless_stdout(const std::vector<std::string>& argv, const std::string& err_path, double timeout_s) {
+  std::vector<char*> args;  // built before the fork: the child only makes async-signal-safe calls
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   int fds[2];
   if (pipe(fds) != 0) return -1;
   close(fds[0]);  // no reader at all: every write to the pipe fails with EPIPE or raises SIGPIPE
   const pid_t pid = fork();
   if (pid == 0) {
-    std::signal(SIGPIPE, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
     sigset_t pipe_only;
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     sigprocmask(SIG_UNBLOCK, &pipe_only, nullptr);
     const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (dup2(fds[1], STDOUT_FILENO) < 0 || err < 0 || dup2(err, STDERR_FILENO) < 0) _exit(127);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
