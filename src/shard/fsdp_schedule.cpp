@@ -6,7 +6,8 @@
 //                         unit of the last forward prefetched
 //   a unit's forward      its gather waited for (issued now if no prefetch did); the unit that
 //                         followed it in the last forward prefetched
-//   after a forward       reshard per strategy; hooks on the outputs that require grad
+//   after a forward       reshard per strategy (not the unit the last forward ended with: its
+//                         backward is next); hooks on the outputs that require grad
 //   before its backward   its gather waited for; the unit that ran before it in this forward
 //                         prefetched; its gradient buffer allocated
 //   gradients complete    the reduction issued (NO_SHARD: buckets in index order); finished ones
@@ -94,7 +95,17 @@ void FsdpTree::post_forward(Unit& u, const std::vector<at::Tensor>& outputs) {
   if (grad) hook_outputs(u.index, outputs);
   // A grouped unit is resharded after the last of its modules.
   const bool group_done = u.entered % static_cast<int64_t>(u.modules.size()) == 0;
-  if (u.flat >= 0 && group_done && (free_after_forward_ || !grad)) reshard(static_cast<size_t>(u.flat));
+  if (u.flat < 0 || !group_done) return;
+  // The unit the last forward ended with has its backward next, right after the loss: freeing
+  // it only to gather it again at once would put a gather before the backward with nothing to
+  // hide it behind (FSDP2 leaves this to its user: reshard_after_forward=False on the last
+  // layer). It is resharded after its backward.
+  if (grad && ends_the_forward(u)) return;
+  if (free_after_forward_ || !grad) reshard(static_cast<size_t>(u.flat));
+}
+
+bool FsdpTree::ends_the_forward(const Unit& u) const {
+  return !order_.previous.empty() && order_.previous.back() == u.index;
 }
 
 // An output's gradient hook fires right before the unit's backward.

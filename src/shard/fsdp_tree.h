@@ -157,6 +157,7 @@ class FsdpTree {
   void fold_finished_reductions();
   void ensure_final_callback();
   void prefetch_unit(size_t unit);
+  bool ends_the_forward(const Unit& u) const;
 
   // Gather (fsdp_gather.cpp).
   void gather_start(size_t k);

@@ -95,6 +95,18 @@ TEST(FullyShard, BuffersBroadcastFromRankZeroInTraining) {
   }
 }
 
+// The unit a forward ends with (the head) runs its backward next: from the second step, when
+// the order of the forward is known, it stays gathered into its backward instead of being
+// freed and gathered again at once; after the backward every unit is sharded again.
+TEST(FullyShard, TheUnitThatEndsTheForwardStaysGatheredIntoItsBackward) {
+  auto results = run_ranks(2, {SHARD_WORKER, "FULL_SHARD", "1", "2", "0", "0", "kept"});
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+  const std::string& out = results[0].output;
+  for (const char* line : {"step 1 after forward: root\n", "step 1 after backward:\n",
+                           "step 2 after forward: heads.main root\n", "step 2 after backward:\n"})
+    EXPECT_NE(out.find(line), std::string::npos) << "expected \"" << line << "\" in\n" << out;
+}
+
 TEST(FullyShard, UnitCalledOutsideItsRootIsRefused) {
   auto results = run_ranks(1, {SHARD_WORKER, "FULL_SHARD", "1", "1", "0", "0", "outside"});
   EXPECT_EQ(results[0].exit_code, 1) << results[0].output;

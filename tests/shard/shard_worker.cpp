@@ -8,12 +8,14 @@
 // Chunk c of a step is usernet::batch(step, c, kChunk); rank r's micro-batch m is chunk
 // m * world + r, so one rank with accum = N * A reads what N ranks with accum = A read.
 // `check` runs a scenario instead: "buffers" starts rank r with buffers r + 1 and prints them
-// after one training forward; "outside" calls a unit outside its root's forward.
+// after one training forward; "outside" calls a unit outside its root's forward; "kept" trains
+// and prints, after each forward and each backward, the units holding gathered parameters.
 #include <c10/core/GradMode.h>
 #include <torch/optim/adam.h>
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "comm/comm.h"
 #include "core/error.h"
@@ -25,6 +27,13 @@
 namespace {
 
 constexpr int64_t kChunk = 6;
+
+void print_gathered(cadre::FSDPModule& fsdp, int64_t step, const char* when) {
+  std::string units;
+  for (const auto& f : fsdp.flat_params())
+    if (f->full_allocated() && !f->master_is_full()) units += " " + f->unit;
+  std::printf("step %lld after %s:%s\n", static_cast<long long>(step + 1), when, units.c_str());
+}
 
 int run(int argc, char** argv) {
   CADRE_CHECK(argc >= 4, "usage: shard_worker <strategy> <accum> <steps> [bucket_bytes] [shard_group_size] [check]");
@@ -69,7 +78,9 @@ int run(int argc, char** argv) {
       if (m + 1 < accum) accumulate.emplace(&fsdp.tree());
       auto [x, y] = usernet::batch(step, m * env.world_size + env.rank, kChunk);
       at::Tensor loss = at::cross_entropy_loss(cadre::call(net, x), y);
+      if (check == "kept" && env.rank == 0) print_gathered(fsdp, step, "forward");
       (loss / double(accum)).backward();
+      if (check == "kept" && env.rank == 0) print_gathered(fsdp, step, "backward");
       loss_sum += loss.item<double>();
     }
     fsdp.clip_grad_norm(1.0);

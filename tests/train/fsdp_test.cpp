@@ -159,11 +159,11 @@ TEST_F(Fsdp, ActivationCheckpointingAndNoPrefetchMatchOneRank) {
 }
 
 // Wrap policy by parameter count: the tiny model's two blocks (49,280 parameters each) form one
-// unit of at least 60,000, beside the root.
+// unit of at least 60,000, beside the head's unit (final norm and output) and the root.
 TEST_F(Fsdp, WrapByParameterCountMatchesOneRank) {
   std::string run = expect_same_trajectory(3, "FULL_SHARD", {"parallel.wrap_min_params=60000"}, kFp32);
-  EXPECT_EQ(summary(run)["memory"]["units"].get<int64_t>(), 2);
-  EXPECT_EQ(summary(single({}))["memory"]["units"].get<int64_t>(), 3);
+  EXPECT_EQ(summary(run)["memory"]["units"].get<int64_t>(), 3);
+  EXPECT_EQ(summary(single({}))["memory"]["units"].get<int64_t>(), 4);
 }
 
 // bfloat16 compute: each rank computes its micro-batch's weight gradients in bf16 (8-bit

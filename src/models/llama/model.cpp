@@ -184,9 +184,11 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
                     at::TensorOptions().dtype(dtype).device(tokens.device()))
                .triu(1);
   for (auto& block : layers->blocks) h = call(block, h, rope, mask);
-  h = norm->forward(h);
+  // Called through their hooks: under FSDP an untied head and the final norm are a unit of
+  // their own (llama_parallelize), gathered while the last blocks compute.
+  h = call(norm, h);
   if (tp_group) h = copy_to_tp_region(h, *tp_group);  // the head is column-parallel over the vocabulary
-  return linear_no_bias(h, output_weight());
+  return output ? call(output, h) : linear_no_bias(h, tok_embeddings->weight);
 }
 
 at::Tensor Llama::loss(const at::Tensor& logits, const at::Tensor& targets) const {

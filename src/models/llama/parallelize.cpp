@@ -23,6 +23,13 @@ FSDPModule llama_parallelize(Llama& model, const DeviceMesh& mesh, FullyShardOpt
     for (int64_t i : unit) members.push_back(blocks[i].get());
     fully_shard(members, options);
   }
+  // An untied head and the final norm form a unit of their own, as torchtitan wraps them:
+  // otherwise they belong to the root, whose parameters are gathered before the first block
+  // (nothing to hide the head's gather behind) and whose gradients are complete only after
+  // the embedding's, at the very end of the backward (nothing to hide their reduction
+  // behind). As a unit the head is gathered while the last block computes and its gradients
+  // are reduced while the blocks' backward runs.
+  if (model.output) fully_shard(std::vector<torch::nn::Module*>{model.norm.get(), model.output.get()}, options);
   return fully_shard(model, options);
 }
 
