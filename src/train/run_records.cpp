@@ -64,6 +64,7 @@ void summary_write(RunSetup& run, const RunOutcome& o) {
                       {"strategy", strategy_name(run.c.parallel.strategy)},
                       {"memory", o.memory.to_json()},
                       {"peak_rss_bytes", process_peak_rss_bytes()},
+                      {"rss_bytes", process_rss_bytes()},  // at the end, every save written
                       {"device", device_describe(run.device)},
                       {"libtorch", libtorch_version()},
                       {"cuda", cuda_runtime_version()},
