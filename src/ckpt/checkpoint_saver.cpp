@@ -32,8 +32,7 @@ using Clock = std::chrono::steady_clock;
 // rank. SCHED_IDLE gives the thread the least weight there is (3, against a normal thread's
 // 1024 and nice 10's 110); where that is refused, nice 10. Both are per thread on Linux.
 void lower_writer_priority() {
-  sched_param param{};
-  param.sched_priority = 0;
+  const sched_param param{};  // SCHED_IDLE takes priority 0
   if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &param) == 0) return;
   if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10) != 0)
     log::debug(str("checkpoint: could not lower the writer thread's priority: ", std::strerror(errno)));

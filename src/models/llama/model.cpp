@@ -188,7 +188,7 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   // their own (llama_parallelize), gathered while the last blocks compute.
   h = call(norm, h);
   if (tp_group) h = copy_to_tp_region(h, *tp_group);  // the head is column-parallel over the vocabulary
-  return output ? call(output, h) : linear_no_bias(h, tok_embeddings->weight);
+  return output ? call(output, h) : linear_no_bias(h, output_weight());  // tied: the embedding's weight
 }
 
 at::Tensor Llama::loss(const at::Tensor& logits, const at::Tensor& targets) const {
