@@ -38,4 +38,11 @@ Losses losses_of(const std::string& metrics_path) {
   return out;
 }
 
+std::vector<int64_t> steps_logged(const std::string& metrics_path) {
+  std::vector<int64_t> out;
+  std::ifstream in(metrics_path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  return out;
+}
+
 }  // namespace cadre::netfault

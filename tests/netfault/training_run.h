@@ -34,5 +34,7 @@ using Losses = std::map<int64_t, double>;  // step -> loss
 
 // Every record of a metrics.jsonl (a step logged twice keeps its last loss).
 Losses losses_of(const std::string& metrics_path);
+// The step of every record of a metrics.jsonl, in file order.
+std::vector<int64_t> steps_logged(const std::string& metrics_path);
 
 }  // namespace cadre::netfault
