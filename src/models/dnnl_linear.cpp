@@ -64,7 +64,7 @@ struct DnnlLinear : public torch::autograd::Function<DnnlLinear> {
 bool dnnl_linear_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("CADRE_DNNL_LINEAR");
-    return env && std::strcmp(env, "1") == 0;
+    return !(env && std::strcmp(env, "0") == 0);
   }();
   return enabled;
 }

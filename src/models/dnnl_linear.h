@@ -1,6 +1,6 @@
-// Float32 linear layers through oneDNN's sgemm. libtorch 1.13 sends float32 matmuls to the
-// system BLAS (OpenBLAS here); oneDNN's AVX-512 sgemm is faster on this CPU class. Other
-// dtypes and devices fall back to at::linear.
+// Float32 linear layers through oneDNN's sgemm, which it generates for the running CPU's ISA.
+// libtorch sends float32 matmuls to its BLAS: OpenBLAS in Debian's 1.13, MKL in the 2.x wheel,
+// whose sgemm takes a slower path on AMD CPUs. Other dtypes and devices fall back to at::linear.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,10 +10,11 @@ namespace cadre {
 // y = x W^T for x [..., in], W [out, in]; differentiable in x and W.
 at::Tensor linear_no_bias(const at::Tensor& x, const at::Tensor& weight);
 
-// Whether float32 CPU linears use oneDNN: CADRE_DNNL_LINEAR=1 turns it on. Off by default
-// until measured faster on a quiet machine (bench/train_throughput.py runs both). A different
-// GEMM than Python's changes rounding: single forward/backward passes still agree with
-// PyTorch to 1e-6, but Adam amplifies the difference in near-zero gradients over steps.
+// Whether float32 CPU linears use oneDNN: on unless CADRE_DNNL_LINEAR=0 (then libtorch's BLAS,
+// as Python's at::linear). Measured 1.6x (OpenBLAS) and 1.7x (MKL) end to end in float32 on an
+// AVX-512 AMD EPYC, +8% on an older one (docs/benchmarks.md). A different GEMM rounds
+// differently: single passes agree with PyTorch's to 1e-6; tests judge training against float64
+// references, with tolerances that hold for either GEMM.
 bool dnnl_linear_enabled();
 
 }  // namespace cadre
