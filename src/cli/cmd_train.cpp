@@ -6,6 +6,7 @@
 #include "cli/flags.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/signal_thread.h"
 #include "models/registry.h"
 #include "train/init_from.h"
 #include "train/trainer.h"
@@ -50,6 +51,9 @@ int cmd_train(const Args& args) {
   // recovery soak saw rank 0 die of SIGPIPE as its group re-formed after a peer's SIGKILL, on a
   // thread other than the Gloo threads that block it (comm.cpp), and the job with it.
   std::signal(SIGPIPE, SIG_IGN);
+  // The stop and flight-recorder signals run their handlers on one waiting thread, never on a
+  // thread inside oneDNN's JIT GEMM (core/signal_thread.h); before any thread starts.
+  route_signals_to_one_thread({SIGTERM, SIGINT, SIGUSR1});
   Config config = train_config(args);
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work

@@ -14,7 +14,8 @@ at::Tensor linear_no_bias(const at::Tensor& x, const at::Tensor& weight);
 // as Python's at::linear). Measured 1.6x (OpenBLAS) and 1.7x (MKL) end to end in float32 on an
 // AVX-512 AMD EPYC, +8% on an older one (docs/benchmarks.md). A different GEMM rounds
 // differently: single passes agree with PyTorch's to 1e-6; tests judge training against float64
-// references, with tolerances that hold for either GEMM.
+// references, with tolerances that hold for either GEMM. A program that installs signal
+// handlers must keep them off the threads that run it (core/signal_thread.h).
 bool dnnl_linear_enabled();
 
 }  // namespace cadre
