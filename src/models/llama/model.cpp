@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "models/dnnl_linear.h"
+#include "models/fused_rms_norm.h"
 #include "shard/module_hooks.h"
 #include "shard/tp_collectives.h"
 #include "shard/vocab_parallel.h"
@@ -34,12 +35,7 @@ RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", at::ones({dim}));
 }
 
-at::Tensor RMSNorm::forward(const at::Tensor& x) const {
-  // Normalise in float32 whatever the compute dtype, as Meta's reference does.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight;
-}
+at::Tensor RMSNorm::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
 
 namespace {
 // HF layout: rotate the two halves of each head, x * cos + rotate_half(x) * sin.
