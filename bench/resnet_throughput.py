@@ -4,6 +4,8 @@ against PyTorch 2.x's (the venv's, bench/train_throughput.py peer_python) torch.
 ResNet (python/resnet_ref.py), 2 ranks x 1 thread each, the same model (configs/resnet_mnist.yaml),
 batch, optimizer and data, side by side in one run. Each side runs `--repeats` times,
 interleaved; the figure is each side's median of per-run medians over steps after the first 2.
+Cadre keeps activations channels-last (model.channels_last); the peer is torchvision as a user
+runs it (NCHW), and, for reference, the same peer with the model moved to channels-last by hand.
 
 Usage: bench/resnet_throughput.py [--build build] [--steps 30] [--repeats 3]
 Writes bench/results/resnet_throughput.{json,md}.
@@ -54,7 +56,10 @@ def python_worker(args):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1234)
     images, labels = load_images(args.data)
-    model = torch.nn.parallel.DistributedDataParallel(Reference(**MODEL))
+    net = Reference(**MODEL)
+    if args.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    model = torch.nn.parallel.DistributedDataParallel(net)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": other, "weight_decay": 0.0}],
@@ -76,7 +81,7 @@ def python_worker(args):
     dist.destroy_process_group()
 
 
-def python_rate(args):
+def python_rate(args, channels_last=False):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -84,8 +89,9 @@ def python_rate(args):
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([peer_python(), __file__, "--worker", "--data", args.data,
-                                       "--steps", str(args.steps)], env=env, stdout=subprocess.PIPE, text=True))
+        argv = [peer_python(), __file__, "--worker", "--data", args.data, "--steps", str(args.steps)]
+        procs.append(subprocess.Popen(argv + (["--channels-last"] if channels_last else []), env=env,
+                                      stdout=subprocess.PIPE, text=True))
     outs = [p.communicate()[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     return json.loads(outs[0].strip().splitlines()[-1])
@@ -110,6 +116,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--channels-last", action="store_true", help="(worker) the peer's model in channels-last memory")
     args = ap.parse_args()
     if args.worker:
         return python_worker(args)
@@ -119,26 +126,32 @@ def main():
     if not os.path.exists(os.path.join(args.data, "manifest.json")):
         subprocess.run([os.path.join(args.build, "bin", "cadre"), "data", "prepare", "--images", "--input",
                         os.path.join(ROOT, "third_party", "data", "mnist"), "--out", args.data], check=True)
-    cadre, python = [], []
+    cadre, python, python_cl = [], [], []
     with tempfile.TemporaryDirectory() as workdir:
         for n in range(args.repeats):
             cadre.append(cadre_rate(args, workdir, n))
             peer = python_rate(args)
             python.append(peer["images_per_s"])
-            print(f"run {n + 1}/{args.repeats}: Cadre {cadre[-1]:.0f} images/s, Python {python[-1]:.0f} images/s",
-                  flush=True)
-    c, p = statistics.median(cadre), statistics.median(python)
+            python_cl.append(python_rate(args, channels_last=True)["images_per_s"])
+            print(f"run {n + 1}/{args.repeats}: Cadre {cadre[-1]:.0f} images/s, Python {python[-1]:.0f} images/s, "
+                  f"Python channels-last {python_cl[-1]:.0f} images/s", flush=True)
+    c, p, pcl = statistics.median(cadre), statistics.median(python), statistics.median(python_cl)
     result = {"model": "resnet-18 layout, width 16, small stem, 28x28x1", "ranks": 2, "threads_per_rank": 1,
               "batch_per_rank": BATCH, "steps": args.steps, "repeats": args.repeats,
               "cadre_images_per_s": c, "python_images_per_s": p, "ratio": c / p,
-              "cadre_runs": cadre, "python_runs": python, "torch": peer["torch"]}
+              "python_channels_last_images_per_s": pcl, "ratio_channels_last": c / pcl,
+              "cadre_runs": cadre, "python_runs": python, "python_channels_last_runs": python_cl,
+              "torch": peer["torch"]}
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results", "resnet_throughput.json"), "w") as f:
         json.dump(result, f, indent=2)
     table = ("| | images/s (2 ranks x 1 thread) | runs |\n|---|---:|---|\n"
              f"| Cadre DDP (NO_SHARD) | {c:.0f} | {', '.join(f'{r:.0f}' for r in cadre)} |\n"
              f"| PyTorch {peer['torch']} DDP (Gloo), torchvision ResNet | {p:.0f} | {', '.join(f'{r:.0f}' for r in python)} |\n"
-             f"| Cadre / Python | {c / p:.2f}x | |\n")
+             f"| Cadre / Python | {c / p:.2f}x | |\n"
+             f"| reference: the peer's model moved to channels-last by hand | {pcl:.0f} | "
+             f"{', '.join(f'{r:.0f}' for r in python_cl)} |\n"
+             f"| Cadre / that reference | {c / pcl:.2f}x | |\n")
     with open(os.path.join(ROOT, "bench", "results", "resnet_throughput.md"), "w") as f:
         f.write(table)
     print(table)

@@ -96,10 +96,13 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
 // by sqrt(v) + eps, multiplying them by up to lr / eps on the near-zero gradients of biases of
 // BatchNorms followed by another BatchNorm (kSmall's AdamW: FULL_SHARD on 4 ranks 8.5e-4 off
 // by step 7 on an AVX2-only EPYC, where an AVX-512 machine stayed at 1e-7). SGD has no such
-// factor (an update is lr x the gradient); on it the later steps must stay within 1e-4 (measured
-// <= 1.1e-7 here at lr 0.03; at lr 0.05 the dynamics alone took NO_SHARD to 1.4e-4 by step 8,
-// which is why the figure is no tighter).
-const std::vector<std::string> kSmallSgd = with(kSmall, {"optim.name=sgd", "optim.momentum=0.9", "optim.lr=0.03",
+// factor (an update is lr x the gradient), but the dynamics still amplify by a factor that grows
+// with the learning rate and depends on the trajectory: at lr 0.03 one trajectory stayed at
+// 1e-7 over 8 steps while channels-last activations (other roundings, so another trajectory)
+// took FULL_SHARD on 4 ranks to 2.3e-3 by step 7, and NCHW at batch 12 NO_SHARD to 3.6e-3.
+// At lr 0.01 every combination of layout (NCHW, channels-last), strategy and 2 or 4 ranks
+// stayed within 4.4e-6 (measured); the later steps must stay within 1e-4.
+const std::vector<std::string> kSmallSgd = with(kSmall, {"optim.name=sgd", "optim.momentum=0.9", "optim.lr=0.01",
                                                           // AdamW's, at their defaults (SGD refuses others)
                                                           "optim.beta1=0.9", "optim.beta2=0.95", "optim.eps=1e-8"});
 
@@ -112,7 +115,7 @@ TEST_F(Resnet, DdpAndFullShardMatchOneRankWithTheSameGlobalBatch) {
     const double first = want.front()["loss"].get<double>();
     double lowest = first;
     for (const auto& m : want) lowest = std::min(lowest, m["loss"].get<double>());
-    EXPECT_LT(lowest, first - 0.05) << "the loss should move";
+    EXPECT_LT(lowest, first - 0.03) << "the loss should move";  // 2.303 -> 2.264 on 4 ranks
     for (std::string strategy : {"NO_SHARD", "FULL_SHARD"}) {
       const std::string run = strategy + "-" + std::to_string(world);
       train(world, run, with(kSmallSgd, {"parallel.strategy=" + strategy, "train.check_replicas=true"}));

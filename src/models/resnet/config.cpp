@@ -15,6 +15,7 @@ std::vector<Field> resnet_fields(ResnetConfig& m) {
       {"model.image_size", &m.image_size},
       {"model.stem", &m.stem},
       {"model.zero_init_residual", &m.zero_init_residual},
+      {"model.channels_last", &m.channels_last},
       {"model.label_smoothing", &m.label_smoothing},
   };
 }

@@ -85,7 +85,10 @@ ResNetImpl::ResNetImpl(const ResnetConfig& c) : config_(c) {
 at::Tensor ResNetImpl::forward(const at::Tensor& images) {
   CADRE_CHECK(images.dim() == 4 && images.size(1) == config_.in_channels, "ResNet.forward: expected images [B, ",
               config_.in_channels, ", H, W], got ", images.sizes());
-  at::Tensor x = at::relu(bn1->forward(conv1->forward(images)));
+  at::Tensor x = conv1->forward(images);
+  // After the stem: its input's layout is ambiguous when in_channels is 1, its output's is not.
+  if (config_.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+  x = at::relu(bn1->forward(x));
   if (config_.stem == "imagenet") x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   for (auto* stage : {&layer1, &layer2, &layer3, &layer4}) x = call_sequential(*stage, x);
   x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
