@@ -9,31 +9,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/cpu_vector_math.h"
+
 namespace cadre {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-
-// Sums term(0..D) in 16 float32 lanes, the lanes then added in double: the inner loop vectorises,
-// and each lane adds D/16 terms, so it rounds less than one running float sum.
-template <typename Term>
-double lane_sum(int64_t D, const Term& term) {
-  constexpr int64_t kLanes = 16;
-  float lane[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= D; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] += term(i + l);
-  double sum = 0;
-  for (; i < D; ++i) sum += term(i);
-  for (float l : lane) sum += l;
-  return sum;
-}
-
-template <typename T>
-float f32(T v) {
-  return static_cast<float>(v);
-}
 
 // y = round(round(x s) w) per row, s = 1 / sqrt(mean(x^2) + eps) kept for the backward: the
 // composite's roundings (the normalised value to x's dtype, then the product with the weight).
@@ -46,7 +28,7 @@ void forward_rows(const T* x, const T* w, T* y, float* rstd, int64_t rows, int64
       const double squares = lane_sum(D, [&](int64_t i) { return f32(xr[i]) * f32(xr[i]); });
       const float s = 1.0f / std::sqrt(static_cast<float>(squares / double(D)) + eps);
       rstd[r] = s;
-      for (int64_t i = 0; i < D; ++i) yr[i] = static_cast<T>(f32(static_cast<T>(f32(xr[i]) * s)) * f32(w[i]));
+      for (int64_t i = 0; i < D; ++i) yr[i] = from_f32<T>(f32(from_f32<T>(f32(xr[i]) * s)) * f32(w[i]));
     }
   });
 }
@@ -69,10 +51,10 @@ void backward_rows(const T* x, const T* w, const float* rstd, const T* g, T* dx,
           const double dot = lane_sum(D, [&](int64_t i) { return f32(gr[i]) * f32(w[i]) * (f32(xr[i]) * s); });
           const float mean_dot = static_cast<float>(dot / double(D));
           for (int64_t i = 0; i < D; ++i)
-            dxr[i] = static_cast<T>(s * (f32(gr[i]) * f32(w[i]) - f32(xr[i]) * s * mean_dot));
+            dxr[i] = from_f32<T>(s * (f32(gr[i]) * f32(w[i]) - f32(xr[i]) * s * mean_dot));
         }
         if (dw)
-          for (int64_t i = 0; i < D; ++i) dw[i] += f32(gr[i]) * f32(static_cast<T>(f32(xr[i]) * s));
+          for (int64_t i = 0; i < D; ++i) dw[i] += f32(gr[i]) * f32(from_f32<T>(f32(xr[i]) * s));
       }
     }
   });

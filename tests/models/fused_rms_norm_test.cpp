@@ -10,9 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "fused_judge.h"
 #include "models/fused_rms_norm.h"
 
 namespace {
+
+using fused_judge::expect_judged;
 
 constexpr double kEps = 1e-5;
 
@@ -35,20 +38,6 @@ Results run(const Norm& norm, const at::Tensor& x, const at::Tensor& w, const at
   if (x_grad) r.dx = grads.front().to(at::kDouble);
   if (w_grad) r.dw = grads.back().to(at::kDouble);
   return r;
-}
-
-// Largest |a - ref| relative to ref's largest magnitude.
-double error(const at::Tensor& a, const at::Tensor& ref) {
-  return (a - ref).abs().max().item<double>() / ref.abs().max().item<double>();
-}
-
-// fused's error <= 4 x max(the composite's error, 4 unit roundoffs of dtype): both round the same
-// operations in other orders (see tests/models/fp64_judge.h for the factor and the floor).
-void expect_judged(const std::string& what, const at::Tensor& fused, const at::Tensor& composite,
-                   const at::Tensor& exact, double unit_roundoff) {
-  const double e_fused = error(fused, exact), e_composite = error(composite, exact);
-  EXPECT_LE(e_fused, 4 * std::max(e_composite, 4 * unit_roundoff))
-      << what << ": fused error " << e_fused << ", libtorch's ops " << e_composite;
 }
 
 // Rows of 100 (six 16-wide lanes and a tail of 4), 3 x 37 of them, scales that differ per row.

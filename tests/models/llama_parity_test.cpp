@@ -151,9 +151,8 @@ TEST(LlamaParity, SdpaAttentionMatchesPyTorch) {
   run_parity(pc, "sdpa");
 }
 
-// SDPA masks by itself, so the blocks get no mask tensor (an undefined one); activation
-// checkpointing must carry that through its recomputation: the loss and every gradient are the
-// same as without checkpointing, bit for bit (the recomputation repeats the same kernels).
+// Under SDPA, activation checkpointing's recomputation repeats the same kernels: the loss and
+// every gradient are the same as without checkpointing, bit for bit.
 TEST(LlamaParity, SdpaUnderActivationCheckpointingGivesTheSameGradients) {
   cadre::LlamaConfig m = tiny_model();
   m.attention = "sdpa";

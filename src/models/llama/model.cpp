@@ -14,7 +14,11 @@
 
 #include "core/error.h"
 #include "models/dnnl_linear.h"
+#include "models/fused_causal_softmax.h"
+#include "models/fused_cross_entropy.h"
 #include "models/fused_rms_norm.h"
+#include "models/fused_rope.h"
+#include "models/fused_swiglu.h"
 #include "shard/module_hooks.h"
 #include "shard/tp_collectives.h"
 #include "shard/vocab_parallel.h"
@@ -38,13 +42,6 @@ RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
 at::Tensor RMSNorm::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
 
 namespace {
-// HF layout: rotate the two halves of each head, x * cos + rotate_half(x) * sin.
-at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
-  int64_t half = x.size(-1) / 2;
-  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return x * rope.cos + at::cat({-x2, x1}, -1) * rope.sin;
-}
-
 // Batched a @ b for [N, m, k] x [N, k, n]. libtorch's CPU bmm in float32 (no MKL in Debian's
 // build) runs several times slower than one BLAS gemm per matrix, so float32 loops over the
 // batch; bfloat16 bmm goes through oneDNN and is fast as it is.
@@ -74,23 +71,22 @@ Attention::Attention(const LlamaConfig& c)
   wo = register_module("wo", std::make_shared<Projection>(n_heads * head_dim, c.dim));
 }
 
-at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope, const at::Tensor& mask) const {
+at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope) const {
   const int64_t B = input.size(0), T = input.size(1);
   // Tensor parallel: this rank's heads (q, k, v column-parallel); wo sums the heads' parts.
   const at::Tensor x = tp_group ? copy_to_tp_region(input, *tp_group) : input;
   at::Tensor q = wq->forward(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
   at::Tensor k = wk->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
   at::Tensor v = wv->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
-  q = apply_rope(q, rope);
-  k = apply_rope(k, rope);
+  q = apply_rope(q, rope.cos, rope.sin);
+  k = apply_rope(k, rope.cos, rope.sin);
   k = repeat_kv(k, n_heads / n_kv_heads);
   v = repeat_kv(v, n_heads / n_kv_heads);
-  at::Tensor out = attend(q, k, v, mask);
+  at::Tensor out = attend(q, k, v);
   return tp_group ? reduce_from_tp_region(wo->forward(out), *tp_group) : wo->forward(out);
 }
 
-at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const at::Tensor& mask) const {
+at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
   const int64_t B = q.size(0), T = q.size(2);
 #if CADRE_TORCH_HAS_SDPA
   if (llama_uses_sdpa(config_, q.is_cuda()))
@@ -101,11 +97,8 @@ at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at:
   at::Tensor q3 = q.reshape({B * n_heads, T, head_dim});
   at::Tensor k3 = k.reshape({B * n_heads, T, head_dim});
   at::Tensor v3 = v.reshape({B * n_heads, T, head_dim});
-  // Scale q (T x hd) rather than the scores (T x T); the mask holds 0 and -inf.
-  at::Tensor scores = batched_matmul(q3 * (1.0 / std::sqrt(double(head_dim))), k3.transpose(1, 2)) + mask;
-  // Softmax accumulates in float32 even for bf16 compute.
-  at::Tensor probs = scores.scalar_type() == at::kFloat ? at::softmax(scores, -1)
-                                                          : at::softmax(scores, -1, at::kFloat).to(scores.scalar_type());
+  // Scaled, causally masked and normalised in one function, in float32 sums.
+  at::Tensor probs = causal_softmax(batched_matmul(q3, k3.transpose(1, 2)), 1.0 / std::sqrt(double(head_dim)));
   return batched_matmul(probs, v3).view({B, n_heads, T, head_dim}).transpose(1, 2).reshape({B, T, n_heads * head_dim});
 }
 
@@ -116,10 +109,10 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden) {
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& input) const {
-  if (!tp_group) return w2->forward(at::silu(w1->forward(input)) * w3->forward(input));
+  if (!tp_group) return w2->forward(swiglu(w1->forward(input), w3->forward(input)));
   // Tensor parallel: this rank's columns of the hidden layer; w2 sums their parts.
   const at::Tensor x = copy_to_tp_region(input, *tp_group);
-  return reduce_from_tp_region(w2->forward(at::silu(w1->forward(x)) * w3->forward(x)), *tp_group);
+  return reduce_from_tp_region(w2->forward(swiglu(w1->forward(x), w3->forward(x))), *tp_group);
 }
 
 Block::Block(const LlamaConfig& c) {
@@ -129,8 +122,8 @@ Block::Block(const LlamaConfig& c) {
   ffn_norm = register_module("ffn_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
 }
 
-at::Tensor Block::forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const {
-  at::Tensor h = x + attention->forward(attention_norm->forward(x), rope, mask);
+at::Tensor Block::forward(const at::Tensor& x, const Rope& rope) const {
+  at::Tensor h = x + attention->forward(attention_norm->forward(x), rope);
   return h + feed_forward->forward(ffn_norm->forward(h));
 }
 
@@ -173,13 +166,7 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   at::Tensor h = tp_group ? vocab_parallel_embedding(tok_embeddings->weight, tokens, vocab_start, *tp_group)
                           : at::embedding(tok_embeddings->weight, tokens);
   Rope rope = rope_for(T, dtype, tokens.device());
-  // The explicit path's causal mask; SDPA masks by itself (is_causal), so it gets none.
-  at::Tensor mask;
-  if (!llama_uses_sdpa(config_, tokens.is_cuda()))
-    mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
-                    at::TensorOptions().dtype(dtype).device(tokens.device()))
-               .triu(1);
-  for (auto& block : layers->blocks) h = call(block, h, rope, mask);
+  for (auto& block : layers->blocks) h = call(block, h, rope);
   // Called through their hooks: under FSDP an untied head and the final norm are a unit of
   // their own (llama_parallelize), gathered while the last blocks compute.
   h = call(norm, h);
@@ -212,7 +199,7 @@ void Llama::init_weights(uint64_t seed) {
 
 at::Tensor llama_loss(const at::Tensor& logits, const at::Tensor& targets) {
   const int64_t V = logits.size(-1);
-  return at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), targets.reshape({-1}));
+  return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
 }
 
 int64_t llama_param_count(const LlamaConfig& c) {

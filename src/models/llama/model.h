@@ -48,14 +48,14 @@ struct Rope {
 class Attention : public torch::nn::Module {
  public:
   explicit Attention(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
+  at::Tensor forward(const at::Tensor& x, const Rope& rope) const;
   std::shared_ptr<Projection> wq, wk, wv, wo;
   int64_t n_heads, n_kv_heads, head_dim;  // heads on this rank
   comm::Communicator* tp_group = nullptr;  // q/k/v column-parallel, wo row-parallel over it
 
  private:
   // Causal attention of q, k, v [B, H, T, hd] (k, v already repeated to H heads) -> [B, T, H * hd].
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) const;
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
   LlamaConfig config_;
 };
 
@@ -70,7 +70,7 @@ class FeedForward : public torch::nn::Module {
 class Block : public torch::nn::Module {
  public:
   explicit Block(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x, const Rope& rope, const at::Tensor& mask) const;
+  at::Tensor forward(const at::Tensor& x, const Rope& rope) const;
   std::shared_ptr<RMSNorm> attention_norm, ffn_norm;
   std::shared_ptr<Attention> attention;
   std::shared_ptr<FeedForward> feed_forward;

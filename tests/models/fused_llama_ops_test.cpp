@@ -1,0 +1,164 @@
+// The fused CPU kernels a Llama step runs (SwiGLU, RoPE, causal softmax, cross-entropy) and the
+// vectorised exp under them, each against libtorch's ops, judged in float64 (fused_judge.h).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fused_judge.h"
+#include "models/cpu_vector_math.h"
+#include "models/fused_causal_softmax.h"
+#include "models/fused_cross_entropy.h"
+#include "models/fused_rope.h"
+#include "models/fused_swiglu.h"
+
+namespace {
+
+using fused_judge::expect_as_accurate;
+using fused_judge::Inputs;
+
+// Values of several scales, so rows differ in magnitude; 100 wide rows have a 16-lane tail.
+at::Tensor scaled_randn(at::IntArrayRef shape) {
+  std::vector<int64_t> per_row(shape.size(), 1);
+  per_row[0] = shape[0];
+  return at::randn(shape, at::kDouble) * at::rand(per_row, at::kDouble).mul(4).add(0.05);
+}
+
+TEST(CpuVectorMath, ExpWithinTwoUlpsOverItsRangeAndNaNStaysNaN) {
+  double worst = 0;
+  for (int i = 0; i <= 1000000; ++i) {
+    const float x = -87.0f + 175.37f * float(i) / 1e6f;
+    const double exact = std::exp(double(x));
+    worst = std::max(worst, std::abs(double(cadre::exp_f32(x)) - exact) / exact);
+  }
+  EXPECT_LE(worst, 2 * 0x1p-24 * 2) << "largest relative error " << worst;  // 2 ulp = 2 * 2^-23
+  EXPECT_TRUE(std::isnan(cadre::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_LE(cadre::exp_f32(-std::numeric_limits<float>::infinity()), 2e-38f);
+  EXPECT_TRUE(std::isfinite(cadre::exp_f32(1000.0f)));
+}
+
+TEST(FusedSwiglu, Float32OutputAndGradientsAsAccurateAsLibtorchsOps) {
+  at::manual_seed(1);
+  const Inputs in{scaled_randn({37, 3, 100}), at::randn({37, 3, 100}, at::kDouble)};
+  expect_as_accurate(
+      "swiglu", [](const Inputs& x) { return cadre::swiglu(x[0], x[1]); },
+      [](const Inputs& x) { return cadre::swiglu_composite(x[0], x[1]); }, in, at::randn({37, 3, 100}, at::kDouble),
+      at::kFloat);
+}
+
+TEST(FusedSwiglu, Bfloat16TakesLibtorchsOps) {
+  at::manual_seed(2);
+  const at::Tensor a = at::randn({7, 50}).to(at::kBFloat16), b = at::randn({7, 50}).to(at::kBFloat16);
+  EXPECT_TRUE(cadre::swiglu(a, b).equal(cadre::swiglu_composite(a, b)));
+}
+
+// q as the attention makes it: a projection's [B, T, H, D] output viewed [B, H, T, D].
+struct RopeCase {
+  at::Tensor x, cos, sin, g;
+  RopeCase() {
+    at::manual_seed(3);
+    x = scaled_randn({2, 5, 3, 8});
+    const at::Tensor angles = at::rand({5, 8}, at::kDouble) * 6;
+    cos = angles.cos();
+    sin = angles.sin();
+    g = at::randn({2, 3, 5, 8}, at::kDouble);
+  }
+  fused_judge::Function with(at::Tensor (*rope)(const at::Tensor&, const at::Tensor&, const at::Tensor&)) const {
+    return [rope, c = cos, s = sin](const Inputs& in) {
+      const at::ScalarType t = in[0].scalar_type();
+      return rope(in[0].transpose(1, 2), c.to(t), s.to(t));
+    };
+  }
+};
+
+TEST(FusedRope, OutputAndGradientAsAccurateAsLibtorchsOps) {
+  const RopeCase c;
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16})
+    expect_as_accurate("rope", c.with(cadre::apply_rope), c.with(cadre::apply_rope_composite), {c.x}, c.g, t);
+}
+
+// Each product rounds to the dtype, then their sum: the composite's roundings, so the outputs are
+// the same bit for bit.
+TEST(FusedRope, ForwardRoundsAsLibtorchsOpsBitForBit) {
+  const RopeCase c;
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+    const Inputs in{c.x.to(t)};
+    EXPECT_TRUE(c.with(cadre::apply_rope)(in).equal(c.with(cadre::apply_rope_composite)(in))) << c10::toString(t);
+  }
+}
+
+// The output is contiguous (the heads reshape into a batch without a copy); the gradient comes
+// back in the input's layout (a transposed view here), so the view's backward copies nothing.
+TEST(FusedRope, OutputContiguousGradientInTheInputsLayout) {
+  const RopeCase c;
+  const at::Tensor x = c.x.to(at::kFloat).transpose(1, 2).detach().requires_grad_(true);
+  const at::Tensor y = cadre::apply_rope(x, c.cos.to(at::kFloat), c.sin.to(at::kFloat));
+  EXPECT_TRUE(y.is_contiguous());
+  const at::Tensor dx = torch::autograd::grad({y}, {x}, {c.g.to(at::kFloat)})[0];
+  EXPECT_EQ(dx.strides(), x.strides());
+}
+
+TEST(FusedCausalSoftmax, OutputAndGradientAsAccurateAsLibtorchsOps) {
+  at::manual_seed(4);
+  const Inputs in{scaled_randn({3, 37, 37})};
+  const at::Tensor g = at::randn({3, 37, 37}, at::kDouble);
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16})
+    expect_as_accurate(
+        "causal softmax", [](const Inputs& x) { return cadre::causal_softmax(x[0], 0.3); },
+        [](const Inputs& x) { return cadre::causal_softmax_composite(x[0], 0.3); }, in, g, t);
+}
+
+TEST(FusedCausalSoftmax, KeysAfterTheQueryGetNothingAndRowsSumToOne) {
+  at::manual_seed(5);
+  const at::Tensor p = cadre::causal_softmax(at::randn({2, 20, 20}), 0.5);
+  EXPECT_EQ(p.triu(1).abs().max().item<float>(), 0.0f);
+  EXPECT_LT((p.sum(-1) - 1).abs().max().item<float>(), 20 * 0x1p-24);
+}
+
+struct LossCase {
+  at::Tensor logits = scaled_randn({37, 100});
+  at::Tensor targets = at::randint(100, {37}, at::kLong);
+  LossCase() {
+    targets[4] = -100;  // left out of the sum and the count, as libtorch's ignore_index
+    targets[20] = -100;
+  }
+};
+
+TEST(FusedCrossEntropy, LossAndGradientAsAccurateAsLibtorchsOps) {
+  at::manual_seed(6);
+  const LossCase c;
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16})
+    expect_as_accurate(
+        "cross-entropy", [&](const Inputs& x) { return cadre::cross_entropy(x[0], c.targets); },
+        [&](const Inputs& x) { return cadre::cross_entropy_composite(x[0], c.targets); }, {c.logits},
+        at::scalar_tensor(1.3, at::kDouble), t);
+}
+
+TEST(FusedCrossEntropy, IgnoredRowsGetNoGradientAndAllIgnoredIsNaN) {
+  at::manual_seed(7);
+  const LossCase c;
+  const at::Tensor x = c.logits.to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor dx = torch::autograd::grad({cadre::cross_entropy(x, c.targets)}, {x})[0];
+  EXPECT_EQ(dx[4].abs().max().item<float>(), 0.0f);
+  EXPECT_GT(dx[5].abs().max().item<float>(), 0.0f);
+  const at::Tensor none = at::full({37}, -100, at::kLong);
+  EXPECT_TRUE(std::isnan(cadre::cross_entropy(c.logits.to(at::kFloat), none).item<float>()));
+}
+
+TEST(FusedCrossEntropy, ATargetOutsideTheClassesNamesItsRow) {
+  LossCase c;
+  c.targets[5] = 100;
+  try {
+    cadre::cross_entropy(c.logits.to(at::kFloat), c.targets);
+    FAIL() << "no error for target 100 of 100 classes";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("row 5 is 100, outside the 100 classes"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
