@@ -1,5 +1,5 @@
 // Judging a fused CPU kernel against the same function through libtorch's ops, both against
-// float64 (tests/models/fp64_judge.h says why through float64 and not one against the other):
+// float64 with fp64_judge.h's measure (it says why through float64 and not one against the other):
 // the fused result's error may be up to 4 times the composite's, or 4 unit roundoffs of the dtype
 // where the composite rounds almost exactly by chance.
 #pragma once
@@ -13,6 +13,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "fp64_judge.h"
 
 namespace fused_judge {
 
@@ -35,16 +37,13 @@ inline Results run(const Function& f, const Inputs& inputs, const at::Tensor& g,
   return r;
 }
 
-// Largest |a - ref| relative to ref's largest magnitude.
-inline double error(const at::Tensor& a, const at::Tensor& ref) {
-  return (a - ref).abs().max().item<double>() / ref.abs().max().item<double>();
-}
-
+// The error measure is fp64_judge.h's (largest |a - ref| over ref's largest magnitude), with
+// the composite in PyTorch's place and a floor of 4 unit roundoffs of the dtype under test.
 inline void expect_judged(const std::string& what, const at::Tensor& fused, const at::Tensor& composite,
                           const at::Tensor& exact, double unit_roundoff) {
-  const double e_fused = error(fused, exact), e_composite = error(composite, exact);
-  EXPECT_LE(e_fused, 4 * std::max(e_composite, 4 * unit_roundoff))
-      << what << ": fused error " << e_fused << ", libtorch's ops " << e_composite;
+  const cadre::test::Fp64Errors e = cadre::test::fp64_errors(fused, {composite}, exact);
+  EXPECT_LE(e.cadre, cadre::test::kFactor * std::max(e.torch, 4 * unit_roundoff))
+      << what << ": fused error " << e.cadre << ", libtorch's ops " << e.torch;
 }
 
 inline double unit_roundoff(at::ScalarType dtype) { return dtype == at::kBFloat16 ? 0x1p-8 : 0x1p-24; }
