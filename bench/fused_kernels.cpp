@@ -4,7 +4,7 @@
 // milliseconds per call (best of the repeats), the ratio, and the calls a step makes. Both
 // sides allocate through the CPU block cache, as training does.
 //
-//   fused_kernels [--threads 1] [--dtype bfloat16|float32] [--repeats 10]
+//   fused_kernels [--threads 1] [--dtype bfloat16|float32] [--repeats 10] [--caches warm|cold]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -43,9 +43,17 @@ struct Timing {
   long faults = 0;        // page faults per call, on average
 };
 
-Timing time_calls(const Function& f, const Inputs& inputs, int repeats) {
+// Writes a buffer larger than the last-level cache, so that the next call finds its inputs in
+// memory, as in a training step (each op's input was written by the op before, megabytes ago).
+void evict_caches() {
+  static at::Tensor sweep = at::empty({64 << 20}, at::kByte);
+  sweep.add_(1);
+}
+
+Timing time_calls(const Function& f, const Inputs& inputs, int repeats, bool cold) {
   Timing t;
   for (int r = 0; r <= repeats; ++r) {  // the first is warm-up
+    if (cold) evict_caches();
     const long f0 = minor_faults();
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor y = f(inputs);
@@ -105,20 +113,28 @@ int main(int argc, char** argv) {
   const int threads = std::stoi(flag(argc, argv, "--threads", "1"));
   const int repeats = std::stoi(flag(argc, argv, "--repeats", "10"));
   const std::string dtype_name = flag(argc, argv, "--dtype", "bfloat16");
+  const std::string caches = flag(argc, argv, "--caches", "warm");
   if (dtype_name != "bfloat16" && dtype_name != "float32") {
     std::fprintf(stderr, "fused_kernels: --dtype must be bfloat16 or float32, not %s\n", dtype_name.c_str());
     return 2;
   }
+  if (caches != "warm" && caches != "cold") {
+    std::fprintf(stderr, "fused_kernels: --caches must be warm or cold, not %s\n", caches.c_str());
+    return 2;
+  }
+  const bool cold = caches == "cold";
   const at::ScalarType dtype = dtype_name == "bfloat16" ? at::kBFloat16 : at::kFloat;
   at::set_num_threads(threads);
   cadre::cpu_block_cache::install();
   at::manual_seed(0);
-  std::printf("%s, %d thread(s), forward + backward, best of %d\n", dtype_name.c_str(), threads, repeats);
+  std::printf("%s, %d thread(s), forward + backward, best of %d, caches %s\n", dtype_name.c_str(), threads, repeats,
+              cold ? "cold (64 MiB written before each call)" : "warm (the inputs of the call before)");
   std::printf("%-30s %9s %12s %7s %14s %16s\n", "kernel", "fused ms", "libtorch ms", "ratio", "ms saved/step",
               "faults fused/ops");
   double saved = 0;
   for (const Case& c : cases(dtype)) {
-    const Timing fused = time_calls(c.fused, c.inputs, repeats), ops = time_calls(c.composite, c.inputs, repeats);
+    const Timing fused = time_calls(c.fused, c.inputs, repeats, cold),
+                 ops = time_calls(c.composite, c.inputs, repeats, cold);
     const double step_saving = (ops.best_ms - fused.best_ms) * c.calls_per_step;
     saved += step_saving;
     std::printf("%-30s %9.3f %12.3f %6.2fx %14.1f %9ld/%-6ld\n", c.name.c_str(), fused.best_ms, ops.best_ms,

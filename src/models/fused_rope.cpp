@@ -37,15 +37,25 @@ inline __attribute__((always_inline)) void backward_row(const float* g, const fl
 }
 
 // A [B, H, T, D] tensor's rows (b, h, t), unit stride in D: where row r starts in `in` and in
-// `out`, each by its own strides.
+// `out`, each by its own strides. Rows are numbered in the memory order of the side that is not
+// contiguous (x as the attention's projection makes it: [B, T, H, D] viewed [B, H, T, D]), heads
+// inner: that side streams, and the contiguous side is written or read in H streams. Numbered
+// (b, h, t) instead, the strided side is read in 128-byte pieces a row of heads apart, which the
+// prefetchers do not follow: in a training step that read stalled on memory (measured, perf).
 struct RowWalk {
   int64_t H, T, D;
   std::array<int64_t, 3> in_strides, out_strides;
+  bool heads_inner;
 
-  int64_t in_offset(int64_t r) const { return offset(r, in_strides); }
-  int64_t out_offset(int64_t r) const { return offset(r, out_strides); }
-  int64_t offset(int64_t r, const std::array<int64_t, 3>& st) const {
-    return (r / (T * H)) * st[0] + ((r / T) % H) * st[1] + (r % T) * st[2];
+  struct Row {
+    int64_t b, h, t;
+  };
+  Row row(int64_t r) const {
+    if (heads_inner) return {r / (T * H), r % H, (r / H) % T};
+    return {r / (T * H), (r / T) % H, r % T};
+  }
+  static int64_t offset(const Row& i, const std::array<int64_t, 3>& st) {
+    return i.b * st[0] + i.h * st[1] + i.t * st[2];
   }
 };
 
@@ -67,8 +77,9 @@ template <bool kForward>
 inline __attribute__((always_inline)) void rows(const RowWalk& w, const float* in, const float* c, const float* s,
                                                 float* out, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    const int64_t t = r % w.T;
-    float_row<kForward>(in + w.in_offset(r), c + t * w.D, s + t * w.D, out + w.out_offset(r), w.D / 2);
+    const RowWalk::Row i = w.row(r);
+    float_row<kForward>(in + RowWalk::offset(i, w.in_strides), c + i.t * w.D, s + i.t * w.D,
+                        out + RowWalk::offset(i, w.out_strides), w.D / 2);
   }
 }
 
@@ -77,15 +88,15 @@ inline __attribute__((always_inline)) void rows(const RowWalk& w, const BF16* in
                                                 BF16* out, int64_t r0, int64_t r1) {
   float fin[kMaxHeadDim], fc[kMaxHeadDim], fs[kMaxHeadDim], fout[kMaxHeadDim];
   for (int64_t r = r0; r < r1; ++r) {
-    const int64_t t = r % w.T;
-    widen(in + w.in_offset(r), fin, w.D);
-    widen(c + t * w.D, fc, w.D);
-    widen(s + t * w.D, fs, w.D);
+    const RowWalk::Row i = w.row(r);
+    widen(in + RowWalk::offset(i, w.in_strides), fin, w.D);
+    widen(c + i.t * w.D, fc, w.D);
+    widen(s + i.t * w.D, fs, w.D);
     if (kForward)
       forward_row<BF16>(fin, fc, fs, fout, w.D / 2);
     else
       backward_row(fin, fc, fs, fout, w.D / 2);
-    narrow(fout, out + w.out_offset(r), w.D);
+    narrow(fout, out + RowWalk::offset(i, w.out_strides), w.D);
   }
 }
 
@@ -100,9 +111,11 @@ CADRE_CPU_CLONES void rows_bf16(bool forward, const RowWalk& w, const BF16* in, 
 }
 
 // in -> out over all rows in parallel, the forward or the backward: [B, H, T, D], float32 or bfloat16.
+// `strided` is the side in x's layout (in going forward, out coming back).
 void run_rows(bool forward, const at::Tensor& in, const at::Tensor& c, const at::Tensor& s, const at::Tensor& out) {
+  const at::Tensor& strided = forward ? in : out;
   const RowWalk w{in.size(1), in.size(2), in.size(3), {in.stride(0), in.stride(1), in.stride(2)},
-                  {out.stride(0), out.stride(1), out.stride(2)}};
+                  {out.stride(0), out.stride(1), out.stride(2)}, strided.stride(1) < strided.stride(2)};
   const bool f32 = in.scalar_type() == at::kFloat;
   at::parallel_for(0, in.size(0) * w.H * w.T, 64, [&](int64_t r0, int64_t r1) {
     if (f32)

@@ -57,38 +57,46 @@ TEST(FusedSwiglu, Bfloat16TakesLibtorchsOps) {
   EXPECT_TRUE(cadre::swiglu(a, b).equal(cadre::swiglu_composite(a, b)));
 }
 
-// q as the attention makes it: a projection's [B, T, H, D] output viewed [B, H, T, D].
+// q as the attention makes it: a projection's [B, T, H, D] output viewed [B, H, T, D] (the kernel
+// walks rows heads-inner), or a contiguous [B, H, T, D] (walked positions-inner).
 struct RopeCase {
+  bool projection_layout;
   at::Tensor x, cos, sin, g;
-  RopeCase() {
+  explicit RopeCase(bool projection = true) : projection_layout(projection) {
     at::manual_seed(3);
-    x = scaled_randn({2, 5, 3, 8});
+    x = projection ? scaled_randn({2, 5, 3, 8}) : scaled_randn({2, 3, 5, 8});
     const at::Tensor angles = at::rand({5, 8}, at::kDouble) * 6;
     cos = angles.cos();
     sin = angles.sin();
     g = at::randn({2, 3, 5, 8}, at::kDouble);
   }
   fused_judge::Function with(at::Tensor (*rope)(const at::Tensor&, const at::Tensor&, const at::Tensor&)) const {
-    return [rope, c = cos, s = sin](const Inputs& in) {
+    return [rope, c = cos, s = sin, projection = projection_layout](const Inputs& in) {
       const at::ScalarType t = in[0].scalar_type();
-      return rope(in[0].transpose(1, 2), c.to(t), s.to(t));
+      return rope(projection ? in[0].transpose(1, 2) : in[0], c.to(t), s.to(t));
     };
   }
 };
 
 TEST(FusedRope, OutputAndGradientAsAccurateAsLibtorchsOps) {
-  const RopeCase c;
-  for (at::ScalarType t : {at::kFloat, at::kBFloat16})
-    expect_as_accurate("rope", c.with(cadre::apply_rope), c.with(cadre::apply_rope_composite), {c.x}, c.g, t);
+  for (bool projection : {true, false}) {
+    const RopeCase c(projection);
+    for (at::ScalarType t : {at::kFloat, at::kBFloat16})
+      expect_as_accurate(projection ? "rope, projection layout" : "rope, contiguous", c.with(cadre::apply_rope),
+                         c.with(cadre::apply_rope_composite), {c.x}, c.g, t);
+  }
 }
 
 // Each product rounds to the dtype, then their sum: the composite's roundings, so the outputs are
 // the same bit for bit.
 TEST(FusedRope, ForwardRoundsAsLibtorchsOpsBitForBit) {
-  const RopeCase c;
-  for (at::ScalarType t : {at::kFloat, at::kBFloat16}) {
-    const Inputs in{c.x.to(t)};
-    EXPECT_TRUE(c.with(cadre::apply_rope)(in).equal(c.with(cadre::apply_rope_composite)(in))) << c10::toString(t);
+  for (bool projection : {true, false}) {
+    const RopeCase c(projection);
+    for (at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+      const Inputs in{c.x.to(t)};
+      EXPECT_TRUE(c.with(cadre::apply_rope)(in).equal(c.with(cadre::apply_rope_composite)(in)))
+          << c10::toString(t) << (projection ? ", projection layout" : ", contiguous");
+    }
   }
 }
 
