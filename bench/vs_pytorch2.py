@@ -9,7 +9,10 @@ venv's PyTorch 2.x (SDPA attention, what a PyTorch user writes):
   2 ranks x 1 thread, bf16 params, fp32 reduce   FULL_SHARD     vs FSDP2 (Gloo), vs DDP (Gloo)
                                                   NO_SHARD       vs DDP
                                                   FULL_SHARD     vs Cadre NO_SHARD (communication hidden?)
-  exposed communication, FULL_SHARD              median comm_wait_s / step_time_s of Cadre's metrics
+  exposed communication, FULL_SHARD              the busiest rank's wait in collectives / step time
+                                                  (rank_busy_s, rank_comm_wait_s of Cadre's metrics), and
+                                                  rank 0's whole wait (comm_wait_s), which also holds its
+                                                  waits for the other rank's compute
   peak RSS per rank (rank 0), activation         FULL_SHARD     vs FSDP2, both checkpointing every block
   checkpointing on both sides, 2 ranks
 
@@ -55,8 +58,20 @@ def cadre_job(args, data, work, name, world, threads, sets):
     rows, summary = cadre_rows(args, data, work, name, world, threads, sets)
     rows = rows[WARMUP:]
     return dict(tokens_per_s=statistics.median(r["tokens_per_s"] for r in rows),
-                exposed_comm=statistics.median(r["comm_wait_s"] / r["step_time_s"] for r in rows),
+                exposed_comm=statistics.median(busiest_rank_wait(r) / r["step_time_s"] for r in rows),
+                rank0_comm_wait=statistics.median(r["comm_wait_s"] / r["step_time_s"] for r in rows),
                 peak_rss_bytes=summary["peak_rss_bytes"], final_loss=summary["final_loss"])
+
+
+def busiest_rank_wait(row):
+    """Communication no compute hid in one step: the time the rank that computed longest spent
+    blocked in collectives, up to the loss all-reduce (forward, backward, gradient reductions).
+    Another rank's wait also holds its wait for the busiest rank's compute (imbalance, not
+    communication). A single process has no such figures: nan."""
+    busy, wait = row.get("rank_busy_s"), row.get("rank_comm_wait_s")
+    if not busy:
+        return float("nan")
+    return wait[max(range(len(busy)), key=busy.__getitem__)]
 
 
 def peer_job(args, data, mode, threads, precision, extra=()):
@@ -93,11 +108,12 @@ def single_process_rows(args, data, work):
 def two_rank_rows(args, data, work):
     bf16 = ["parallel.mixed_precision.param_dtype=bfloat16", "parallel.mixed_precision.reduce_dtype=float32"]
     runs = {"full": [], "none": [], "fsdp2": [], "ddp": []}
-    exposed = []
+    exposed = {"busiest": [], "rank0": []}
     for rep in range(args.repeats):
         full = cadre_job(args, data, work, f"full-{rep}", 2, 1, bf16 + ["parallel.strategy=FULL_SHARD"])
         runs["full"].append(full["tokens_per_s"])
-        exposed.append(full["exposed_comm"])
+        exposed["busiest"].append(full["exposed_comm"])
+        exposed["rank0"].append(full["rank0_comm_wait"])
         runs["fsdp2"].append(peer_job(args, data, "fsdp2", 1, "bf16")["tokens_per_s"])
         runs["none"].append(cadre_job(args, data, work, f"noshard-{rep}", 2, 1,
                                       bf16 + ["parallel.strategy=NO_SHARD"])["tokens_per_s"])
@@ -107,7 +123,7 @@ def two_rank_rows(args, data, work):
             paired_row(f"{case}, FULL_SHARD", "DDP (Gloo)", runs["full"], runs["ddp"], 1.2),
             paired_row(f"{case}, NO_SHARD", "DDP (Gloo)", runs["none"], runs["ddp"], 1.1),
             paired_row(f"{case}, FULL_SHARD", "Cadre NO_SHARD", runs["full"], runs["none"], 0.97)]
-    return rows, statistics.median(exposed)
+    return rows, exposed
 
 
 def memory_rows(args, data, work):
@@ -170,9 +186,18 @@ def table(rows, exposed, args):
             ratio += " (" + ", ".join(f"{x:.2f}" for x in r["ratios"]) + ")"
         lines.append(f"| {r['case']} | {r['cadre']:.{d}f} | {r['peer_name']} | {r['peer']:.{d}f} | "
                      f"{ratio} | {goal_text(r)} |")
-    lines += ["", f"Exposed communication, FULL_SHARD 2 ranks (median comm wait / step time): "
-                  f"{100 * exposed:.1f}% (goal < 3%)"]
+    if exposed:
+        lines += ["", exposed_text(exposed)]
     return "\n".join(lines)
+
+
+def exposed_text(exposed):
+    def pct(values):
+        return f"{100 * statistics.median(values):.1f}% (" + ", ".join(f"{100 * v:.1f}" for v in values) + ")"
+    met = "met" if statistics.median(exposed["busiest"]) < 0.03 else "not met"
+    return (f"Exposed communication, FULL_SHARD 2 ranks, median step of each repeat: the busiest rank's wait "
+            f"in collectives {pct(exposed['busiest'])} of the step (goal < 3%: {met}); rank 0's whole wait, "
+            f"which also holds its waits for the other rank's compute, {pct(exposed['rank0'])}")
 
 
 def main():
@@ -192,7 +217,7 @@ def main():
     only = set(args.only or ["single", "ranks", "memory", "checkpoint"])
     data = ensure_dataset(args.cadre)
     args.loads = [os.getloadavg()[0]]
-    rows, exposed = [], float("nan")
+    rows, exposed = [], {}
     with tempfile.TemporaryDirectory() as work:
         if "single" in only:
             rows += single_process_rows(args, data, work)

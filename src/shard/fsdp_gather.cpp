@@ -1,6 +1,13 @@
 // The all-gather of one flat parameter and freeing it again: gather_start issues it (the
 // master shard sent in the compute dtype), gather_wait waits for it, reshard frees the full
 // buffer. Which unit is gathered when, and prefetching, is fsdp_schedule.cpp's decision.
+// A gather issued early (prefetch_next_forward) can see the masters change before it is waited
+// for. After mark_updated (a checkpoint loaded) the wait gathers again: every rank marks at the
+// same point, so their collectives stay in step. A change nobody announced (an optimizer step
+// after the prefetch) is refused, naming the unit: the master's version counter, bumped by every
+// in-place change (the optimizer's pieces are views of the master), tells. One rank gathering
+// again on its own could not repair it: a rank whose shard of the unit is all padding sees no
+// change, and the ranks' collectives would part.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -23,6 +30,7 @@ void FsdpTree::gather_start(size_t k) {
     return;
   }
   st.gather_send = f.master.to(options.mixed_precision.param_dtype);
+  st.sent_version = f.master._version();
   st.gather_work = options.groups.shard->all_gather_async(f.full, st.gather_send);
   st.gather_pending = true;
 }
@@ -31,24 +39,33 @@ void FsdpTree::gather_wait(size_t k) {
   gather_start(k);
   FlatState& st = *state_[k];
   if (st.gather_pending) {
-    try {
-      st.gather_work.wait();
-    } catch (const std::exception& e) {
-      throw Error(str("FSDP unit ", flats[k]->unit, ": gathering its parameters failed: ", e.what()));
-    }
-    st.gather_pending = false;
-    st.gather_send = at::Tensor();
+    finish_gather(k);
+    CADRE_CHECK(st.stale || flats[k]->master._version() == st.sent_version, "FSDP unit ", flats[k]->unit,
+                ": its parameters changed in place while their all-gather was in flight (prefetch_next_forward "
+                "before the optimizer step?); prefetch after the step, or call mark_updated after changing them");
+    gather_start(k);  // again when marked updated while it was in flight
+    if (st.gather_pending) finish_gather(k);
   }
   note_working_set();
 }
 
+void FsdpTree::finish_gather(size_t k) {
+  FlatState& st = *state_[k];
+  try {
+    st.gather_work.wait();
+  } catch (const std::exception& e) {
+    throw Error(str("FSDP unit ", flats[k]->unit, ": gathering its parameters failed: ", e.what()));
+  }
+  st.gather_pending = false;
+  st.gather_send = at::Tensor();
+}
+
 // Frees the full buffer's storage (the views stay; autograd's saved tensors share the storage,
-// so regathering into it before the unit's backward restores them). A gather still in flight
-// writes into the buffer: it is waited for first.
+// so regathering into it before the unit's backward restores them).
 void FsdpTree::reshard(size_t k) {
   FlatParam& f = *flats[k];
   if (f.master_is_full() || !f.full_allocated() || keeps_full()) return;
-  if (state_[k]->gather_pending) gather_wait(k);
+  if (state_[k]->gather_pending) finish_gather(k);  // it writes into the buffer
   f.full_free();
 }
 

@@ -1,6 +1,8 @@
 // The schedule of communication: which collective is issued when, and waited on where. Every
 // hook lands here and decides; the collectives themselves are in fsdp_gather.cpp,
 // fsdp_reduce.cpp, ddp_buckets.cpp and zero1.cpp. In one step:
+//   after the optimizer   (prefetch_next_forward, when the caller asks) the root's unit and the
+//                         first unit of the last forward gathered, to be waited for below
 //   root's forward        ZeRO-1's stale gradients cleared, buffers broadcast (blocking), the
 //                         root's unit gathered and kept to the end of the backward, the first
 //                         unit of the last forward prefetched
@@ -40,6 +42,16 @@ void ExecutionOrder::record(size_t unit) {
 void FsdpTree::prefetch_unit(size_t unit) {
   const int k = units[unit]->flat;
   if (options.prefetch && k >= 0) gather_start(static_cast<size_t>(k));
+}
+
+// The next forward starts with the root's unit and then the first unit of the last forward:
+// issued now, after the optimizer step, their gathers run behind whatever the caller does
+// before that forward; root_pre_forward and pre_forward then only wait for them.
+void FsdpTree::prefetch_next_forward() {
+  if (!sharded() || !options.prefetch) return;
+  if (units.back()->flat >= 0) gather_start(static_cast<size_t>(units.back()->flat));
+  const std::vector<size_t>& last = order_.current.empty() ? order_.previous : order_.current;
+  if (!last.empty()) prefetch_unit(last[0]);
 }
 
 void FsdpTree::pre_forward(Unit& u) {

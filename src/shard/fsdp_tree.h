@@ -64,8 +64,9 @@ std::unordered_set<const torch::nn::Module*> subtree(const std::vector<torch::nn
 struct FlatState {
   comm::Work gather_work;
   bool gather_pending = false;
-  at::Tensor gather_send;  // kept alive until the gather finished
-  bool stale = false;      // the master changed since the full buffer was filled
+  at::Tensor gather_send;    // kept alive until the gather finished
+  int64_t sent_version = 0;  // the master's version counter when the gather was issued
+  bool stale = false;        // the master changed since the full buffer was filled
   // AccumulateGrad nodes of the flat parameter's parameters. The parameters hold them only
   // weakly: without these references the post hooks would silently disappear.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
@@ -115,6 +116,7 @@ class FsdpTree {
   void mark_updated() {
     for (auto& st : state_) st->stale = true;
   }
+  void prefetch_next_forward();
   bool replicas_identical();
   ShardMemory memory() const;
 
@@ -162,6 +164,7 @@ class FsdpTree {
   // Gather (fsdp_gather.cpp).
   void gather_start(size_t k);
   void gather_wait(size_t k);
+  void finish_gather(size_t k);
   void reshard(size_t k);
 
   // Reduction (fsdp_reduce.cpp, ddp_buckets.cpp, zero1.cpp): issue, then wait and fold in.

@@ -149,6 +149,7 @@ const std::vector<ShardPiece>& FSDPModule::piece_layout() { return tree().piece_
 void FSDPModule::zero_grad() { tree().zero_grad(); }
 double FSDPModule::clip_grad_norm(double max_norm) { return tree().clip_grad_norm(max_norm); }
 void FSDPModule::mark_updated() { tree().mark_updated(); }
+void FSDPModule::prefetch_next_forward() { tree().prefetch_next_forward(); }
 int FSDPModule::replica_count() {
   auto* r = tree().options.groups.replica;
   return r ? r->size() : 1;

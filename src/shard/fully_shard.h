@@ -152,6 +152,13 @@ class FSDPModule {
   // After changing the masters outside the optimizer step (loading a checkpoint): compute
   // copies are refreshed at the next gather. The end of each reducing backward does this too.
   void mark_updated();
+  // After the optimizer step: issues the all-gathers the next forward starts with (the root's
+  // unit and the first unit of the last forward), so they run behind whatever the caller does
+  // before that forward (logging, staging a checkpoint, the next batch); FSDP2's explicit
+  // `unshard(async_op=True)` of those units. Masters changed in place after it without
+  // mark_updated (an optimizer step after all) are refused at the next forward. Does nothing
+  // under NO_SHARD or with FullyShardOptions::prefetch off.
+  void prefetch_next_forward();
 
   // Ranks holding the same shard (replicas under NO_SHARD and HYBRID_SHARD), and this rank's
   // index among them: checkpoints write each shard once, spread over the replicas.

@@ -104,6 +104,7 @@ class Trainer {
   void update(StepFigures& f, int64_t step);
   nlohmann::json measure(StepFigures& f, int64_t step);
   bool evaluation_due(int64_t done) const;
+  bool training_forward_next(int64_t done) const;
   void evaluate_into(nlohmann::json& record, int64_t done);
   bool checkpoint_due(int64_t done) const;
   void stage_checkpoint(nlohmann::json& record, int64_t done);
@@ -372,10 +373,11 @@ void Trainer::run_step(int64_t step) {
   reform_due_ = channel_ && channel_->pending();
   if (run_->group) agree_across_ranks(f, step);
   update(f, step);
-  steps_done_ = step + 1;
+  const int64_t done = step + 1;
+  if (training_forward_next(done)) run_->sharded.prefetch_next_forward();  // behind the bookkeeping below
+  steps_done_ = done;
   position_done_ = int64_t(run_->train_data->position());
   nlohmann::json record = measure(f, step);
-  const int64_t done = step + 1;
   if (evaluation_due(done)) evaluate_into(record, done);
   if (checkpoint_due(done) || stopping_) stage_checkpoint(record, done);
   if (syncs_before >= 0) {
@@ -474,6 +476,12 @@ nlohmann::json Trainer::measure(StepFigures& f, int64_t step) {
   if (f.correct >= 0) record["accuracy"] = f.correct / double(samples_per_step_);
   summary_.final_loss = f.loss;
   return record;
+}
+
+// Whether the model's next forward is the next step's: not when the run ends or re-forms after
+// this step, nor when an evaluation comes first (its forward reshards whatever was gathered).
+bool Trainer::training_forward_next(int64_t done) const {
+  return done < end_step_ && !stopping_ && !reform_due_ && !evaluation_due(done);
 }
 
 bool Trainer::evaluation_due(int64_t done) const {

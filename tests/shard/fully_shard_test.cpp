@@ -25,9 +25,10 @@ struct ShardRun {
   long long units = 0, flat_params = 0;
 };
 
-ShardRun run(int world, const std::string& strategy, int accum, int64_t bucket = 0, int group = 0) {
+ShardRun run(int world, const std::string& strategy, int accum, int64_t bucket = 0, int group = 0,
+             const std::string& check = "") {
   auto results = run_ranks(world, {SHARD_WORKER, strategy, std::to_string(accum), "6", std::to_string(bucket),
-                                   std::to_string(group)});
+                                   std::to_string(group), check});
   for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << strategy << " x" << world << "\n" << describe(results);
   ShardRun out;
   out.output = results[0].output;
@@ -105,6 +106,35 @@ TEST(FullyShard, TheUnitThatEndsTheForwardStaysGatheredIntoItsBackward) {
   for (const char* line : {"step 1 after forward: root\n", "step 1 after backward:\n",
                            "step 2 after forward: heads.main root\n", "step 2 after backward:\n"})
     EXPECT_NE(out.find(line), std::string::npos) << "expected \"" << line << "\" in\n" << out;
+}
+
+// prefetch_next_forward after the optimizer step: the root's unit and the first unit of the
+// forward are gathered before the next forward asks for them (after the backward none is), and
+// the run still follows one rank step for step, under FULL_SHARD and ZeRO-1 (whose master is
+// part of the buffer the gather fills).
+TEST(FullyShard, PrefetchNextForwardGathersTheFirstUnitsAndKeepsTheTrajectory) {
+  const ShardRun ref2 = run(1, "NO_SHARD", 2);
+  for (std::string strategy : {"FULL_SHARD", "ZERO1"}) {
+    const ShardRun prefetched = run(2, strategy, 1, 0, 0, "prefetch");
+    expect_same(ref2, prefetched, strategy + " 2 ranks, prefetch_next_forward");
+    if (strategy != "FULL_SHARD") continue;  // ZeRO-1 keeps every unit whole: nothing to see
+    for (const char* line : {"step 1 after prefetch: blocks.0 root\n", "step 6 after prefetch: blocks.0 root\n"})
+      EXPECT_NE(prefetched.output.find(line), std::string::npos) << "expected \"" << line << "\" in\n" << prefetched.output;
+  }
+}
+
+// Called before the optimizer step, the prefetch sends the old parameters: the next forward
+// refuses them, naming the unit, instead of computing with them; announced with mark_updated
+// (as after loading a checkpoint), the step's parameters are gathered again and used.
+TEST(FullyShard, PrefetchBeforeTheOptimizerStepIsRefusedUnlessMarkedUpdated) {
+  expect_same(run(1, "NO_SHARD", 2), run(2, "FULL_SHARD", 1, 0, 0, "prefetch_marked"),
+              "FULL_SHARD 2 ranks, prefetch_next_forward, optimizer step, mark_updated");
+  auto results = run_ranks(2, {SHARD_WORKER, "FULL_SHARD", "1", "3", "0", "0", "prefetch_early"});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << describe(results);
+    EXPECT_NE(r.output.find("changed in place while their all-gather was in flight"), std::string::npos)
+        << describe(results);
+  }
 }
 
 TEST(FullyShard, UnitCalledOutsideItsRootIsRefused) {

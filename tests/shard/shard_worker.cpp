@@ -9,7 +9,10 @@
 // m * world + r, so one rank with accum = N * A reads what N ranks with accum = A read.
 // `check` runs a scenario instead: "buffers" starts rank r with buffers r + 1 and prints them
 // after one training forward; "outside" calls a unit outside its root's forward; "kept" trains
-// and prints, after each forward and each backward, the units holding gathered parameters.
+// and prints, after each forward and each backward, the units holding gathered parameters;
+// "prefetch" trains calling prefetch_next_forward after each optimizer step and prints the units
+// gathered then; "prefetch_early" calls it before the step instead (a misuse), and
+// "prefetch_marked" too but announces the step with mark_updated.
 #include <c10/core/GradMode.h>
 #include <torch/optim/adam.h>
 
@@ -84,7 +87,13 @@ int run(int argc, char** argv) {
       loss_sum += loss.item<double>();
     }
     fsdp.clip_grad_norm(1.0);
+    if (check == "prefetch_early" || check == "prefetch_marked") fsdp.prefetch_next_forward();
     adam.step();
+    if (check == "prefetch_marked") fsdp.mark_updated();
+    if (check == "prefetch") {
+      fsdp.prefetch_next_forward();
+      if (env.rank == 0) print_gathered(fsdp, step, "prefetch");
+    }
     double loss = loss_sum / double(accum);
     if (groups.world) {
       at::Tensor t = at::scalar_tensor(loss, at::kDouble).reshape({1}).to(at::kFloat);
