@@ -622,6 +622,8 @@ struct Communicator::Impl {
 
 namespace {
 
+bool is_narrow_float(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
 bool supported_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kLong;
 }
@@ -810,8 +812,14 @@ Work Communicator::all_gather_async(at::Tensor output, at::Tensor input) {
 Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op) {
   check_tensor(input, "reduce_scatter", "input");
   check_tensor(output, "reduce_scatter", "output");
-  CADRE_CHECK(output.scalar_type() == input.scalar_type(), "reduce_scatter: output dtype ", output.scalar_type(),
-              " differs from input dtype ", input.scalar_type());
+  // A widening reduce-scatter (bf16/f16 in, float32 out) keeps the float32 sum unrounded. Only
+  // the input's dtype is validated across ranks: it alone decides what travels between them.
+  const bool widening = output.scalar_type() == at::kFloat && is_narrow_float(input.scalar_type());
+  CADRE_CHECK(output.scalar_type() == input.scalar_type() || widening, "reduce_scatter: output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type(),
+              " (a different output dtype must be float32, for bfloat16 or float16 input)");
+  CADRE_CHECK(!widening || !input.is_cuda(), "reduce_scatter: ", input.scalar_type(),
+              " input with float32 output runs on CPU tensors only; NCCL reduces in one dtype");
   CADRE_CHECK(input.numel() == output.numel() * size(), "reduce_scatter: input has ", input.numel(),
               " elements; expected world size ", size(), " x output ", output.numel());
   OpSignature sig{OpKind::ReduceScatter, input.scalar_type(), input.numel(), static_cast<int64_t>(op)};
@@ -827,12 +835,13 @@ Work Communicator::reduce_scatter_async(at::Tensor output, at::Tensor input, Red
       if (block) reduce_rows(rows_from(got, impl->rank, input.view(-1).narrow(0, impl->rank * block, block)), output, op);
     };
   }
-  plan.move = [impl, output, input, op, block, issued = issue_mark(input)](uint64_t slot, ring::Deadline deadline) {
+  plan.move = [impl, output, input, op, block, widening, issued = issue_mark(input)](uint64_t slot,
+                                                                                     ring::Deadline deadline) {
     if (issued) return set_stream_wait(impl->nccl_group().reduce_scatter(*issued, output, input, op));
     if (block == 0) return;
     const at::ScalarType dtype = input.scalar_type();
     ring::reduce_scatter(*impl->context, slot, input.data_ptr(), output.data_ptr(), block, ring_elem(dtype),
-                         ring_combine(op), ring_divisor(op, dtype, impl->size), deadline, impl->scratch);
+                         ring_combine(op), ring_divisor(op, dtype, impl->size), deadline, impl->scratch, widening);
     if (op == ReduceOp::Avg && dtype == at::kLong) divide_for_average(output, impl->size);
   };
   return impl->submit([impl, sig, plan = std::move(plan)] { impl->run(sig, plan); });

@@ -82,7 +82,9 @@ class Communicator {
   Work all_reduce_async(at::Tensor tensor, ReduceOp op = ReduceOp::Sum);
   // output.numel() == size() * input.numel(); rank r's input lands at offset r * input.numel().
   Work all_gather_async(at::Tensor output, at::Tensor input);
-  // input.numel() == size() * output.numel(); rank r receives the reduction of chunk r.
+  // input.numel() == size() * output.numel(); rank r receives the reduction of chunk r. On the
+  // CPU a float32 output may take bfloat16/float16 input: the float32 sum is kept unrounded
+  // (the same bits as reducing the input widened to float32, half the bytes on the wire).
   Work reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op = ReduceOp::Sum);
   Work broadcast_async(at::Tensor tensor, int root);
   Work barrier_async();

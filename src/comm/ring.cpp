@@ -45,7 +45,7 @@ void fold_typed(void* dst, const void* incoming, const E* own, size_t count, flo
     A a = static_cast<A>(x[i]), b = static_cast<A>(own[i]);
     A r = Max ? (a < b ? b : a) : a + b;
     if constexpr (!std::is_integral_v<A>)
-      if (!DstAcc && divide_by != 1.0f) r = r / divide_by;  // the final fold divides (avg), then rounds once
+      if (divide_by != 1.0f) r = r / divide_by;  // only the final fold divides (avg), then rounds once
     d[i] = static_cast<Dst>(r);
   }
 }
@@ -92,12 +92,8 @@ void fold_half_f16c(void* dst, bool dst_acc, const void* incoming, bool in_acc, 
     if (!in_acc) half_to_float(in_f, static_cast<const c10::Half*>(incoming) + at, m);
     half_to_float(own_f, static_cast<const c10::Half*>(own) + at, m);
     float* d = dst_acc ? static_cast<float*>(dst) + at : out_f;
-    fold<float>(d, true, x, true, own_f, m, combine, 1.0f);
-    if (!dst_acc) {
-      if (divide_by != 1.0f)
-        for (size_t i = 0; i < m; ++i) out_f[i] /= divide_by;
-      float_to_half(static_cast<c10::Half*>(dst) + at, out_f, m);
-    }
+    fold<float>(d, true, x, true, own_f, m, combine, divide_by);
+    if (!dst_acc) float_to_half(static_cast<c10::Half*>(dst) + at, out_f, m);
   }
 }
 
@@ -122,6 +118,19 @@ size_t elem_bytes(Elem e) { return e == Elem::I64 ? 8 : e == Elem::F32 ? 4 : 2; 
 size_t acc_bytes(Elem e) { return e == Elem::I64 ? 8 : 4; }
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// out[0..count) = in[0..count) in the accumulation type (a one-rank widening reduce-scatter).
+void widen_elems(Elem elem, const void* in, void* out, size_t count) {
+  auto widen = [&](auto tag) {
+    using E = decltype(tag);
+    const E* x = static_cast<const E*>(in);
+    float* y = static_cast<float*>(out);
+    for (size_t i = 0; i < count; ++i) y[i] = static_cast<float>(x[i]);
+  };
+  if (elem == Elem::BF16) widen(c10::BFloat16());
+  else if (elem == Elem::F16) widen(c10::Half());
+  else std::memcpy(out, in, count * elem_bytes(elem));  // float32 and int64 are their own accumulation type
+}
 
 }  // namespace
 
@@ -159,14 +168,16 @@ void all_gather(gloo::Context& ctx, uint64_t slot, const void* own, void* data, 
 }
 
 void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* output, size_t block_elems,
-                    Elem elem, Combine combine, float divide_by, Deadline deadline, Scratch& scratch_cache) {
+                    Elem elem, Combine combine, float divide_by, Deadline deadline, Scratch& scratch_cache,
+                    bool wide_output) {
   const int n = ctx.size, r = ctx.rank;
-  const size_t eb = elem_bytes(elem), ab = acc_bytes(elem);
+  const size_t eb = elem_bytes(elem), ab = acc_bytes(elem), ob = wide_output ? ab : eb;
   const char* in = static_cast<const char*>(input);
   if (block_elems == 0) return;
   if (n == 1) {
     // Nothing to combine; an average over one rank still divides (by 1).
-    if (output != input) std::memcpy(output, input, block_elems * eb);
+    if (wide_output) widen_elems(elem, input, output, block_elems);
+    else if (output != input) std::memcpy(output, input, block_elems * eb);
     return;
   }
   const size_t segment = std::max<size_t>(1, kSegmentBytes / ab);  // elements per message
@@ -201,8 +212,8 @@ void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* 
     for (size_t e = 0; e < block_elems; e += segment) {
       const size_t count = std::min(segment, block_elems - e);
       wait_recv(to, deadline);
-      void* dst = last ? static_cast<char*>(output) + e * eb : scratch[folded_into] + e * ab;
-      fold_elem(elem, dst, !last, scratch[receiving] + e * wire, !first, own + e * eb, count, combine,
+      void* dst = last ? static_cast<char*>(output) + e * ob : scratch[folded_into] + e * ab;
+      fold_elem(elem, dst, !last || wide_output, scratch[receiving] + e * wire, !first, own + e * eb, count, combine,
                 last ? divide_by : 1.0f);
     }
     for (size_t i = 0; i < segments; ++i) wait_send(from, deadline);

@@ -33,9 +33,13 @@ void all_gather(gloo::Context& ctx, uint64_t slot, const void* own, void* data, 
 
 // `input` holds size() blocks of `block_elems` elements and is not modified; `output` (one
 // block, may alias input's block `rank`) receives the reduction of every rank's block `rank`.
-// Float types accumulate in float32 and are divided by `divide_by` (avg) before rounding once.
+// Float types accumulate in float32 and are divided by `divide_by` (avg) before rounding once;
+// with `wide_output` the output holds the accumulation type (float32 for the float types) and
+// is not rounded: bf16 inputs then reduce exactly as float32 inputs of the same values would,
+// with half the bytes on the first hop (the only one for two ranks).
 void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* output, size_t block_elems,
-                    Elem elem, Combine combine, float divide_by, Deadline deadline, Scratch& scratch);
+                    Elem elem, Combine combine, float divide_by, Deadline deadline, Scratch& scratch,
+                    bool wide_output = false);
 
 // `data` (nbytes) on `root` is copied to every other rank.
 void broadcast(gloo::Context& ctx, uint64_t slot, void* data, size_t nbytes, int root, Deadline deadline);

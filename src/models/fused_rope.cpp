@@ -87,11 +87,15 @@ template <bool kForward>
 inline __attribute__((always_inline)) void rows(const RowWalk& w, const BF16* in, const BF16* c, const BF16* s,
                                                 BF16* out, int64_t r0, int64_t r1) {
   float fin[kMaxHeadDim], fc[kMaxHeadDim], fs[kMaxHeadDim], fout[kMaxHeadDim];
+  int64_t staged_t = -1;  // walked heads inner, a position's H rows share its cos and sin
   for (int64_t r = r0; r < r1; ++r) {
     const RowWalk::Row i = w.row(r);
     widen(in + RowWalk::offset(i, w.in_strides), fin, w.D);
-    widen(c + i.t * w.D, fc, w.D);
-    widen(s + i.t * w.D, fs, w.D);
+    if (i.t != staged_t) {
+      widen(c + i.t * w.D, fc, w.D);
+      widen(s + i.t * w.D, fs, w.D);
+      staged_t = i.t;
+    }
     if (kForward)
       forward_row<BF16>(fin, fc, fs, fout, w.D / 2);
     else

@@ -34,7 +34,8 @@ void storage_resize(const at::Tensor& t, int64_t bytes) {
 }  // namespace
 
 FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
-                     int group_size, int group_rank, at::ScalarType compute, bool replicated)
+                     int group_size, int group_rank, at::ScalarType compute, bool replicated,
+                     bool compute_dtype_grads)
     : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)) {
   c10::NoGradGuard no_grad;
   CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
@@ -66,7 +67,8 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   for (size_t i = 0; i < params.size(); ++i)
     params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
 
-  grad_full = at::zeros({padded}, on_device.dtype(replicated ? compute : at::kFloat));
+  grad_full = at::zeros({padded}, on_device.dtype(replicated || compute_dtype_grads ? compute : at::kFloat));
+  carries_grads = compute_dtype_grads && !replicated && compute != at::kFloat;
   // Autograd accumulates into a gradient that already exists in place, so these views stay
   // the gradients' storage for the whole run.
   for (size_t i = 0; i < params.size(); ++i) {
@@ -104,6 +106,19 @@ void FlatParam::grad_free() {
   CADRE_CHECK(!grad_shard.is_same(grad_full) && !grad_shard_in_full(), "FSDP unit ", unit,
               ": cannot free a gradient that holds the shard's");
   storage_resize(grad_full, 0);
+  grad_carry = at::Tensor();
+}
+
+void FlatParam::carry_grads() {
+  if (!carries_grads) return;  // grad_full accumulates in float32 itself (ZeRO-1: in its compute dtype, by design)
+  if (!grad_carry.defined()) grad_carry = at::zeros({padded}, grad_full.options().dtype(at::kFloat));
+  grad_carry.add_(grad_full);
+  grad_full.zero_();
+}
+
+at::Tensor FlatParam::grads_to_reduce() {
+  if (!grad_carry.defined()) return grad_full;
+  return grad_carry.add_(grad_full);
 }
 
 }  // namespace cadre

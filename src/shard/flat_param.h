@@ -24,7 +24,12 @@ struct FlatParam {
   int64_t shard_offset = 0;         // this rank's shard starts here in the full buffer
 
   at::Tensor full;       // compute dtype [padded]; storage freed when the unit is resharded
-  at::Tensor grad_full;  // float32 (ZeRO-1: compute dtype) [padded]; the params' .grad are views of it
+  at::Tensor grad_full;  // [padded]; the params' .grad are views of it; float32 or the compute dtype (below)
+  // Micro-batches' gradients kept under no_sync while grad_full is in the compute dtype and not
+  // ZeRO-1's: float32 [padded], accumulated at the end of each backward that does not reduce,
+  // so accumulation rounds as it would in a float32 grad_full. Undefined when there are none.
+  at::Tensor grad_carry;
+  bool carries_grads = false;  // grad_full is in a narrower dtype than float32 (not ZeRO-1's)
   at::Tensor master;     // float32 [shard_numel]: this rank's shard, what the optimizer updates
   at::Tensor grad_shard; // [shard_numel]: reduced gradient of the shard (ZeRO-1: a view of grad_full)
   std::vector<at::Tensor> grad_views;  // each parameter's view of grad_full: its .grad
@@ -32,16 +37,22 @@ struct FlatParam {
   // Takes the parameters (initialised, equal on every rank), builds the buffers and makes the
   // parameters views of `full`. With one rank per group and float32 compute, `master` is `full`.
   // `replicated` (ZeRO-1): full and grad_full stay whole; with float32 compute the master is
-  // the own block of `full` itself.
+  // the own block of `full` itself. grad_full holds the compute dtype when `replicated` or
+  // `compute_dtype_grads` (the gradients autograd produces, unconverted), float32 otherwise.
   FlatParam(std::string unit, std::vector<std::string> names, std::vector<at::Tensor> params, int group_size,
-            int group_rank, at::ScalarType compute, bool replicated = false);
+            int group_rank, at::ScalarType compute, bool replicated = false, bool compute_dtype_grads = false);
 
   bool full_allocated() const;
   void full_allocate();  // storage back to its size (contents undefined)
   void full_free();      // storage to zero bytes; views stay valid objects
   bool grad_allocated() const;
   void grad_allocate_zero();
-  void grad_free();
+  void grad_free();       // also drops grad_carry
+  // End of a backward that does not reduce (no_sync): a compute-dtype grad_full's gradients
+  // move into grad_carry (float32) and grad_full starts again from zero.
+  void carry_grads();
+  // The gradients to reduce: grad_full, or grad_carry with grad_full added (float32).
+  at::Tensor grads_to_reduce();
   bool master_is_full() const { return master.is_same(full); }
   // The master (gradient shard) lives inside the full buffer (gradient): ZeRO-1's own block.
   bool master_in_full() const { return master.storage().is_alias_of(full.storage()); }

@@ -16,6 +16,7 @@ void FsdpTree::note_working_set() {
   for (auto& f : flats) {
     if (!f->master_is_full() && f->full_allocated()) bytes += f->full_bytes();
     if (!f->grad_shard.is_same(f->grad_full) && f->grad_allocated()) bytes += f->grad_bytes();
+    if (f->grad_carry.defined()) bytes += f->grad_carry.nbytes();
   }
   peak_working_ = std::max(peak_working_, bytes);
 }

@@ -173,8 +173,12 @@ void FsdpTree::add_flat(const std::string& name, const std::vector<at::Tensor>& 
   const int group = shard ? shard->size() : 1, group_rank = shard ? shard->rank() : 0;
   std::vector<std::string> names;
   for (const auto& p : params) names.push_back(root.names.at(p.unsafeGetTensorImpl()));
+  // Sharded on the CPU, the gradients stay in the compute dtype until the reduce-scatter, which
+  // widens them to float32 itself (comm.h): the same float32 sums, without converting and
+  // zero-filling a float32 copy of every gradient each backward. NCCL reduces in one dtype.
+  const bool compute_dtype_grads = sharded() && !zero1() && group > 1 && params.front().is_cpu();
   flats.push_back(std::make_unique<FlatParam>(name, names, params, group, group_rank,
-                                              options.mixed_precision.param_dtype, zero1()));
+                                              options.mixed_precision.param_dtype, zero1(), compute_dtype_grads));
   state_.push_back(std::make_unique<FlatState>());
   hook_grad_accumulators(flats.size() - 1);
 }

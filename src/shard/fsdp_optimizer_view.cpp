@@ -63,6 +63,7 @@ void FsdpTree::zero_grad() {
     FlatParam& f = *flats[k];
     f.grad_shard.zero_();
     if (f.grad_allocated()) f.grad_full.zero_();
+    f.grad_carry = at::Tensor();
     state_[k]->reduced = false;
   }
 }

@@ -45,8 +45,12 @@ void FsdpTree::reduce_finish(size_t k) {
 bool FsdpTree::start_reduce_scatter(size_t k) {
   FlatParam& f = *flats[k];
   FlatState& st = *state_[k];
-  st.reduce_in = f.grad_full.to(options.mixed_precision.reduce_dtype);  // the buffer itself when the dtypes agree
-  st.reduce_out = at::empty({f.shard_numel}, st.reduce_in.options());
+  const at::Tensor grads = f.grads_to_reduce();
+  const at::ScalarType reduce_dtype = options.mixed_precision.reduce_dtype;
+  // bf16 gradients reduced in float32: the reduce-scatter widens them (a float32 output).
+  const bool widening = reduce_dtype == at::kFloat && grads.scalar_type() != at::kFloat && grads.is_cpu();
+  st.reduce_in = widening ? grads : grads.to(reduce_dtype);  // the buffer itself when the dtypes agree
+  st.reduce_out = at::empty({f.shard_numel}, st.reduce_in.options().dtype(reduce_dtype));
   st.reduce_work = options.groups.shard->reduce_scatter_async(st.reduce_out, st.reduce_in, comm::ReduceOp::Avg);
   return true;
 }

@@ -196,7 +196,10 @@ void FsdpTree::finish_backward() {
     st.ready = false;
     st.pending = static_cast<int64_t>(f.params.size());
   }
-  if (!reduce_now) return;  // accumulating: the gradients stay unsharded until the last micro-batch
+  if (!reduce_now) {  // accumulating: the gradients stay unsharded until the last micro-batch
+    for (auto& f : flats) f->carry_grads();
+    return;
+  }
   if (!sharded())
     while (next_bucket_ < flats.size()) start_reduce(next_bucket_++);
   next_bucket_ = 0;

@@ -30,7 +30,9 @@
 //                  accumulated over micro-batches, under no_sync) in the compute dtype; the
 //                  first training forward after a reducing backward starts them from zero.
 // Float32 master shards are what the optimizer updates; compute runs in param_dtype; gradients
-// are reduced in reduce_dtype and accumulated in float32 (ZERO1: in param_dtype). Buffers (BatchNorm statistics) are
+// are reduced in reduce_dtype and accumulated in float32 (ZERO1: in param_dtype; sharded on the
+// CPU they wait for their reduce-scatter in param_dtype, which widens them to float32 as it
+// reduces, and micro-batches under no_sync add up in float32). Buffers (BatchNorm statistics) are
 // not sharded: in a training forward they are broadcast from rank 0, as DDP does. Parameters
 // that do not require grad are left as they are (full on every rank, not updated).
 //

@@ -23,6 +23,9 @@ TEST(CommunicatorSingleRank, OpsAreIdentitiesAndAverageDividesByOne) {
   at::Tensor out = at::zeros({5}, at::kBFloat16);
   comm.reduce_scatter(out, at::arange(5, at::kBFloat16));
   EXPECT_TRUE(at::equal(out, at::arange(5, at::kBFloat16)));
+  at::Tensor wide = at::zeros({5});
+  comm.reduce_scatter(wide, at::arange(5, at::kBFloat16).div(3), cadre::comm::ReduceOp::Avg);
+  EXPECT_TRUE(at::equal(wide, at::arange(5, at::kBFloat16).div(3).to(at::kFloat)));
   at::Tensor gathered = at::zeros({3}, at::kLong);
   comm.all_gather(gathered, at::arange(3, at::kLong));
   EXPECT_TRUE(at::equal(gathered, at::arange(3, at::kLong)));
@@ -46,6 +49,12 @@ TEST(CommunicatorSingleRank, BadArgumentsNameOpAndProblem) {
   EXPECT_NE(message([&] { comm.all_reduce(at::ones({4, 4}).t()); }).find("contiguous"), std::string::npos);
   EXPECT_NE(message([&] { comm.broadcast(in, 3); }).find("root 3"), std::string::npos);
   EXPECT_NE(message([&] { comm.all_gather(at::zeros({4}, at::kHalf), in); }).find("dtype"), std::string::npos);
+  // Only a float32 output may differ from its input's dtype (the widening reduce-scatter).
+  EXPECT_NE(message([&] { comm.reduce_scatter(at::zeros({4}, at::kBFloat16), in); })
+                .find("a different output dtype must be float32"),
+            std::string::npos);
+  EXPECT_NE(message([&] { comm.reduce_scatter(at::zeros({4}), at::ones({4}, at::kLong)); }).find("differs from input dtype"),
+            std::string::npos);
 }
 
 TEST(CommNames, ParseDtypesAndReductions) {

@@ -40,6 +40,37 @@ at::Tensor reduced(int64_t numel, int64_t first, int n, ReduceOp op, at::ScalarT
 
 std::string name(at::ScalarType t) { return cadre::comm::dtype_name(t); }
 
+// Rank r's values at [first, first + numel): bf16/f16-exact, of mixed magnitudes, so their sums
+// are not (a rounded result would differ from the float32 one).
+at::Tensor mixed_values(int64_t numel, int64_t first, int r, at::ScalarType dtype) {
+  at::Tensor i = at::arange(first, first + numel, at::kFloat);
+  return i.mul(0.37).add(r).sin().mul(at::pow(2.0, i.remainder(7))).to(dtype);
+}
+
+// bf16/f16 input reduce-scattered into float32 output: the same bits as reducing the input
+// widened to float32 (in-band sizes and ring sizes of one and two segments), and unrounded.
+void check_widening_reduce_scatter(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (int64_t numel : {int64_t(0), int64_t(1), int64_t(1001), int64_t(3 * 65536 + 5), int64_t((1 << 20) + 3)}) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        const at::Tensor input = mixed_values(n * numel, 0, r, dtype);
+        at::Tensor wide = at::full({numel}, -1.0f);
+        comm.reduce_scatter(wide, input, op);
+        at::Tensor reference = at::full({numel}, -1.0f);
+        comm.reduce_scatter(reference, input.to(at::kFloat), op);
+        EXPECT(at::equal(wide, reference), "widening reduce_scatter ", name(dtype), " ",
+               cadre::comm::reduce_op_name(op), " numel ", numel, " differs from the float32 one");
+        if (n == 1 || numel < 1000) continue;
+        at::Tensor narrow = at::empty({numel}, at::TensorOptions(dtype));
+        comm.reduce_scatter(narrow, input, op);
+        EXPECT(!at::equal(wide, narrow.to(at::kFloat)), "widening reduce_scatter ", name(dtype), " numel ", numel,
+               " was rounded to ", name(dtype));
+      }
+    }
+  }
+}
+
 // Every op, dtype and reduction on sizes not divisible by the world size, zero-size tensors,
 // in-place variants, and several async ops in flight at once.
 void check_ops(Communicator& comm) {
@@ -78,6 +109,7 @@ void check_ops(Communicator& comm) {
       }
     }
   }
+  check_widening_reduce_scatter(comm);
   // bf16 sums accumulate in fp32 and round once: 1 + 2^-9 * n-ranks summed in bf16 would lose
   // every 2^-9 (bf16 has 8 mantissa bits), fp32 accumulation keeps them when they add to 2^-7.
   if (n > 1) {

@@ -75,6 +75,21 @@ TEST(FullyShard, UserModuleStrategiesMatchOneRank) {
   expect_same(ref4, run(2, "NO_SHARD", 2), "NO_SHARD 2 ranks x 2 micro-batches (no_sync)");
 }
 
+// bf16 compute, float32 reduction: sharded on the CPU the gradients wait for their
+// reduce-scatter in bf16 and it widens them (the ring's float32 sums, unrounded); under no_sync
+// the micro-batches add up in float32 beside them. One rank holds its gradients in float32 and
+// reduces nothing: the same sums, so the runs agree as the float32 ones do (bf16 rounding of the
+// sums, or of the accumulation across micro-batches, moves the losses by 1e-4 and more).
+TEST(FullyShard, Bf16GradientsReducedInFloat32MatchOneRank) {
+  const ShardRun ref2 = run(1, "NO_SHARD", 2, 0, 0, "bf16"), ref4 = run(1, "NO_SHARD", 4, 0, 0, "bf16");
+  ASSERT_EQ(ref2.losses.size(), 6u);
+  EXPECT_LT(ref2.losses.back(), ref2.losses.front());
+  expect_same(ref2, run(2, "FULL_SHARD", 1, 0, 0, "bf16"), "FULL_SHARD bf16 2 ranks");
+  expect_same(ref4, run(2, "FULL_SHARD", 2, 0, 0, "bf16"), "FULL_SHARD bf16 2 ranks x 2 micro-batches (no_sync)");
+  expect_same(ref4, run(4, "FULL_SHARD", 1, 0, 0, "bf16"), "FULL_SHARD bf16 4 ranks");
+  expect_same(ref4, run(4, "HYBRID_SHARD", 1, 0, 2, "bf16"), "HYBRID_SHARD bf16 4 ranks (2 x 2)");
+}
+
 TEST(FullyShard, NoShardReducesInSizeBuckets) {
   const ShardRun ref2 = run(1, "NO_SHARD", 2);
   // 2 KiB buckets: the network's 3,000-odd float32 parameters need several.

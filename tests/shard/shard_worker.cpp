@@ -12,7 +12,8 @@
 // and prints, after each forward and each backward, the units holding gathered parameters;
 // "prefetch" trains calling prefetch_next_forward after each optimizer step and prints the units
 // gathered then; "prefetch_early" calls it before the step instead (a misuse), and
-// "prefetch_marked" too but announces the step with mark_updated.
+// "prefetch_marked" too but announces the step with mark_updated. "bf16" trains as usual with
+// bfloat16 compute parameters and float32 gradient reduction.
 #include <c10/core/GradMode.h>
 #include <torch/optim/adam.h>
 
@@ -54,6 +55,16 @@ int run(int argc, char** argv) {
   options.strategy = strategy;
   options.groups = groups.groups;
   if (bucket > 0) options.bucket_bytes = bucket;
+  const at::ScalarType compute = check == "bf16" ? at::kBFloat16 : at::kFloat;
+  if (compute != at::kFloat) {
+    options.mixed_precision = {compute, at::kFloat};
+    // What FSDP does not convert (buffers, frozen parameters) computes in the same dtype.
+    c10::NoGradGuard no_grad;
+    for (auto& b : net->buffers())
+      if (b.is_floating_point()) b.set_data(b.to(compute));
+    for (auto& p : net->parameters())
+      if (!p.requires_grad()) p.set_data(p.to(compute));
+  }
   if (strategy != cadre::Strategy::NoShard)
     for (torch::nn::Module* unit : net->units()) cadre::fully_shard(*unit, options);
   cadre::FSDPModule fsdp = cadre::fully_shard(*net, options);
@@ -80,7 +91,7 @@ int run(int argc, char** argv) {
       std::optional<cadre::FSDPModule::NoSyncGuard> accumulate;
       if (m + 1 < accum) accumulate.emplace(&fsdp.tree());
       auto [x, y] = usernet::batch(step, m * env.world_size + env.rank, kChunk);
-      at::Tensor loss = at::cross_entropy_loss(cadre::call(net, x), y);
+      at::Tensor loss = at::cross_entropy_loss(cadre::call(net, x.to(compute)).to(at::kFloat), y);
       if (check == "kept" && env.rank == 0) print_gathered(fsdp, step, "forward");
       (loss / double(accum)).backward();
       if (check == "kept" && env.rank == 0) print_gathered(fsdp, step, "backward");
