@@ -90,22 +90,28 @@ inline __attribute__((always_inline)) double lane_sum(int64_t D, const Term& ter
   return sum;
 }
 
-// The largest of term(0..D) (D >= 1), in 16 lanes like lane_sum. NaN is not propagated.
-template <typename Term>
-inline __attribute__((always_inline)) float lane_max(int64_t D, const Term& term) {
+// The largest of x[0..n) (n >= 1). A row holding a NaN gives one of its values, not always the
+// largest (the callers' sums of exp(x - max) are NaN for such a row either way). In GCC's vector
+// type of 16 floats (one AVX-512 register in its clone, two AVX2 ones, four SSE ones): a loop of
+// `v > m ? v : m` over an array of lanes stayed 16 scalar vmaxss, because without
+// -ffinite-math-only GCC does not turn the select into a vector max. Exact in any order, so every
+// clone returns the same value.
+inline __attribute__((always_inline)) float row_max(const float* x, int64_t n) {
+  typedef float Lanes __attribute__((vector_size(16 * sizeof(float))));
   constexpr int64_t kLanes = 16;
-  const float first = term(0);
-  float lane[kLanes];
-  for (float& l : lane) l = first;
+  float best = x[0];
   int64_t i = 0;
-  for (; i + kLanes <= D; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float v = term(i + l);
-      lane[l] = v > lane[l] ? v : lane[l];
+  if (n >= kLanes) {
+    Lanes lanes;
+    std::memcpy(&lanes, x, sizeof lanes);
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      Lanes v;
+      std::memcpy(&v, x + i, sizeof v);
+      lanes = v > lanes ? v : lanes;
     }
-  float best = first;
-  for (; i < D; ++i) best = term(i) > best ? term(i) : best;
-  for (float l : lane) best = l > best ? l : best;
+    for (int64_t l = 0; l < kLanes; ++l) best = lanes[l] > best ? lanes[l] : best;
+  }
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
   return best;
 }
 

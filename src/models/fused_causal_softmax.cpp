@@ -23,7 +23,7 @@ using BF16 = c10::BFloat16;
 // p[0..n) = softmax(scale * x[0..n)) for a float32 row (scale > 0), rounded to T.
 template <typename T>
 inline __attribute__((always_inline)) void softmax_row(const float* x, float scale, float* p, int64_t n) {
-  const float top = scale * lane_max(n, [&](int64_t j) { return x[j]; });
+  const float top = scale * row_max(x, n);
   for (int64_t j = 0; j < n; ++j) p[j] = exp_f32(scale * x[j] - top);
   const float inverse = static_cast<float>(1.0 / lane_sum(n, [&](int64_t j) { return p[j]; }));
   for (int64_t j = 0; j < n; ++j) p[j] = round_as<T>(p[j] * inverse);

@@ -25,7 +25,7 @@ constexpr int64_t kIgnoreIndex = -100;  // libtorch's default ignore_index
 
 // log sum exp of a float32 row, in lanes shifted by the row's maximum.
 inline __attribute__((always_inline)) float row_log_sum_exp(const float* x, int64_t V) {
-  const float top = lane_max(V, [&](int64_t i) { return x[i]; });
+  const float top = row_max(x, V);
   const double sum = lane_sum(V, [&](int64_t i) { return exp_f32(x[i] - top); });
   return top + static_cast<float>(std::log(sum));
 }

@@ -116,7 +116,7 @@ void FlatParam::carry_grads() {
   grad_full.zero_();
 }
 
-at::Tensor FlatParam::grads_to_reduce() {
+at::Tensor FlatParam::fold_carry_for_reduction() {
   if (!grad_carry.defined()) return grad_full;
   return grad_carry.add_(grad_full);
 }

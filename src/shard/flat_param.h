@@ -51,8 +51,9 @@ struct FlatParam {
   // End of a backward that does not reduce (no_sync): a compute-dtype grad_full's gradients
   // move into grad_carry (float32) and grad_full starts again from zero.
   void carry_grads();
-  // The gradients to reduce: grad_full, or grad_carry with grad_full added (float32).
-  at::Tensor grads_to_reduce();
+  // The gradients to reduce: grad_full, or grad_carry with grad_full added into it (float32;
+  // the carry then holds the total, so a second call would count grad_full twice).
+  at::Tensor fold_carry_for_reduction();
   bool master_is_full() const { return master.is_same(full); }
   // The master (gradient shard) lives inside the full buffer (gradient): ZeRO-1's own block.
   bool master_in_full() const { return master.storage().is_alias_of(full.storage()); }

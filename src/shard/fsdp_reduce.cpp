@@ -45,7 +45,7 @@ void FsdpTree::reduce_finish(size_t k) {
 bool FsdpTree::start_reduce_scatter(size_t k) {
   FlatParam& f = *flats[k];
   FlatState& st = *state_[k];
-  const at::Tensor grads = f.grads_to_reduce();
+  const at::Tensor grads = f.fold_carry_for_reduction();
   const at::ScalarType reduce_dtype = options.mixed_precision.reduce_dtype;
   // bf16 gradients reduced in float32: the reduce-scatter widens them (a float32 output).
   const bool widening = reduce_dtype == at::kFloat && grads.scalar_type() != at::kFloat && grads.is_cpu();

@@ -42,6 +42,19 @@ TEST(CpuVectorMath, ExpWithinTwoUlpsOverItsRangeAndNaNStaysNaN) {
   EXPECT_TRUE(std::isfinite(cadre::exp_f32(1000.0f)));
 }
 
+// The largest value wherever it sits: in the first lanes, the vector loop, or the tail after it,
+// for rows shorter than, equal to and longer than the 16 lanes; -inf entries never win.
+TEST(CpuVectorMath, RowMaxFindsTheLargestAtEveryPositionAndLength) {
+  for (int64_t n = 1; n <= 50; ++n)
+    for (int64_t at = 0; at < n; ++at) {
+      std::vector<float> row(n);
+      for (int64_t i = 0; i < n; ++i) row[i] = i % 3 == 0 ? -std::numeric_limits<float>::infinity() : -1.0f - i;
+      row[at] = 0.5f;
+      EXPECT_EQ(cadre::row_max(row.data(), n), 0.5f) << "n " << n << ", largest at " << at;
+    }
+  const std::vector<float> all_minus_inf(20, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(cadre::row_max(all_minus_inf.data(), 20), -std::numeric_limits<float>::infinity());
+}
 TEST(FusedSwiglu, Float32OutputAndGradientsAsAccurateAsLibtorchsOps) {
   at::manual_seed(1);
   const Inputs in{scaled_randn({37, 3, 100}), at::randn({37, 3, 100}, at::kDouble)};
