@@ -49,7 +49,8 @@ test-torch1: build
 
 # libtorch 2.x from the project venv's torch wheel (or your own: TORCH2_PREFIX=<dir holding
 # share/cmake/Torch>), C++20, CADRE_CUDA=ON against the CUDA toolkit and NCCL. No benchmarks or
-# fuzzers. `unit` + `torch2` (the multi-process set named in tests/CMakeLists.txt).
+# fuzzers. `unit` + `torch2` (the multi-process set named in tests/CMakeLists.txt) + `kernels`
+# (tests/kernels/: the parity and equivalence tests under each CPU kernel choice).
 TORCH2_BUILD ?= build-torch2
 TORCH2_PREFIX ?= $$($(VENV)/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
 TORCH2_CMAKE_FLAGS ?= -DCADRE_CUDA=ON -DCADRE_BENCH=OFF -DCADRE_FUZZ=OFF
@@ -58,7 +59,7 @@ test-torch2: setup-torch
 	@cmake -S . -B $(TORCH2_BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_PREFIX_PATH="$(TORCH2_PREFIX)" \
 	  $(TORCH2_CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TORCH2_BUILD) -j $$(nproc)
-	@cd $(TORCH2_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|torch2)$$'
+	@cd $(TORCH2_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|torch2|kernels)$$'
 
 # On a machine with a GPU (docs/gpu.md): build with CUDA, the `cuda` tests, the small and 0.9B
 # Llama against PyTorch eager and compiled, CPU/GPU parity and checkpoint round trip, a table.

@@ -13,7 +13,9 @@
 // "prefetch" trains calling prefetch_next_forward after each optimizer step and prints the units
 // gathered then; "prefetch_early" calls it before the step instead (a misuse), and
 // "prefetch_marked" too but announces the step with mark_updated. "bf16" trains as usual with
-// bfloat16 compute parameters and float32 gradient reduction.
+// bfloat16 compute parameters and float32 gradient reduction. "reversed" (alone or as
+// "bf16,reversed") reads a step's micro-batches in reverse order: the same function, the
+// gradients added in another order.
 #include <c10/core/GradMode.h>
 #include <torch/optim/adam.h>
 
@@ -55,7 +57,8 @@ int run(int argc, char** argv) {
   options.strategy = strategy;
   options.groups = groups.groups;
   if (bucket > 0) options.bucket_bytes = bucket;
-  const at::ScalarType compute = check == "bf16" ? at::kBFloat16 : at::kFloat;
+  const bool bf16 = check == "bf16" || check == "bf16,reversed", reversed = check == "reversed" || check == "bf16,reversed";
+  const at::ScalarType compute = bf16 ? at::kBFloat16 : at::kFloat;
   if (compute != at::kFloat) {
     options.mixed_precision = {compute, at::kFloat};
     // What FSDP does not convert (buffers, frozen parameters) computes in the same dtype.
@@ -90,7 +93,8 @@ int run(int argc, char** argv) {
     for (int64_t m = 0; m < accum; ++m) {
       std::optional<cadre::FSDPModule::NoSyncGuard> accumulate;
       if (m + 1 < accum) accumulate.emplace(&fsdp.tree());
-      auto [x, y] = usernet::batch(step, m * env.world_size + env.rank, kChunk);
+      const int64_t micro = reversed ? accum - 1 - m : m;
+      auto [x, y] = usernet::batch(step, micro * env.world_size + env.rank, kChunk);
       at::Tensor loss = at::cross_entropy_loss(cadre::call(net, x.to(compute)).to(at::kFloat), y);
       if (check == "kept" && env.rank == 0) print_gathered(fsdp, step, "forward");
       (loss / double(accum)).backward();

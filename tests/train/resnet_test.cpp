@@ -12,11 +12,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "data/image_prepare.h"
+#include "data/image_shard.h"
+#include "data/manifest.h"
+#include "data/sample_order.h"
+#include "support/order_spread.h"
 #include "support/process.h"
 #include "support/rank_processes.h"
 
@@ -32,6 +37,37 @@ class Resnet : public ::testing::Test {
     cadre::images_prepare(o);
   }
   static void TearDownTestSuite() { delete dir_; }
+
+  // A copy of the prepared digits in which, for the first `steps` steps of `accum` micro-batches
+  // of `batch` samples (train.seed 1234's order), micro-batch k of each step holds the samples
+  // of the original's micro-batch order[k]. One rank then adds the same micro-batch gradients in
+  // another order: the same function, another float32 summation order.
+  static std::string with_micro_batches_reordered(const std::vector<int>& order, int64_t steps, int64_t batch,
+                                                  const std::string& name) {
+    const std::string from = *dir_ / "mnist", to = *dir_ / name;
+    cadre::DatasetManifest m = cadre::manifest_read(from);
+    EXPECT_EQ(m.train.size(), 1u) << "one training shard expected";
+    cadre::ImageShardReader reader(from + "/" + m.train[0].file, /*verify=*/true);
+    const uint64_t per = reader.shape().pixels(), total = reader.size();
+    std::vector<uint8_t> labels(total), pixels(total * per);
+    for (uint64_t i = 0; i < total; ++i) labels[i] = reader.read(i, pixels.data() + i * per);
+    std::vector<uint8_t> new_labels = labels, new_pixels = pixels;
+    cadre::SampleOrder positions(total, 1234, cadre::Split::Train);
+    const int64_t accum = static_cast<int64_t>(order.size()), global = accum * batch;
+    EXPECT_LE(uint64_t(steps * global), total);
+    for (int64_t p = 0; p < steps * global; ++p) {
+      const int64_t step = p / global, micro = (p % global) / batch, j = p % batch;
+      const uint64_t dst = positions.at(uint64_t(p));
+      const uint64_t src = positions.at(uint64_t(step * global + order[size_t(micro)] * batch + j));
+      new_labels[dst] = labels[src];
+      std::copy_n(pixels.begin() + int64_t(src * per), per, new_pixels.begin() + int64_t(dst * per));
+    }
+    std::filesystem::create_directories(to);
+    m.train[0].checksum = cadre::image_shard_write(to + "/" + m.train[0].file, reader.shape(), new_labels, new_pixels);
+    for (const auto& e : m.val) std::filesystem::copy_file(from + "/" + e.file, to + "/" + e.file);
+    cadre::manifest_write(to, m);
+    return to;
+  }
 
   static std::vector<std::string> command(const std::string& run, std::vector<std::string> sets) {
     std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/resnet_mnist.yaml",
@@ -90,32 +126,63 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
 // float32: the same samples, gradients summed in another order across ranks (a ring
 // reduce-scatter starts each block's sum at another rank): 1-ulp differences in the gradients.
 // Steps 1 and 2 see them unamplified: step 1's loss and gradient norm come before any update,
-// step 2's loss after one, so both agree to rounding (1e-6 relative; measured <= 1.1e-7), and a
-// wrong BatchNorm, reduction or update moves them by 1e-3 and more. Later steps amplify the
-// ulps: a ResNet whose BatchNorms see 6 samples is chaotic in its first steps, and AdamW divides
-// by sqrt(v) + eps, multiplying them by up to lr / eps on the near-zero gradients of biases of
-// BatchNorms followed by another BatchNorm (kSmall's AdamW: FULL_SHARD on 4 ranks 8.5e-4 off
-// by step 7 on an AVX2-only EPYC, where an AVX-512 machine stayed at 1e-7). SGD has no such
-// factor (an update is lr x the gradient), but the dynamics still amplify by a factor that grows
-// with the learning rate and depends on the trajectory: at lr 0.03 one trajectory stayed at
-// 1e-7 over 8 steps while channels-last activations (other roundings, so another trajectory)
-// took FULL_SHARD on 4 ranks to 2.3e-3 by step 7, and NCHW at batch 12 NO_SHARD to 3.6e-3.
-// At lr 0.01 every combination of layout (NCHW, channels-last), strategy and 2 or 4 ranks
-// stayed within 4.4e-6 (measured); the later steps must stay within 1e-4.
+// step 2's loss after one SGD step (an update is lr x the gradient: no amplification), so both
+// agree to rounding, 1e-6 relative (about 4 ulps of the loss; measured <= 1.1e-7), and a wrong
+// BatchNorm, reduction or update moves them by 1e-3 and more (lr 1% off in the ranks alone:
+// 1.1e-5 at step 2; weight decay 0.06 instead of 0.05: 3.5e-6; measured). Later steps branch: a ReLU input within an ulp
+// of zero takes one side or the other, the gradient jumps with it, and from step 4 the runs fall
+// into families a fixed distance apart (9.6e-5 at step 4, 6.9e-4 at step 5, up to 8e-3 at step
+// 8, the same numbers in every family member, measured under 12 kernel choices). Which family
+// a run lands in depends on the CPU's kernels: a fixed 1e-4 held on one machine (4.4e-6 by step
+// 8) and failed on a Zen 4 at 2.7e-4 (issue #47). So steps 3 to 8 are judged against the order
+// spread of the same machine and run (support/order_spread.h): one rank adding the same 4
+// micro-batches in 4 other orders lands in those families too. That bound is loose (4.4e-3 to
+// 2.9e-2 relative under those choices) and steps 1 and 2 are the sharp check; it still catches
+// momentum 0.85 instead of 0.9 in the ranks alone (1.4e-2 relative at step 5, where OpenBLAS's
+// Haswell kernels give a bound of 6.8e-3; measured).
+// No gradient clipping: a clipped step scales every gradient by 1 / norm, and the norm, summed
+// by shard under FULL_SHARD, is an ulp off in a direction no one-rank reordering reproduces
+// (FULL_SHARD on 4 ranks left the reorderings' spread by 4.6x under ATen's default kernels).
+// With 2 micro-batches the order does not matter (a + b = b + a in floating point): the 2-rank
+// runs then agree to the ulps floor. SGD, not AdamW: AdamW divides by sqrt(v) + eps, multiplying
+// ulps by up to lr / eps on the near-zero gradients of BatchNorm biases; at lr 0.01 the loss
+// still moves by 0.03.
 const std::vector<std::string> kSmallSgd = with(kSmall, {"optim.name=sgd", "optim.momentum=0.9", "optim.lr=0.01",
+                                                          "optim.grad_clip=0",
                                                           // AdamW's, at their defaults (SGD refuses others)
                                                           "optim.beta1=0.9", "optim.beta2=0.95", "optim.eps=1e-8"});
 
 TEST_F(Resnet, DdpAndFullShardMatchOneRankWithTheSameGlobalBatch) {
+  // The micro-batch orders of the one-rank variants: 4 of them, the trajectory being chaotic
+  // under some kernels (support/order_spread.h says why 4).
+  const std::vector<std::vector<int>> orders = {{3, 2, 1, 0}, {2, 3, 0, 1}, {1, 2, 3, 0}, {1, 0, 3, 2}};
+  std::vector<std::string> reordered;
+  for (size_t k = 0; k < orders.size(); ++k)
+    reordered.push_back(with_micro_batches_reordered(orders[k], 8, 6, "mnist-order-" + std::to_string(k)));
   for (int world : {2, 4}) {
     const std::string one = "one-" + std::to_string(world);
-    train(1, one, with(kSmallSgd, {"optim.grad_accum_steps=" + std::to_string(world)}));
+    const auto accum = with(kSmallSgd, {"optim.grad_accum_steps=" + std::to_string(world)});
+    train(1, one, accum);
     const auto want = metrics(one);
     ASSERT_EQ(want.size(), 8u);
     const double first = want.front()["loss"].get<double>();
     double lowest = first;
     for (const auto& m : want) lowest = std::min(lowest, m["loss"].get<double>());
     EXPECT_LT(lowest, first - 0.03) << "the loss should move";  // 2.303 -> 2.264 on 4 ranks
+    std::vector<std::vector<double>> variants;
+    if (world == 4) {
+      for (const std::string& data : reordered) {
+        const std::string run = "one-4-" + std::filesystem::path(data).filename().string();
+        train(1, run, with(accum, {"data.dir=" + data}));
+        variants.push_back(losses(run));
+      }
+    } else {
+      variants.push_back(losses(one));  // no other order of 2 terms: spread 0, the ulps floor alone
+    }
+    const cadre::test::OrderSpread bound(losses(one), variants);
+    if (world == 4) {
+      EXPECT_GT(bound.spread(), 0.0) << "reordering 4 micro-batches changed no rounding at all";
+    }
     for (std::string strategy : {"NO_SHARD", "FULL_SHARD"}) {
       const std::string run = strategy + "-" + std::to_string(world);
       train(world, run, with(kSmallSgd, {"parallel.strategy=" + strategy, "train.check_replicas=true"}));
@@ -125,13 +192,9 @@ TEST_F(Resnet, DdpAndFullShardMatchOneRankWithTheSameGlobalBatch) {
         return std::abs(got[i][key].get<double>() - want[i][key].get<double>()) / want[i][key].get<double>();
       };
       EXPECT_LE(relative(0, "grad_norm"), 1e-6) << run << " step 1's gradient norm";
-      double worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_LE(relative(i, "loss"), i < 2 ? 1e-6 : 1e-4) << run << " step " << i + 1;
-        worst = std::max(worst, relative(i, "loss"));
-      }
-      std::cout << "[resnet] " << strategy << " " << world << " ranks vs 1 rank x " << world
-                << " micro-batches: max relative loss difference " << worst << std::endl;
+      for (size_t i = 0; i < 2; ++i) EXPECT_LE(relative(i, "loss"), 1e-6) << run << " step " << i + 1;
+      bound.expect_follows(losses(run), "[resnet] " + strategy + " " + std::to_string(world) + " ranks vs 1 rank x " +
+                                            std::to_string(world) + " micro-batches");
     }
   }
 }
