@@ -4,8 +4,8 @@
 // Two runs that compute the same function and differ only in the order of their float32 sums
 // (a ring reduce-scatter starts each block's sum at another rank; one rank adds micro-batches
 // in turn) start apart by rounding, a few ulps. Training then amplifies that difference by a
-// factor set by the trajectory and the optimizer (a ResNet whose BatchNorms see 6 samples is
-// chaotic in its first steps; AdamW divides by sqrt(v) + eps), and the kernels the CPU picks
+// factor set by the trajectory and the optimizer (a small ResNet's runs branch where a ReLU input
+// sits within an ulp of zero; AdamW divides by sqrt(v) + eps), and the kernels the CPU picks
 // decide where each run's rounding falls: a fixed 1e-4 held on one machine and failed at 2.7e-4
 // on another (issue #47). So the yardstick is measured on the same machine, in the same run:
 // one-rank runs that differ from the reference only in their summation order (the caller says
@@ -18,11 +18,11 @@
 // kSpreadFactor = 4: the run under test and the variants are draws of the same kind of rounding
 // amplified along the same trajectory, so their distances from the reference scatter by a small
 // factor and the largest of the variants is the yardstick. Were the distances independent
-// half-normal draws (a pessimistic model: a chaotic trajectory's divergence is its start's
-// projection on the growing direction), the run under test would exceed 4 times the largest of
-// n variants with probability 16% for n = 1, 3.7% for 2, 1.1% for 3, 0.4% for 4 (simulated):
-// where the trajectory is chaotic (ResNet) the caller takes 4 variants; elsewhere the spread is
-// a few ulps and the floor decides. kUlpsPerStep = 4: two orders can agree
+// half-normal draws (a pessimistic model), the run under test would exceed 4 times the largest
+// of n variants with probability 16% for n = 1, 3.7% for 2, 1.1% for 3, 0.4% for 4 (simulated):
+// where the runs branch (ResNet) the caller takes 4 variants; elsewhere the spread is a few ulps
+// and the floor decides. A run perturbed in a way no variant is (a clipping factor an ulp off in
+// every gradient at once) can leave the spread: compare runs whose differences are of one kind. kUlpsPerStep = 4: two orders can agree
 // exactly (then spread is 0), and each step's logged loss is itself a float32 sum over
 // micro-batches that may be ordered differently; a few ulps of the loss per step is what that can
 // cost without amplification. A wrong gradient, reduction or update moves the loss by 1e-3 and
@@ -57,10 +57,10 @@ class OrderSpread {
     EXPECT_FALSE(variants.empty()) << "an order spread needs at least one variant";
     for (const auto& v : variants) {
       EXPECT_EQ(v.size(), reference_.size()) << "a variant logged another number of steps";
-      std::string distances;
+      std::vector<double> distances;
       for (size_t i = 0; i < std::min(v.size(), reference_.size()); ++i) {
-        spread_ = std::max(spread_, std::abs(v[i] - reference_[i]));
-        distances += " " + std::to_string(std::abs(v[i] - reference_[i]));
+        distances.push_back(std::abs(v[i] - reference_[i]));
+        spread_ = std::max(spread_, distances.back());
       }
       variant_distances_.push_back(distances);
     }
@@ -79,18 +79,18 @@ class OrderSpread {
     EXPECT_FALSE(got.empty()) << what;
     EXPECT_LE(got.size() + first, reference_.size()) << what;
     double worst_share = 0, worst_relative = 0;
-    std::string distances;
+    std::vector<double> distances(first, 0.0);
     for (size_t i = first; i < std::min(got.size() + first, reference_.size()); ++i) {
       const double d = std::abs(got[i - first] - reference_[i]);
       EXPECT_LE(d, bound(i)) << what << " step " << i + 1 << ": " << got[i - first] << " against the reference's "
                              << reference_[i] << "; summation order alone moved one rank by up to " << spread_;
       worst_share = std::max(worst_share, d / bound(i));
       worst_relative = std::max(worst_relative, d / std::abs(reference_[i]));
-      distances += " " + std::to_string(d);
+      distances.push_back(d);
     }
-    if (worst_share > 1) {
-      std::printf("[order spread] %s: distances from the reference per step:%s\n", what.c_str(), distances.c_str());
-      for (const auto& v : variant_distances_) std::printf("[order spread]   a variant's:%s\n", v.c_str());
+    if (worst_share > 1) {  // where the run and each variant left the reference, step by step
+      print_distances(what + ": this run's distances from the reference", distances, first);
+      for (const auto& v : variant_distances_) print_distances("  a variant's", v, first);
     }
     std::printf("[order spread] %s: max relative loss difference %.3g, %.2f of the bound (order spread %.3g)\n",
                 what.c_str(), worst_relative, worst_share, spread_);
@@ -99,8 +99,14 @@ class OrderSpread {
   }
 
  private:
+  static void print_distances(const std::string& label, const std::vector<double>& distances, size_t first) {
+    std::printf("[order spread] %s from step %zu:", label.c_str(), first + 1);
+    for (size_t i = first; i < distances.size(); ++i) std::printf(" %.2e", distances[i]);
+    std::printf("\n");
+  }
+
   std::vector<double> reference_;
-  std::vector<std::string> variant_distances_;  // per step, printed when a run falls outside the bound
+  std::vector<std::vector<double>> variant_distances_;  // per step, printed when a run falls outside the bound
   double spread_ = 0;
 };
 
