@@ -11,6 +11,7 @@
 #include "optim/lr_schedule.h"          // cadre::LrSchedule (warmup + cosine)
 #include "optim/sgd.h"                  // cadre::Sgd (momentum, Nesterov) over the shard pieces
 #include "shard/activation_checkpoint.h"  // cadre::apply_activation_checkpointing
+#include "shard/deferred_param.h"     // cadre::deferred_empty: parameters made in shards (a ParamSource)
 #include "shard/device_mesh.h"         // cadre::DeviceMesh: the ranks as dp x tp
 #include "shard/fully_shard.h"          // cadre::fully_shard, FSDPModule, Strategy
 #include "shard/module_hooks.h"         // cadre::call: run a module with its hooks

@@ -1,5 +1,5 @@
-// Hugging Face folder reading: safetensors headers checked against their files, tensors read
-// with pread and widened to float32.
+// Hugging Face folder reading: safetensors headers checked against their files, tensors (or
+// ranges of their elements) read with pread and widened to float32.
 #include "ckpt/hf_folder.h"
 
 #include <ATen/ATen.h>
@@ -120,19 +120,27 @@ void HfFolder::open_file(const std::string& name) {
 
 void HfFolder::read_float32(const HfTensor& t, float* out) const {
   const int64_t elem = hf_float_dtype_size(t.dtype);
+  read_float32_range(t, 0, elem > 0 ? static_cast<int64_t>((t.end - t.begin) / static_cast<uint64_t>(elem)) : 0, out);
+}
+
+void HfFolder::read_float32_range(const HfTensor& t, int64_t start, int64_t count, float* out) const {
+  const int64_t elem = hf_float_dtype_size(t.dtype);
   CADRE_CONFIG_CHECK(elem > 0, "tensor '", t.name, "' in '", dir_, "/", t.file, "' has dtype ", t.dtype,
                      "; Cadre reads F32, BF16 and F16");
-  const uint64_t bytes = t.end - t.begin;
-  const int64_t numel = static_cast<int64_t>(bytes / static_cast<uint64_t>(elem));
+  const uint64_t numel = (t.end - t.begin) / static_cast<uint64_t>(elem);
+  CADRE_CHECK(start >= 0 && count >= 0 && static_cast<uint64_t>(start + count) <= numel, "tensor '", t.name,
+              "': elements [", start, ", ", start + count, ") asked of ", numel);
+  const uint64_t bytes = static_cast<uint64_t>(count * elem), offset = t.begin + static_cast<uint64_t>(start * elem);
   const std::string path = dir_ + "/" + t.file;
   const std::string what = str("tensor '", t.name, "'");
+  bytes_read_ += bytes;
   if (t.dtype == "F32") {
-    pread_all(fds_.at(t.file), reinterpret_cast<char*>(out), bytes, t.begin, path, what);
+    pread_all(fds_.at(t.file), reinterpret_cast<char*>(out), bytes, offset, path, what);
     return;
   }
-  at::Tensor raw = at::empty({numel}, t.dtype == "BF16" ? at::kBFloat16 : at::kHalf);
-  pread_all(fds_.at(t.file), static_cast<char*>(raw.data_ptr()), bytes, t.begin, path, what);
-  at::from_blob(out, {numel}, at::kFloat).copy_(raw);
+  at::Tensor raw = at::empty({count}, t.dtype == "BF16" ? at::kBFloat16 : at::kHalf);
+  pread_all(fds_.at(t.file), static_cast<char*>(raw.data_ptr()), bytes, offset, path, what);
+  at::from_blob(out, {count}, at::kFloat).copy_(raw);
 }
 
 }  // namespace cadre

@@ -1,11 +1,13 @@
 // A Hugging Face model folder opened for reading, tensor by tensor: config.json, and the
 // safetensors files holding the weights (one model.safetensors, or several listed by
 // model.safetensors.index.json). Only the headers are read when it opens; each tensor's bytes
-// are read when asked for, converted to float32, so no more than one tensor is in memory.
+// (or any range of its elements) are read when asked for, converted to float32, so no more than
+// one tensor is in memory.
 // Every problem (a missing file, a header running past its file, a tensor outside its file, a
 // dtype Cadre does not read) is a ConfigError naming the file and the tensor.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -35,6 +37,11 @@ class HfFolder {
 
   // Reads the tensor into `out` (its element count of floats), converting F32/BF16/F16.
   void read_float32(const HfTensor& tensor, float* out) const;
+  // Elements [start, start + count) of the tensor (flattened), with one positional read of
+  // exactly their bytes.
+  void read_float32_range(const HfTensor& tensor, int64_t start, int64_t count, float* out) const;
+  // Tensor bytes read so far (the headers not counted).
+  uint64_t bytes_read() const { return bytes_read_; }
 
  private:
   void open_file(const std::string& name);
@@ -44,6 +51,7 @@ class HfFolder {
   std::vector<std::string> files_;
   std::map<std::string, int> fds_;
   std::map<std::string, HfTensor> tensors_;
+  mutable std::atomic<uint64_t> bytes_read_{0};
 };
 
 // True when `dir` looks like a Hugging Face model folder (config.json beside safetensors).

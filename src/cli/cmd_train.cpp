@@ -9,6 +9,7 @@
 #include "core/signal_thread.h"
 #include "models/registry.h"
 #include "train/init_from.h"
+#include "train/load_only.h"
 #include "train/trainer.h"
 
 namespace cadre {
@@ -57,7 +58,11 @@ int cmd_train(const Args& args) {
   Config config = train_config(args);
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work
-  TrainSummary s = train_run(config);
+  TrainSummary s = config.train.steps == 0 ? train_load_only(config) : train_run(config);
+  if (s.load_only) {
+    if (s.lead) std::printf("loaded the model in %.2f s (train.steps 0: nothing trained)\n", s.load_s);
+    return 0;
+  }
   if (s.stopped_by_signal) {
     // Not a success: an agent must not take a stopped run for a finished one.
     if (s.lead)

@@ -59,6 +59,7 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel.mixed_precision.reduce_dtype", &c.parallel.mixed_precision.reduce_dtype},
       {"parallel.activation_checkpointing", &c.parallel.activation_checkpointing},
       {"parallel.prefetch", &c.parallel.prefetch},
+      {"parallel.accumulate_unsharded", &c.parallel.accumulate_unsharded},
       {"parallel.wrap_min_params", &c.parallel.wrap_min_params},
       {"parallel.comm_timeout", &c.parallel.comm_timeout},
       {"checkpoint.interval", &c.checkpoint.interval},
@@ -240,7 +241,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(o.grad_accum_steps >= 1, "optim.grad_accum_steps must be >= 1");
 
   const auto& t = c.train;
-  CADRE_CONFIG_CHECK(t.steps >= 1, "train.steps must be >= 1");
+  CADRE_CONFIG_CHECK(t.steps >= 0, "train.steps must be >= 0 (0: load the model, report its memory per rank and stop)");
   CADRE_CONFIG_CHECK(t.threads >= 1, "train.threads must be >= 1");
   CADRE_CONFIG_CHECK(t.device == "cpu" || t.device == "cuda" || t.device == "auto", "train.device: '", t.device,
                      "' is not cpu, cuda or auto");

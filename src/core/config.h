@@ -59,7 +59,7 @@ struct OptimConfig {
 };
 
 struct TrainConfig {
-  int64_t steps = 1000;
+  int64_t steps = 1000;        // 0: set up and load the model, report memory per rank, stop
   int64_t seed = 1234;
   int64_t threads = 2;          // intra-op threads per process
   // cpu | cuda | auto (cuda when this build has CUDA and a GPU is visible, else cpu). Under
@@ -98,6 +98,13 @@ struct ParallelConfig {
   MixedPrecisionConfig mixed_precision;
   bool activation_checkpointing = false;
   bool prefetch = true;
+  // Gradient accumulation under a sharding strategy (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD):
+  // false (as FSDP2 by default) reduce-scatters each micro-batch's gradients into the float32
+  // shard, so no rank ever keeps a whole gradient; true keeps each unit's whole gradient across
+  // the micro-batches and reduces once per step (fewer collectives, +4 bytes per parameter per
+  // rank, which `cadre train` prints). NO_SHARD and ZERO1 keep whole gradients anyway and reduce
+  // once per step.
+  bool accumulate_unsharded = false;
   // FSDP wrap policy: 0 makes each transformer block a unit (by module type); N > 0 groups
   // consecutive blocks into units of at least N parameters (by parameter count).
   int64_t wrap_min_params = 0;

@@ -13,5 +13,8 @@ enum class Strategy { FullShard, ShardGradOp, HybridShard, NoShard, Zero1 };
 Strategy parse_strategy(const std::string& name);
 // The name parse_strategy reads (configs, logs, checkpoint headers, summaries).
 const char* strategy_name(Strategy strategy);
+// FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD: parameters and gradients sharded at rest (NO_SHARD
+// and ZERO1 keep them whole).
+inline bool strategy_shards_parameters(Strategy s) { return s != Strategy::NoShard && s != Strategy::Zero1; }
 
 }  // namespace cadre

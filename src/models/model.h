@@ -18,7 +18,9 @@
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/param_source.h"
 #include "data/manifest.h"
+#include "shard/deferred_param.h"
 #include "shard/device_mesh.h"
 #include "shard/fully_shard.h"
 
@@ -99,6 +101,17 @@ class Model {
   virtual torch::nn::Module& module() = 0;
   // Deterministic initialisation from a seed (the same on every rank).
   virtual void init_weights(uint64_t seed) = 0;
+  // The same initial values as a ParamSource, for a model built deferred (registry.h's
+  // model_build): parallelize then fills each rank's shard from it. Null for a model that can
+  // only initialise itself whole (its modules' own reset_parameters): it is built with storage,
+  // initialised with init_weights and broadcast, as before.
+  virtual std::shared_ptr<const ParamSource> init_source(uint64_t seed) const { return nullptr; }
+  // Its parameters have no storage yet (built deferred).
+  bool deferred() {
+    for (const auto& p : module().parameters())
+      if (has_no_storage(p)) return true;
+    return false;
+  }
   // ConfigError naming the key when the parallel section does not suit the model, before any
   // work starts. By default a model has no tensor-parallel plan and refuses tp_size > 1.
   virtual void check_parallel(const ParallelConfig& parallel) const {
@@ -108,7 +121,8 @@ class Model {
   // Splits the model over the mesh's tp dimension where it has a plan (setting
   // options.tensor_parallel), then makes its FSDP units over options' groups (the dp
   // dimension) and activation checkpointing when parallel asks for it; returns the root's
-  // handle. Called once, after init_weights and before training.
+  // handle. Called once, after init_weights (or, built deferred, with options.param_source
+  // set) and before training.
   virtual FSDPModule parallelize(const DeviceMesh& mesh, FullyShardOptions options, const ParallelConfig& parallel) = 0;
   // Forward (through cadre::call, so units gather and free) and the loss.
   virtual LossOutput loss(const Batch& batch) = 0;

@@ -28,9 +28,9 @@ void model_config_resolve(Config& config) {
   else config.model.keys = resnet_config_keys(resnet_config(config.model));
 }
 
-std::unique_ptr<Model> model_build(const Config& config) {
+std::unique_ptr<Model> model_build(const Config& config, bool deferred) {
   check_arch(config.model.arch);
-  if (config.model.arch == "llama") return std::make_unique<LlamaModel>(llama_config(config.model));
+  if (config.model.arch == "llama") return std::make_unique<LlamaModel>(llama_config(config.model), deferred);
   return std::make_unique<ResnetModel>(resnet_config(config.model));
 }
 
@@ -55,8 +55,8 @@ HfImportTarget model_hf_import_target(const std::string& config_json, const std:
   target.config.model = llama_section_from_hf(config_json, source);
   model_config_resolve(target.config);
   target.adapter = model_state_dict_adapter(target.config);
-  // The shapes come from the model itself; its storage is allocated but never touched.
-  std::unique_ptr<Model> model = model_build(target.config);
+  // The shapes come from the model itself, built without storage.
+  std::unique_ptr<Model> model = model_build(target.config, /*deferred=*/true);
   for (const auto& p : model->module().named_parameters()) target.parameters.push_back({p.key(), p.value().sizes().vec()});
   return target;
 }

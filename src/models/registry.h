@@ -22,8 +22,10 @@ std::vector<std::string> model_arches();
 // so the run's config.yaml lists every key. Idempotent.
 void model_config_resolve(Config& config);
 
-// The model config.model describes, uninitialised (call init_weights).
-std::unique_ptr<Model> model_build(const Config& config);
+// The model config.model describes, uninitialised (call init_weights). `deferred`: its
+// parameters without storage where the model can be built so (Model::init_source non-null;
+// others are built as usual): parallelize then materialises each rank's shard.
+std::unique_ptr<Model> model_build(const Config& config, bool deferred = false);
 
 // The model config.model describes, for text generation: as model_build, after
 // model_config_resolve, and ConfigError ("<source> holds a resnet model; ...") when it has

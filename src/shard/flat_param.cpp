@@ -6,7 +6,14 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 #include "core/error.h"
+#include "shard/deferred_param.h"
 
 namespace cadre {
 namespace {
@@ -31,11 +38,23 @@ void storage_resize(const at::Tensor& t, int64_t bytes) {
   storage->set_nbytes(static_cast<size_t>(bytes));
 }
 
+// A zero vector that costs no memory until written: on the CPU, anonymous pages the kernel
+// zeroes when first touched, so a rank that loads a model and never trains (train.steps 0)
+// holds no gradient shard. Never resized (fsdp_optimizer_view.cpp views it), so it needs no
+// allocator behind it. Small vectors and other devices are zeroed as usual.
+at::Tensor zeros_on_first_touch(int64_t numel, const at::TensorOptions& options) {
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  if (!options.device().is_cpu() || bytes < (size_t(1) << 20)) return at::zeros({numel}, options);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CADRE_CHECK(p != MAP_FAILED, "cannot map ", bytes, " bytes for a gradient shard: ", std::strerror(errno));
+  return at::from_blob(p, {numel}, [bytes](void* q) { ::munmap(q, bytes); }, options);
+}
+
 }  // namespace
 
 FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
                      int group_size, int group_rank, at::ScalarType compute, bool replicated,
-                     bool compute_dtype_grads)
+                     bool compute_dtype_grads, const ParamValues& values_of, std::optional<c10::Device> device)
     : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)) {
   c10::NoGradGuard no_grad;
   CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
@@ -48,18 +67,23 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   shard_numel = padded / group_size;
   shard_offset = shard_numel * group_rank;
 
-  // The full float32 values first (padding zero), then this rank's shard of them.
-  // On the parameters' device (the model was moved there before it was sharded).
-  const at::TensorOptions on_device = at::TensorOptions().device(params.front().device());
-  at::Tensor values = at::zeros({padded}, on_device.dtype(at::kFloat));
-  for (size_t i = 0; i < params.size(); ++i)
-    values.narrow(0, offsets[i], numels[i]).copy_(params[i].reshape({-1}));
+  // The float32 values this rank keeps (padding zero): its shard when the strategy shards, the
+  // whole buffer otherwise. On the parameters' device (the model was moved there before it was
+  // sharded), or `device` for deferred parameters.
+  const at::TensorOptions on_device = at::TensorOptions().device(device.value_or(params.front().device()));
+  const bool shard_only = group_size > 1 && !replicated;
+  const int64_t lo = shard_only ? shard_offset : 0;
+  at::Tensor values = at::zeros({shard_only ? shard_numel : padded}, on_device.dtype(at::kFloat));
+  fill_values(lo, values, values_of);
   if (group_size == 1 && compute == at::kFloat) {
     full = values;
     master = full;
   } else if (replicated && compute == at::kFloat) {
     full = values;
     master = full.narrow(0, shard_offset, shard_numel);  // the optimizer updates it in place
+  } else if (shard_only) {
+    master = values;
+    full = at::empty({padded}, on_device.dtype(compute));  // resharded at rest: filled by the first gather
   } else {
     master = values.narrow(0, shard_offset, shard_numel).clone();
     full = values.to(compute);  // a fresh, resizable storage
@@ -67,7 +91,10 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   for (size_t i = 0; i < params.size(); ++i)
     params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
 
-  grad_full = at::zeros({padded}, on_device.dtype(replicated || compute_dtype_grads ? compute : at::kFloat));
+  // Sharded, the whole gradient is freed as soon as the tree is set up (fsdp_layout.cpp) and
+  // zeroed when a backward allocates it again: never touched here.
+  const at::TensorOptions grad_options = on_device.dtype(replicated || compute_dtype_grads ? compute : at::kFloat);
+  grad_full = shard_only ? at::empty({padded}, grad_options) : at::zeros({padded}, grad_options);
   carries_grads = compute_dtype_grads && !replicated && compute != at::kFloat;
   // Autograd accumulates into a gradient that already exists in place, so these views stay
   // the gradients' storage for the whole run.
@@ -77,7 +104,25 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   }
   if (group_size == 1) grad_shard = grad_full;
   else if (replicated) grad_shard = grad_full.narrow(0, shard_offset, shard_numel);  // reduce-scattered in place
-  else grad_shard = at::zeros({shard_numel}, on_device.dtype(at::kFloat));
+  else grad_shard = zeros_on_first_touch(shard_numel, on_device.dtype(at::kFloat));
+}
+
+// Elements [lo, lo + out.numel()) of the buffer: each parameter's overlap, from the parameter
+// itself or, when it has no storage yet, from `values_of`.
+void FlatParam::fill_values(int64_t lo, at::Tensor& out, const ParamValues& values_of) const {
+  const int64_t hi = lo + out.numel();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t begin = std::max(lo, offsets[i]), end = std::min(hi, offsets[i] + numels[i]);
+    if (begin >= end) continue;
+    at::Tensor dst = out.narrow(0, begin - lo, end - begin);
+    if (!has_no_storage(params[i])) {
+      dst.copy_(params[i].reshape({-1}).narrow(0, begin - offsets[i], end - begin));
+      continue;
+    }
+    CADRE_CHECK(values_of, "FSDP unit ", unit, ": parameter '", names[i],
+                "' has no storage and no source of values was given (FullyShardOptions::param_source)");
+    values_of(i, begin - offsets[i], dst);
+  }
 }
 
 bool FlatParam::full_allocated() const { return storage_allocated(full); }

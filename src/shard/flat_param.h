@@ -8,10 +8,19 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace cadre {
+
+// Writes elements [start, start + out.numel()) of parameter `param`'s values (flattened,
+// float32) into `out`: how a flat parameter is filled when its parameters have no storage yet
+// (shard/deferred_param.h).
+using ParamValues = std::function<void(size_t param, int64_t start, at::Tensor out)>;
 
 struct FlatParam {
   std::string unit;                 // "layers.3", "root": for errors and reports
@@ -36,11 +45,14 @@ struct FlatParam {
 
   // Takes the parameters (initialised, equal on every rank), builds the buffers and makes the
   // parameters views of `full`. With one rank per group and float32 compute, `master` is `full`.
+  // Deferred parameters (no storage) take their values from `values` instead, on `device`: a
+  // sharding rank then fills only its own shard, never the whole buffer.
   // `replicated` (ZeRO-1): full and grad_full stay whole; with float32 compute the master is
   // the own block of `full` itself. grad_full holds the compute dtype when `replicated` or
   // `compute_dtype_grads` (the gradients autograd produces, unconverted), float32 otherwise.
   FlatParam(std::string unit, std::vector<std::string> names, std::vector<at::Tensor> params, int group_size,
-            int group_rank, at::ScalarType compute, bool replicated = false, bool compute_dtype_grads = false);
+            int group_rank, at::ScalarType compute, bool replicated = false, bool compute_dtype_grads = false,
+            const ParamValues& values = {}, std::optional<c10::Device> device = std::nullopt);
 
   bool full_allocated() const;
   void full_allocate();  // storage back to its size (contents undefined)
@@ -63,6 +75,9 @@ struct FlatParam {
   void relink_grads();
   int64_t full_bytes() const;  // bytes of the full buffer when allocated
   int64_t grad_bytes() const;  // bytes of the full gradient when allocated
+
+ private:
+  void fill_values(int64_t lo, at::Tensor& out, const ParamValues& values_of) const;
 };
 
 }  // namespace cadre

@@ -12,19 +12,21 @@ namespace cadre::detail {
 
 // Gathered parameters and unsharded gradients alive now; the peak is what memory() reports.
 void FsdpTree::note_working_set() {
-  int64_t bytes = 0;
+  int64_t gathered = 0, grads = 0;
   for (auto& f : flats) {
-    if (!f->master_is_full() && f->full_allocated()) bytes += f->full_bytes();
-    if (!f->grad_shard.is_same(f->grad_full) && f->grad_allocated()) bytes += f->grad_bytes();
-    if (f->grad_carry.defined()) bytes += f->grad_carry.nbytes();
+    if (!f->master_is_full() && f->full_allocated()) gathered += f->full_bytes();
+    if (!f->grad_shard.is_same(f->grad_full) && f->grad_allocated()) grads += f->grad_bytes();
+    if (f->grad_carry.defined()) grads += f->grad_carry.nbytes();
   }
-  peak_working_ = std::max(peak_working_, bytes);
+  peak_working_ = std::max(peak_working_, gathered + grads);
+  peak_whole_grads_ = std::max(peak_whole_grads_, grads);
 }
 
 ShardMemory FsdpTree::memory() const {
   ShardMemory m;
   m.shard_size = options.groups.shard ? options.groups.shard->size() : 1;
   m.peak_working = peak_working_;
+  m.peak_whole_grads = peak_whole_grads_;
   m.units = units_with_params_;
   m.flat_params = static_cast<int64_t>(flats.size());
   for (auto& f : flats) {

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
+#include "shard/deferred_param.h"
 #include "shard/fsdp_tree.h"
 
 namespace cadre::detail {
@@ -130,13 +131,19 @@ Ownership FsdpTree::assign_owners(const RootParams& root) const {
   return owner;
 }
 
-// Frozen parameters, then buffers: full on every rank, broadcast in a training forward. The
-// parameters that are flattened must be float32 (the compute dtype is MixedPrecision's).
+// Frozen parameters, then buffers: full on every rank, broadcast in a training forward (a
+// deferred one is materialised whole, here). The parameters that are flattened must be float32
+// (the compute dtype is MixedPrecision's).
 void FsdpTree::list_unsharded(torch::nn::Module& root, const RootParams& root_params, const Ownership& owner) {
   for (const auto& p : root_params.params) {
     const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
     const std::string& name = root_params.names.at(impl);
     if (!p.requires_grad() || !owner.count(impl)) {
+      if (has_no_storage(p)) {
+        at::Tensor whole = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat).device(options.device));
+        deferred_values({name}, {p})(0, 0, whole.view({-1}));
+        at::Tensor(p).set_data(whole);
+      }
       unsharded.emplace_back(name, p);
       continue;
     }
@@ -176,11 +183,31 @@ void FsdpTree::add_flat(const std::string& name, const std::vector<at::Tensor>& 
   // Sharded on the CPU, the gradients stay in the compute dtype until the reduce-scatter, which
   // widens them to float32 itself (comm.h): the same float32 sums, without converting and
   // zero-filling a float32 copy of every gradient each backward. NCCL reduces in one dtype.
-  const bool compute_dtype_grads = sharded() && !zero1() && group > 1 && params.front().is_cpu();
+  // Deferred parameters are made on options.device; initialised ones stay where they are.
+  const ParamValues values = deferred_values(names, params);
+  const c10::Device device = values ? options.device : params.front().device();
+  const bool compute_dtype_grads = sharded() && !zero1() && group > 1 && device.is_cpu();
   flats.push_back(std::make_unique<FlatParam>(name, names, params, group, group_rank,
-                                              options.mixed_precision.param_dtype, zero1(), compute_dtype_grads));
+                                              options.mixed_precision.param_dtype, zero1(), compute_dtype_grads,
+                                              values, device));
   state_.push_back(std::make_unique<FlatState>());
   hook_grad_accumulators(flats.size() - 1);
+}
+
+// How a flat parameter's deferred parameters are filled: from options.param_source, each rank
+// asking for its own elements of its tensor-parallel part. Empty when none is deferred.
+ParamValues FsdpTree::deferred_values(const std::vector<std::string>& names, const std::vector<at::Tensor>& params) const {
+  bool deferred = false;
+  for (const auto& p : params) deferred = deferred || has_no_storage(p);
+  if (!deferred) return {};
+  CADRE_CHECK(options.param_source, "parameter '", names.front(), "' has no storage (a model built deferred) and ",
+              "FullyShardOptions::param_source is not set");
+  std::shared_ptr<const ParamSource> source = options.param_source;
+  std::shared_ptr<const TensorParallelLayout> layout = options.tensor_parallel;
+  return [source, layout, names, params](size_t i, int64_t start, at::Tensor out) {
+    const Placement* where = layout ? layout->find(names[i]) : nullptr;
+    fill_from_source(*source, names[i], params[i].sizes(), where, start, out);
+  };
 }
 
 // A post hook on each parameter's AccumulateGrad node counts the flat parameter's gradients

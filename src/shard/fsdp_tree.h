@@ -146,6 +146,7 @@ class FsdpTree {
                                                           std::vector<std::string>& flat_names) const;
   void add_flat(const std::string& name, const std::vector<at::Tensor>& params, const RootParams& root);
   void hook_grad_accumulators(size_t k);
+  ParamValues deferred_values(const std::vector<std::string>& names, const std::vector<at::Tensor>& params) const;
   void add_optimizer_pieces(size_t k, const RootParams& root, std::vector<size_t>& piece_rank);
   void order_pieces_for_norm(const std::vector<size_t>& piece_rank);
 
@@ -198,6 +199,7 @@ class FsdpTree {
   bool callback_queued_ = false;
   ExecutionOrder order_;
   int64_t peak_working_ = 0;
+  int64_t peak_whole_grads_ = 0;  // the part of a working set that is whole (unsharded) gradients
   int64_t units_with_params_ = 0;
 };
 

@@ -32,7 +32,9 @@
 // Float32 master shards are what the optimizer updates; compute runs in param_dtype; gradients
 // are reduced in reduce_dtype and accumulated in float32 (ZERO1: in param_dtype; sharded on the
 // CPU they wait for their reduce-scatter in param_dtype, which widens them to float32 as it
-// reduces, and micro-batches under no_sync add up in float32). Buffers (BatchNorm statistics) are
+// reduces, and micro-batches under no_sync add up in float32). A model built deferred (its
+// parameters without storage, shard/deferred_param.h) is materialised here: each rank allocates
+// and fills only its own shard from FullyShardOptions::param_source. Buffers (BatchNorm statistics) are
 // not sharded: in a training forward they are broadcast from rank 0, as DDP does. Parameters
 // that do not require grad are left as they are (full on every rank, not updated).
 //
@@ -52,6 +54,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/param_source.h"
 #include "core/strategy.h"
 #include "shard/flat_param.h"
 #include "shard/placement.h"
@@ -90,6 +93,11 @@ struct FullyShardOptions {
   // the tensor-parallel group and counts replicated ones once; checkpoints place each local
   // part in its global tensor. Null: no tensor parallelism.
   std::shared_ptr<const TensorParallelLayout> tensor_parallel;
+  // Where parameters built without storage (shard/deferred_param.h) get their values: each rank
+  // reads only its shard (of its tensor-parallel part), allocated on `device`. Both unused when
+  // the parameters were initialised before fully_shard.
+  std::shared_ptr<const ParamSource> param_source;
+  c10::Device device = c10::Device(c10::kCPU);
 };
 
 // Bytes this rank holds for model state, and the most gathered-unit bytes alive at once.
@@ -98,6 +106,7 @@ struct ShardMemory {
   int64_t grads = 0;         // float32 reduced gradients this rank keeps
   int64_t optimizer = 0;     // optimizer state (filled in by the caller)
   int64_t peak_working = 0;  // peak bytes of gathered parameters + unsharded gradient buffers
+  int64_t peak_whole_grads = 0;  // peak bytes of unsharded gradient buffers alone
   int64_t padded_numel = 0;  // parameters including padding
   int shard_size = 1;        // ranks a unit is sharded over
   int64_t units = 0;         // FSDP units holding parameters (the root included)

@@ -40,6 +40,7 @@ nlohmann::json MemoryReport::to_json() const {
           {"formula", formula.text},
           {"params_on_rank", measured.padded_numel},
           {"peak_working_bytes", measured.peak_working},
+          {"peak_whole_grad_bytes", measured.peak_whole_grads},
           {"shard_size", measured.shard_size},
           {"units", measured.units},
           {"flat_params", measured.flat_params},

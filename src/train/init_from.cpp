@@ -1,6 +1,8 @@
-// train.init_from: the model section completed from the checkpoint, then a sharded load.
+// train.init_from: the model section completed from the checkpoint or Hugging Face folder,
+// then a sharded load (a folder's is read as the shards are made: HfParamSource).
 #include "train/init_from.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -9,6 +11,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/registry.h"
 #include "train/checkpointing.h"
 
 namespace cadre {
@@ -24,25 +27,58 @@ std::string locate(const Config& c) {
 
 }  // namespace
 
+bool init_from_hf(const Config& c) { return !c.train.init_from.empty() && hf_folder_detect(c.train.init_from); }
+
 void init_from_config(Config& c) {
   if (c.train.init_from.empty()) return;
-  const std::string path = locate(c);
+  const bool hf = init_from_hf(c);
+  const std::string path = hf ? c.train.init_from : locate(c);
   Config source;
   try {
-    CheckpointReader reader(path);
-    source = config_parse(reader.manifest().config_yaml, path + "/" + kManifestFile, {});
+    if (hf) {
+      const HfFolder folder(path);  // the headers only
+      source = model_hf_import_target(folder.config_json(), path + "/config.json").config;
+    } else {
+      CheckpointReader reader(path);
+      source = config_parse(reader.manifest().config_yaml, path + "/" + kManifestFile, {});
+    }
   } catch (const CheckpointError& e) {
     throw ConfigError(str("train.init_from: ", e.what()));
+  } catch (const ConfigError& e) {
+    throw ConfigError(str("train.init_from: ", e.what()));
   }
-  CADRE_CONFIG_CHECK(source.model.arch == c.model.arch, "train.init_from: checkpoint '", path, "' holds a ",
-                     source.model.arch, " model, the config's model.arch is ", c.model.arch);
+  CADRE_CONFIG_CHECK(source.model.arch == c.model.arch, "train.init_from: ", hf ? "Hugging Face folder '" : "checkpoint '",
+                     path, "' holds a ", source.model.arch, " model, the config's model.arch is ", c.model.arch);
   std::set<std::string> given;
   for (const auto& k : c.model.keys) given.insert(k.key);
   for (const auto& k : source.model.keys)
     if (!given.count(k.key)) c.model.keys.push_back({k.key, k.value, "train.init_from " + path});
 }
 
+std::shared_ptr<HfParamSource> init_from_hf_source(const Config& c, Model& model) {
+  HfImportTarget target;
+  target.config = c;
+  target.adapter = model_state_dict_adapter(c);
+  CADRE_CONFIG_CHECK(target.adapter, "train.init_from: a Hugging Face folder, but model.arch ", c.model.arch,
+                     " has no Hugging Face names");
+  // The shapes of the run's own model (before tensor parallelism splits it): a model key the
+  // config changes is caught here, naming the tensor.
+  for (const auto& p : model.module().named_parameters()) target.parameters.push_back({p.key(), p.value().sizes().vec()});
+  try {
+    return std::make_shared<HfParamSource>(c.train.init_from, std::move(target));
+  } catch (const ConfigError& e) {
+    throw ConfigError(str("train.init_from: ", e.what()));
+  }
+}
+
+void init_from_hf_report(const HfParamSource& source, double seconds, int rank, int64_t dp_share) {
+  log::info(str("init_from: rank ", rank, " read ", source.bytes_read(), " of ", source.bytes_total(), " bytes (",
+                100.0 * double(source.bytes_read()) / double(std::max<uint64_t>(1, source.bytes_total())),
+                "%; its shard is 1/", dp_share, ") of ", source.describe(), " in ", seconds, " s"));
+}
+
 std::string init_from_load(const Config& c, FSDPModule& model, int rank, comm::Communicator* group) {
+  if (init_from_hf(c)) return c.train.init_from;  // read into the shards as they were made (run_setup.cpp)
   const auto t0 = std::chrono::steady_clock::now();
   const std::string path = locate(c);
   std::string error;

@@ -1,6 +1,6 @@
 // Building a run before its first step (see run_setup.h), in this order: config and inputs,
 // run directory, threads, sharding options, flight recorder, mesh and groups, the model's
-// weights, parallelization, optimizer, data.
+// weights (made in shards for a deferred model), parallelization, optimizer, data.
 #include "train/run_setup.h"
 
 #include <ATen/Parallel.h>
@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/sysinfo.h"
 #include "data/manifest.h"
 #include "models/registry.h"
 #include "obs/flight_recorder.h"
@@ -47,8 +48,10 @@ int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
   return size;
 }
 
-// Inputs the config points at must agree with it before any work starts (exit code 2).
+// Inputs the config points at must agree with it before any work starts (exit code 2). A run
+// that only loads (train.steps 0) needs no data, but data it is given must fit.
 void check_inputs(const Config& c, const Model& model) {
+  if (c.train.steps == 0 && c.data.dir.empty()) return;
   CADRE_CONFIG_CHECK(!c.data.dir.empty(), "data.dir is not set (a directory written by `cadre data prepare`)");
   CADRE_CONFIG_CHECK(fs::is_directory(c.data.dir), "data.dir '", c.data.dir, "' is not a directory");
   DatasetManifest m = manifest_read(c.data.dir);
@@ -87,7 +90,7 @@ void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::
   r.env = env ? *env : comm::JobEnv::from_env();
   r.device = device_select(r.c.train.device, "train.device");
   cpu_block_cache::install();  // before the model: steps reuse their large blocks
-  r.model = model_build(r.c);
+  r.model = model_build(r.c, /*deferred=*/true);  // shapes only, where the model can: made in shards
   check_inputs(r.c, *r.model);
   CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,
                      " does not divide WORLD_SIZE=", r.env.world_size,
@@ -127,22 +130,46 @@ void set_up_mesh(RunSetup& r) {
   r.dp_rank = r.mesh->dp_rank();
 }
 
-// Every rank initialises from the same seed on the CPU (the same values whatever the device,
-// so a GPU run starts where a CPU run does); broadcasting makes equality a guarantee. The
-// model then moves to the training device, so that flat shards, gradients and optimizer
-// state are made there. Then tensor parallelism over the mesh's tp ranks and FSDP units over the dp ranks (NO_SHARD is
-// DDP: the same flat buffers, reduced in buckets). The optimizer sees only this rank's
-// float32 shard, so its state shrinks with the data-parallel size.
-void set_up_model(RunSetup& r) {
-  const Config& c = r.c;
-  r.model->init_weights(static_cast<uint64_t>(c.train.seed));
+// A deferred model (built without storage) is made in shards: parallelize splits it, and each
+// rank allocates its shard on the training device and fills it from the source, its own
+// elements only: train.init_from's Hugging Face folder, or the model's counter-based
+// initialisation (the same bits at any world size, strategy and tp size). Nothing is broadcast.
+void set_up_deferred(RunSetup& r) {
+  if (init_from_hf(r.c)) r.param_source = r.hf_source = init_from_hf_source(r.c, *r.model);
+  else r.param_source = r.model->init_source(static_cast<uint64_t>(r.c.train.seed));
+  r.shard_options.param_source = r.param_source;
+  r.shard_options.device = r.device;
+}
+
+// A model that initialises itself whole: every rank from the same seed on the CPU (the same
+// values whatever the device, so a GPU run starts where a CPU run does); broadcasting makes
+// equality a guarantee. It then moves to the training device, so that flat shards, gradients
+// and optimizer state are made there.
+void initialise_whole(RunSetup& r) {
+  r.model->init_weights(static_cast<uint64_t>(r.c.train.seed));
   if (r.group) {
     c10::NoGradGuard no_grad;
     for (auto& p : r.model->module().parameters()) r.group->broadcast(p, 0);
     for (auto& b : r.model->module().buffers()) r.group->broadcast(b, 0);
   }
   if (!r.device.is_cpu()) r.model->module().to(r.device);
+}
+
+// Tensor parallelism over the mesh's tp ranks and FSDP units over the dp ranks (NO_SHARD is
+// DDP: the same flat buffers, reduced in buckets), the shards made at once (and timed). The
+// optimizer sees only this rank's float32 shard, so its state shrinks with the data-parallel
+// size; a run that only loads (train.steps 0) makes none.
+void set_up_model(RunSetup& r) {
+  const Config& c = r.c;
+  if (r.model->deferred()) set_up_deferred(r);
+  else initialise_whole(r);
+  const auto t0 = std::chrono::steady_clock::now();
   r.sharded = r.model->parallelize(*r.mesh, r.shard_options, c.parallel);
+  r.sharded.flat_params();  // the tree set up: a deferred model's shards allocated and filled
+  r.model_ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t_start).count();
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.hf_source) init_from_hf_report(*r.hf_source, load_s, r.rank, r.sharded.memory().shard_size);
+  if (c.train.steps == 0) return;
   r.optimizer = make_optimizer(c.optim, r.sharded.parameters(), r.sharded.decay_mask());
   r.schedule = LrSchedule{c.optim.lr, c.optim.min_lr, c.optim.warmup_steps, c.train.steps};
 }
@@ -151,11 +178,14 @@ void set_up_model(RunSetup& r) {
 
 std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env) {
   auto r = std::make_unique<RunSetup>();
+  r->t_start = std::chrono::steady_clock::now();
   set_up_inputs(*r, config, env);
   set_threads(r->c.train.threads);
   r->shard_options = shard_options_of(r->c.parallel);
   set_up_mesh(*r);
+  r->rss_before_model = process_rss_bytes();
   set_up_model(*r);
+  if (r->c.train.steps == 0) return r;  // load only: no optimizer, no data
   r->train_data = BatchSource::open(r->c.data.dir, Split::Train, static_cast<uint64_t>(r->c.train.seed), r->c.data,
                                     r->c.train.threads, r->device);
   if (r->c.train.eval_interval > 0)

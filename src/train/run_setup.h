@@ -1,13 +1,16 @@
 // A training run's set-up, everything before its first step: inputs checked against the
 // config (ConfigError, exit code 2, before any work), the run directory and its config.yaml,
-// the ranks as a dp x tp mesh with the strategy's groups, the model built, made equal on every
-// rank and parallelized (tensor parallelism over tp, FSDP or ZeRO-1 over dp), the optimizer,
-// the LR schedule and the data. The trainer only sees models/model.h.
+// the ranks as a dp x tp mesh with the strategy's groups, the model built and parallelized
+// (tensor parallelism over tp, FSDP or ZeRO-1 over dp; a model that can be built deferred is
+// made in shards, each rank filling its own), the optimizer, the LR schedule and the data. The
+// trainer only sees models/model.h.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 
+#include "ckpt/hf_param_source.h"
 #include "comm/comm.h"
 #include "core/config.h"
 #include "models/model.h"
@@ -22,6 +25,7 @@ namespace cadre {
 
 // Members in the order they are built (and destroyed in reverse).
 struct RunSetup {
+  std::chrono::steady_clock::time_point t_start;  // run_set_up's start
   Config c;  // completed: train.init_from's model keys and the model's defaults filled in
   comm::JobEnv env;
   c10::Device device{c10::kCPU};  // train.device resolved (under `cadre run`, LOCAL_RANK's GPU)
@@ -33,14 +37,21 @@ struct RunSetup {
   ParallelGroups groups;
   comm::Communicator* group = nullptr;  // every rank (null on one rank)
   int dp = 1, dp_rank = 0;              // data-parallel size and this rank's index
+  // Where a deferred model's shards were read from (null for a model initialised whole), and
+  // the same when it is train.init_from's Hugging Face folder (its bytes read, for the log).
+  std::shared_ptr<const ParamSource> param_source;
+  std::shared_ptr<HfParamSource> hf_source;
   FSDPModule sharded;                   // the model's FSDP (or DDP, ZeRO-1) handle
-  std::unique_ptr<Optimizer> optimizer;  // optim.name's, over this rank's float32 shard
+  double model_ready_s = 0;             // from run_set_up's start until the shards were made
+  int64_t rss_before_model = 0;         // resident bytes once the mesh was up, before the model
+  std::unique_ptr<Optimizer> optimizer;  // optim.name's, over this rank's float32 shard (null: train.steps 0)
   LrSchedule schedule{};
-  std::unique_ptr<BatchSource> train_data;
+  std::unique_ptr<BatchSource> train_data;  // null when train.steps is 0
   std::unique_ptr<BatchSource> val_data;  // null when train.eval_interval is 0
 };
 
-// Collective over the job (the mesh, the broadcast of the initial weights). The ranks are the
+// Collective over the job (the mesh; for a model that initialises itself whole, the broadcast
+// of its weights). With train.steps 0 it stops after the model: no optimizer, no data. The ranks are the
 // launcher's (JobEnv::from_env) unless `env` says otherwise (a group re-formed in memory).
 std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env = std::nullopt);
 

@@ -23,6 +23,8 @@ struct TrainSummary {
   // On a GPU, host synchronisations per step (median; CUDA's sync-debug mode counts them); -1
   // on the CPU.
   double host_syncs_per_step = -1;
+  bool load_only = false;  // train.steps 0: set up and reported, nothing trained (load_only.h)
+  double load_s = 0;       // from start until the model's shards were made
 };
 
 // Checks the configuration against the data (ConfigError before any work), then trains,

@@ -9,7 +9,8 @@
 
 namespace cadre {
 
-LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config), llama_(std::make_shared<Llama>(config)) {}
+LlamaModel::LlamaModel(const LlamaConfig& config, bool deferred)
+    : config_(config), llama_(std::make_shared<Llama>(config, deferred)) {}
 
 void LlamaModel::check_parallel(const ParallelConfig& parallel) const {
   llama_check_tensor_parallel(config_, parallel.tp_size);

@@ -14,10 +14,11 @@ namespace cadre {
 
 class LlamaModel : public Model, public CausalLm {
  public:
-  explicit LlamaModel(const LlamaConfig& config);
+  explicit LlamaModel(const LlamaConfig& config, bool deferred = false);
   torch::nn::Module& module() override { return *llama_; }
   Llama& llama() { return *llama_; }
   void init_weights(uint64_t seed) override { llama_->init_weights(seed); }
+  std::shared_ptr<const ParamSource> init_source(uint64_t seed) const override { return llama_->init_source(seed); }
   void check_parallel(const ParallelConfig& parallel) const override;
   FSDPModule parallelize(const DeviceMesh& mesh, FullyShardOptions options, const ParallelConfig& parallel) override;
   LossOutput loss(const Batch& batch) override;

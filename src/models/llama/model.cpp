@@ -2,7 +2,6 @@
 #include "models/llama/model.h"
 #include "models/llama/rope.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
 #include "core/torch_compat.h"
@@ -19,24 +18,31 @@
 #include "models/fused_rms_norm.h"
 #include "models/fused_rope.h"
 #include "models/fused_swiglu.h"
+#include "models/llama/init.h"
+#include "shard/deferred_param.h"
 #include "shard/module_hooks.h"
 #include "shard/tp_collectives.h"
 #include "shard/vocab_parallel.h"
 
 namespace cadre {
 
-Projection::Projection(int64_t in, int64_t out) {
-  weight = register_parameter("weight", at::empty({out, in}));
+namespace {
+// A parameter's tensor: uninitialised, or without storage when the model is built deferred.
+at::Tensor new_param(at::IntArrayRef sizes, bool deferred) { return deferred ? deferred_empty(sizes) : at::empty(sizes); }
+}  // namespace
+
+Projection::Projection(int64_t in, int64_t out, bool deferred) {
+  weight = register_parameter("weight", new_param({out, in}, deferred));
 }
 
 at::Tensor Projection::forward(const at::Tensor& x) const { return linear_no_bias(x, weight); }
 
-Embedding::Embedding(int64_t vocab, int64_t dim) {
-  weight = register_parameter("weight", at::empty({vocab, dim}));
+Embedding::Embedding(int64_t vocab, int64_t dim, bool deferred) {
+  weight = register_parameter("weight", new_param({vocab, dim}, deferred));
 }
 
-RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", at::ones({dim}));
+RMSNorm::RMSNorm(int64_t dim, double eps_, bool deferred) : eps(eps_) {
+  weight = register_parameter("weight", deferred ? deferred_empty({dim}) : at::ones({dim}));
 }
 
 at::Tensor RMSNorm::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
@@ -63,12 +69,12 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t rep) {
 }
 }  // namespace
 
-Attention::Attention(const LlamaConfig& c)
+Attention::Attention(const LlamaConfig& c, bool deferred)
     : n_heads(c.n_heads), n_kv_heads(c.n_kv_heads), head_dim(c.dim / c.n_heads), config_(c) {
-  wq = register_module("wq", std::make_shared<Projection>(c.dim, n_heads * head_dim));
-  wk = register_module("wk", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
-  wv = register_module("wv", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim));
-  wo = register_module("wo", std::make_shared<Projection>(n_heads * head_dim, c.dim));
+  wq = register_module("wq", std::make_shared<Projection>(c.dim, n_heads * head_dim, deferred));
+  wk = register_module("wk", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim, deferred));
+  wv = register_module("wv", std::make_shared<Projection>(c.dim, n_kv_heads * head_dim, deferred));
+  wo = register_module("wo", std::make_shared<Projection>(n_heads * head_dim, c.dim, deferred));
 }
 
 at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope) const {
@@ -102,10 +108,10 @@ at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at:
   return batched_matmul(probs, v3).view({B, n_heads, T, head_dim}).transpose(1, 2).reshape({B, T, n_heads * head_dim});
 }
 
-FeedForward::FeedForward(int64_t dim, int64_t hidden) {
-  w1 = register_module("w1", std::make_shared<Projection>(dim, hidden));
-  w2 = register_module("w2", std::make_shared<Projection>(hidden, dim));
-  w3 = register_module("w3", std::make_shared<Projection>(dim, hidden));
+FeedForward::FeedForward(int64_t dim, int64_t hidden, bool deferred) {
+  w1 = register_module("w1", std::make_shared<Projection>(dim, hidden, deferred));
+  w2 = register_module("w2", std::make_shared<Projection>(hidden, dim, deferred));
+  w3 = register_module("w3", std::make_shared<Projection>(dim, hidden, deferred));
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& input) const {
@@ -115,11 +121,11 @@ at::Tensor FeedForward::forward(const at::Tensor& input) const {
   return reduce_from_tp_region(w2->forward(swiglu(w1->forward(x), w3->forward(x))), *tp_group);
 }
 
-Block::Block(const LlamaConfig& c) {
-  attention = register_module("attention", std::make_shared<Attention>(c));
-  feed_forward = register_module("feed_forward", std::make_shared<FeedForward>(c.dim, llama_ffn_dim(c)));
-  attention_norm = register_module("attention_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
-  ffn_norm = register_module("ffn_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
+Block::Block(const LlamaConfig& c, bool deferred) {
+  attention = register_module("attention", std::make_shared<Attention>(c, deferred));
+  feed_forward = register_module("feed_forward", std::make_shared<FeedForward>(c.dim, llama_ffn_dim(c), deferred));
+  attention_norm = register_module("attention_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps, deferred));
+  ffn_norm = register_module("ffn_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps, deferred));
 }
 
 at::Tensor Block::forward(const at::Tensor& x, const Rope& rope) const {
@@ -127,16 +133,17 @@ at::Tensor Block::forward(const at::Tensor& x, const Rope& rope) const {
   return h + feed_forward->forward(ffn_norm->forward(h));
 }
 
-BlockList::BlockList(const LlamaConfig& c) {
+BlockList::BlockList(const LlamaConfig& c, bool deferred) {
   for (int64_t i = 0; i < c.n_layers; ++i)
-    blocks.push_back(register_module(std::to_string(i), std::make_shared<Block>(c)));
+    blocks.push_back(register_module(std::to_string(i), std::make_shared<Block>(c, deferred)));
 }
 
-Llama::Llama(const LlamaConfig& c) : config_(c) {
-  tok_embeddings = register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.dim));
-  layers = register_module("layers", std::make_shared<BlockList>(c));
-  norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps));
-  if (!c.tie_embeddings) output = register_module("output", std::make_shared<Projection>(c.dim, c.vocab_size));
+Llama::Llama(const LlamaConfig& c, bool deferred) : config_(c) {
+  tok_embeddings = register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.dim, deferred));
+  layers = register_module("layers", std::make_shared<BlockList>(c, deferred));
+  norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps, deferred));
+  if (!c.tie_embeddings)
+    output = register_module("output", std::make_shared<Projection>(c.dim, c.vocab_size, deferred));
 
   // Rotary tables: frequency theta^(-2i/hd) for i < hd/2 (scaled as the config says),
   // duplicated for the two halves.
@@ -182,19 +189,17 @@ at::Tensor Llama::loss(const at::Tensor& logits, const at::Tensor& targets) cons
 
 void Llama::init_weights(uint64_t seed) {
   c10::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const double std = config_.init_std;
-  const double residual_std = std / std::sqrt(2.0 * config_.n_layers);
+  const std::shared_ptr<const ParamSource> source = init_source(seed);
   for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
     at::Tensor& p = item.value();
-    if (p.dim() == 1) {
-      p.fill_(1.0);
-    } else {
-      bool residual = name.find("wo.weight") != std::string::npos || name.find("w2.weight") != std::string::npos;
-      p.normal_(0.0, residual ? residual_std : std, gen);
-    }
+    CADRE_CHECK(p.is_contiguous() && p.scalar_type() == at::kFloat && p.is_cpu(), "Llama.init_weights: '", item.key(),
+                "' is not a contiguous float32 CPU tensor");
+    source->read(item.key(), 0, p.numel(), p.data_ptr<float>());
   }
+}
+
+std::shared_ptr<const ParamSource> Llama::init_source(uint64_t seed) const {
+  return std::make_shared<LlamaInit>(config_, seed);
 }
 
 at::Tensor llama_loss(const at::Tensor& logits, const at::Tensor& targets) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/param_source.h"
 #include "models/llama/config.h"
 
 namespace cadre {
@@ -20,7 +21,7 @@ namespace cadre {
 // A bias-free linear map y = x W^T; W is [out, in] like torch.nn.Linear.
 class Projection : public torch::nn::Module {
  public:
-  Projection(int64_t in, int64_t out);
+  Projection(int64_t in, int64_t out, bool deferred = false);
   at::Tensor forward(const at::Tensor& x) const;
   at::Tensor weight;
 };
@@ -28,13 +29,13 @@ class Projection : public torch::nn::Module {
 // Token embedding table [vocab, dim].
 class Embedding : public torch::nn::Module {
  public:
-  Embedding(int64_t vocab, int64_t dim);
+  Embedding(int64_t vocab, int64_t dim, bool deferred = false);
   at::Tensor weight;
 };
 
 class RMSNorm : public torch::nn::Module {
  public:
-  RMSNorm(int64_t dim, double eps);
+  RMSNorm(int64_t dim, double eps, bool deferred = false);
   at::Tensor forward(const at::Tensor& x) const;
   at::Tensor weight;
   double eps;
@@ -47,7 +48,7 @@ struct Rope {
 
 class Attention : public torch::nn::Module {
  public:
-  explicit Attention(const LlamaConfig& config);
+  explicit Attention(const LlamaConfig& config, bool deferred = false);
   at::Tensor forward(const at::Tensor& x, const Rope& rope) const;
   std::shared_ptr<Projection> wq, wk, wv, wo;
   int64_t n_heads, n_kv_heads, head_dim;  // heads on this rank
@@ -61,7 +62,7 @@ class Attention : public torch::nn::Module {
 
 class FeedForward : public torch::nn::Module {
  public:
-  FeedForward(int64_t dim, int64_t hidden);
+  FeedForward(int64_t dim, int64_t hidden, bool deferred = false);
   at::Tensor forward(const at::Tensor& x) const;
   std::shared_ptr<Projection> w1, w2, w3;  // gate, down, up
   comm::Communicator* tp_group = nullptr;  // w1/w3 column-parallel, w2 row-parallel over it
@@ -69,7 +70,7 @@ class FeedForward : public torch::nn::Module {
 
 class Block : public torch::nn::Module {
  public:
-  explicit Block(const LlamaConfig& config);
+  explicit Block(const LlamaConfig& config, bool deferred = false);
   at::Tensor forward(const at::Tensor& x, const Rope& rope) const;
   std::shared_ptr<RMSNorm> attention_norm, ffn_norm;
   std::shared_ptr<Attention> attention;
@@ -79,13 +80,15 @@ class Block : public torch::nn::Module {
 // Holds the blocks under the names "0", "1", ... so parameters read layers.N.*.
 class BlockList : public torch::nn::Module {
  public:
-  BlockList(const LlamaConfig& config);
+  explicit BlockList(const LlamaConfig& config, bool deferred = false);
   std::vector<std::shared_ptr<Block>> blocks;
 };
 
 class Llama : public torch::nn::Module {
  public:
-  explicit Llama(const LlamaConfig& config);
+  // Deferred: the parameters have shapes and no storage (shard/deferred_param.h); sharding fills
+  // each rank's shard from a ParamSource (init_source, or a checkpoint).
+  explicit Llama(const LlamaConfig& config, bool deferred = false);
 
   // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype. Under tensor
   // parallelism: this rank's vocabulary columns [vocab_start, vocab_start + vocab / tp).
@@ -95,8 +98,11 @@ class Llama : public torch::nn::Module {
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) const;
 
   // Deterministic initialisation from a seed: N(0, init_std) for matrices, with the residual
-  // output projections (wo, w2) scaled by 1/sqrt(2 * n_layers); norms start at one.
+  // output projections (wo, w2) scaled by 1/sqrt(2 * n_layers); norms start at one. Each
+  // element is a function of (seed, parameter name, index) (models/llama/init.h), so the
+  // whole model here and the shards a deferred model fills from init_source are the same bits.
   void init_weights(uint64_t seed);
+  std::shared_ptr<const ParamSource> init_source(uint64_t seed) const;
 
   const LlamaConfig& config() const { return config_; }
   at::Tensor output_weight() const { return output ? output->weight : tok_embeddings->weight; }

@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include "core/error.h"
+#include "shard/deferred_param.h"
 
 namespace cadre {
 namespace {
@@ -56,7 +57,10 @@ std::shared_ptr<TensorParallelLayout> llama_tensor_parallelize(Llama& model, com
     } else {
       const int64_t part = where.global_shape[dim] / tp;
       where.offsets[dim] = t * part;
-      p.set_data(p.narrow(dim, t * part, part).clone());  // only this rank's part stays
+      // Only this rank's part stays (a deferred parameter: only its shape, filled when sharded).
+      std::vector<int64_t> part_shape = where.global_shape;
+      part_shape[dim] = part;
+      p.set_data(has_no_storage(p) ? deferred_empty(part_shape) : p.narrow(dim, t * part, part).clone());
     }
     layout->params.emplace(item.key(), std::move(where));
   }
