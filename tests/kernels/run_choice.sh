@@ -30,6 +30,14 @@ if [[ $needs != "-" ]]; then
   done
 fi
 
+# A setting the environment already has is what the rest of the suite runs under (the same
+# tests, unlabelled): running them again would repeat that, not add a kernel choice.
+if [[ -n $value && ${!name-} == "$value" ]] ||
+   [[ -z $value && -z ${!name+set} && ( $name != OPENBLAS_CORETYPE || -z ${OPENBLAS_L2_SIZE+set} ) ]]; then
+  echo "kernels: $setting is this environment's own, which the rest of the suite runs under: not run again"
+  exit 77
+fi
+
 # The environment of every test process (and the processes they start): the setting alone
 # changed. Unsetting OPENBLAS_CORETYPE unsets OPENBLAS_L2_SIZE with it: a fresh machine has neither.
 run_env=(env)
