@@ -25,6 +25,7 @@ namespace {
 
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kSingleFile = "model.safetensors";
+constexpr int64_t kWidenChunk = int64_t{1} << 20;  // elements read and widened at a time (2 MiB of bf16)
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   CADRE_CONFIG_CHECK(in, "cannot read '", path, "'");
@@ -138,9 +139,15 @@ void HfFolder::read_float32_range(const HfTensor& t, int64_t start, int64_t coun
     pread_all(fds_.at(t.file), reinterpret_cast<char*>(out), bytes, offset, path, what);
     return;
   }
-  at::Tensor raw = at::empty({count}, t.dtype == "BF16" ? at::kBFloat16 : at::kHalf);
-  pread_all(fds_.at(t.file), static_cast<char*>(raw.data_ptr()), bytes, offset, path, what);
-  at::from_blob(out, {count}, at::kFloat).copy_(raw);
+  // Through a bounded buffer: a rank's part of a large tensor never sits in memory twice.
+  const int64_t chunk = std::min<int64_t>(count, kWidenChunk);
+  at::Tensor raw = at::empty({chunk}, t.dtype == "BF16" ? at::kBFloat16 : at::kHalf);
+  for (int64_t done = 0; done < count; done += chunk) {
+    const int64_t n = std::min(chunk, count - done);
+    pread_all(fds_.at(t.file), static_cast<char*>(raw.data_ptr()), static_cast<uint64_t>(n * elem),
+              offset + static_cast<uint64_t>(done * elem), path, what);
+    at::from_blob(out + done, {n}, at::kFloat).copy_(raw.narrow(0, 0, n));
+  }
 }
 
 }  // namespace cadre

@@ -191,7 +191,7 @@ nlohmann::json Trainer::measure(StepFigures& f, int64_t step) {
   if (step > resumed_.step) rates_.push_back(f.rate);
   nlohmann::json record = {{"step", step + 1},         {"loss", f.loss},        {"lr", f.lr},
                            {"grad_norm", f.grad_norm}, {unit_ + "_per_s", f.rate}, {"step_time_s", step_s},
-                           {"rss_bytes", process_rss_bytes()}};
+                           {"rss_bytes", process_rss_bytes()}, {"peak_rss_bytes", process_peak_rss_bytes()}};
   if (f.correct >= 0) record["accuracy"] = f.correct / double(samples_per_step_);
   summary_.final_loss = f.loss;
   return record;

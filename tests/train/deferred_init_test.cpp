@@ -1,6 +1,7 @@
 // Models made in shards (shard/deferred_param.h), checked end to end:
 // - the initial weights are the same bits at every layout (1, 2 and 3 FULL_SHARD ranks,
-//   NO_SHARD, ZeRO-1, tp 2, dp 2 x tp 2) as Llama::init_weights on the whole model;
+//   SHARD_GRAD_OP, HYBRID_SHARD 2 x 2, NO_SHARD, ZeRO-1, tp 2, dp 2 x tp 2) as
+//   Llama::init_weights on the whole model;
 // - from a Hugging Face folder (written by transformers, bf16, two files), each rank's shard
 //   holds exactly the folder's values at any layout, training's first losses equal those after
 //   `cadre ckpt import` + train.init_from, and the ranks together read each tensor byte once;
@@ -126,6 +127,8 @@ TEST_F(DeferredInit, InitialWeightsAreTheSameBitsAtEveryLayout) {
       {"one", {1, {}}},
       {"full2", {2, {"parallel.strategy=FULL_SHARD"}}},
       {"full3", {3, {"parallel.strategy=FULL_SHARD"}}},
+      {"gradop2", {2, {"parallel.strategy=SHARD_GRAD_OP"}}},
+      {"hybrid4", {4, {"parallel.strategy=HYBRID_SHARD", "parallel.shard_group_size=2"}}},
       {"noshard2", {2, {"parallel.strategy=NO_SHARD"}}},
       {"zero1_2", {2, {"parallel.strategy=ZERO1"}}},
       {"tp2", {2, {"parallel.tp_size=2"}}},
