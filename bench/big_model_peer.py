@@ -83,10 +83,9 @@ def worker(rank, args, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     # Everything imported before the baseline, as Cadre's baseline is its loaded binary.
-    import safetensors.torch  # noqa: F401
-    import torch.distributed.checkpoint  # noqa: F401
-    import torch.distributed.checkpoint.state_dict  # noqa: F401
-    import torch.distributed.fsdp  # noqa: F401
+    from safetensors import torch as _safetensors  # noqa: F401
+    from torch.distributed import checkpoint as _dcp, fsdp as _fsdp  # noqa: F401
+    from torch.distributed.checkpoint import state_dict as _state_dict  # noqa: F401
     from transformers import AutoConfig, LlamaForCausalLM  # noqa: F401
     base = status_mib("VmRSS")
     config = AutoConfig.from_pretrained(args.hf)
