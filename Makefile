@@ -5,7 +5,16 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # soak (~11 min, `cd build && ctest -R DeploySbatchRetrySoak`). Nor are the
 # `cuda` tests (they need a GPU: `make gpu-check` runs them); the `gpucheck` rehearsal runs in
 # the libtorch 2.x part only.
-CTEST_FLAGS ?= -LE '^(soak|cuda|gpucheck)$$'
+CTEST_EXCLUDE ?= soak|cuda|gpucheck
+CTEST_FLAGS ?= -LE '^($(CTEST_EXCLUDE))$$'
+# `unit` tests are in-process and single-threaded (each gtest case its own process, most of its
+# time spent loading libtorch): they run $(nproc) at a time; every other label runs one test at a
+# time, as the multi-process tests' ranks need the cores. Both passes run even when one fails.
+# $(1): ctest's -L option choosing the labels to run (empty: all), $(2): the labels to leave out.
+CTEST_SPLIT = run_ctest() { ctest --output-on-failure --timeout 900 "$$@"; }; \
+  run_ctest -j $$(nproc) -L '^unit$$' -LE '^($(2))$$'; unit=$$?; \
+  run_ctest $(1) -LE '^(unit|$(2))$$'; rest=$$?; \
+  [ $$unit -eq 0 ] && [ $$rest -eq 0 ]
 
 .PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz soak sanitize demo mnist vision bench clean
 
@@ -45,7 +54,7 @@ test: setup
 
 test-torch1: build
 	@echo "== libtorch 1.13 (Debian): the whole suite in $(BUILD)/"
-	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
+	@cd $(BUILD) && $(call CTEST_SPLIT,,$(CTEST_EXCLUDE))
 
 # libtorch 2.x from the project venv's torch wheel (or your own: TORCH2_PREFIX=<dir holding
 # share/cmake/Torch>), C++20, CADRE_CUDA=ON against the CUDA toolkit and NCCL. No benchmarks or
@@ -59,7 +68,7 @@ test-torch2: setup-torch
 	@cmake -S . -B $(TORCH2_BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_PREFIX_PATH="$(TORCH2_PREFIX)" \
 	  $(TORCH2_CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TORCH2_BUILD) -j $$(nproc)
-	@cd $(TORCH2_BUILD) && ctest --output-on-failure --timeout 900 -L '^(unit|torch2|kernels)$$'
+	@cd $(TORCH2_BUILD) && $(call CTEST_SPLIT,-L '^(torch2|kernels)$$',$(CTEST_EXCLUDE))
 
 # On a machine with a GPU (docs/gpu.md): build with CUDA, the `cuda` tests, the small and 0.9B
 # Llama against PyTorch eager and compiled, CPU/GPU parity and checkpoint round trip, a table.

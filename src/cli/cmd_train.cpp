@@ -1,6 +1,8 @@
-// `cadre train --config <yaml> [--resume auto|none|PATH] [--set key=value ...]`.
+// `cadre train --config <yaml> [--resume auto|none|PATH] [--set key=value ...]
+//  [--dry-run [--world-size N]]`.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -8,6 +10,7 @@
 #include "core/error.h"
 #include "core/signal_thread.h"
 #include "models/registry.h"
+#include "train/dry_run.h"
 #include "train/init_from.h"
 #include "train/load_only.h"
 #include "train/trainer.h"
@@ -16,22 +19,39 @@ namespace cadre {
 
 namespace {
 
+struct TrainArgs {
+  Config config;
+  bool dry_run = false;
+  int64_t world_size = 0;  // --dry-run's world (0: WORLD_SIZE, or 1)
+};
+
 // The config `cadre train ARGS` runs with: the file, then --resume and --set on top.
-Config train_config(const Args& args) {
+TrainArgs train_args(const Args& args) {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string resume;
-  Flags flags("cadre train --config <yaml> [--resume auto|none|PATH] [--set section.key=value ...]");
+  TrainArgs out;
+  Flags flags("cadre train --config <yaml> [--resume auto|none|PATH] [--set section.key=value ...] "
+              "[--dry-run [--world-size N]]");
   flags.add("--config", &config_path, "YAML config (see configs/)");
   flags.add("--resume", &resume,
             "auto (default): newest complete checkpoint, fresh start if none; none: fresh start, "
             "refused if checkpoints exist; or a checkpoint path (same as --set checkpoint.resume=...)");
   flags.add("--set", &overrides, "override a config key, e.g. --set train.steps=100 (repeatable)");
+  flags.add("--dry-run", &out.dry_run,
+            "print the per-rank memory estimate (and check train.memory_limit) without starting or allocating");
+  flags.add("--world-size", &out.world_size, "with --dry-run: the ranks to plan for (default WORLD_SIZE, or 1)");
   auto rest = flags.parse(args);
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
   CADRE_CONFIG_CHECK(!config_path.empty(), "--config is required\n", flags.usage());
+  CADRE_CONFIG_CHECK(out.dry_run || out.world_size == 0, "--world-size is --dry-run's (a run's ranks come from its launcher)");
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
-  return config_load(config_path, overrides);
+  out.config = config_load(config_path, overrides);
+  if (out.dry_run && out.world_size == 0) {
+    const char* world = std::getenv("WORLD_SIZE");
+    out.world_size = world && *world ? std::atoll(world) : 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -40,7 +60,7 @@ std::string train_run_dir(const Args& args) {
   for (const auto& a : args)
     if (a == "--help" || a == "-h") return "";
   try {
-    return train_config(args).run.dir;
+    return train_args(args).config.run.dir;
   } catch (const Error&) {
     return "";  // the worker reports its own bad arguments
   }
@@ -55,9 +75,14 @@ int cmd_train(const Args& args) {
   // The stop and flight-recorder signals run their handlers on one waiting thread, never on a
   // thread inside oneDNN's JIT GEMM (core/signal_thread.h); before any thread starts.
   route_signals_to_one_thread({SIGTERM, SIGINT, SIGUSR1});
-  Config config = train_config(args);
+  TrainArgs parsed = train_args(args);
+  Config& config = parsed.config;
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work
+  if (parsed.dry_run) {
+    train_dry_run(config, parsed.world_size);
+    return 0;
+  }
   TrainSummary s = config.train.steps == 0 ? train_load_only(config) : train_run(config);
   if (s.load_only) {
     if (s.lead) std::printf("loaded the model in %.2f s (train.steps 0: nothing trained)\n", s.load_s);

@@ -79,6 +79,10 @@ struct TrainConfig {
   // Model keys the config leaves out are taken from that checkpoint's config. Ignored when
   // the run resumes from a checkpoint of its own.
   std::string init_from;
+  // The memory each rank may use ("24GiB", "512MiB", bytes; "" or 0: no limit but the memory
+  // cgroup the process is in). A run whose estimate (train/memory_estimate.h) exceeds the
+  // limit stops before allocating, with the breakdown and exit code 2.
+  std::string memory_limit;
 };
 
 struct MixedPrecisionConfig {

@@ -20,6 +20,7 @@ int64_t read_kb_field(const char* path, const std::string& key) {
 
 int64_t process_rss_bytes() { return read_kb_field("/proc/self/status", "VmRSS"); }
 int64_t process_peak_rss_bytes() { return read_kb_field("/proc/self/status", "VmHWM"); }
+int64_t process_anon_rss_bytes() { return read_kb_field("/proc/self/status", "RssAnon"); }
 int64_t machine_available_bytes() { return read_kb_field("/proc/meminfo", "MemAvailable"); }
 
 }  // namespace cadre

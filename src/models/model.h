@@ -94,6 +94,16 @@ class CausalLm {
   virtual std::unique_ptr<Decoder> decoder(const DecodeOptions& options) const = 0;
 };
 
+// One micro-batch on one rank, as activation_bytes sees it.
+struct ActivationShape {
+  int64_t batch = 1;          // samples per micro-batch on this rank
+  int64_t seq_len = 1;        // tokens per sample (or pixels per side, for an image model)
+  int64_t compute_bytes = 4;  // bytes per element of the compute dtype
+  bool checkpointing = false; // parallel.activation_checkpointing
+  int64_t tp_size = 1;
+  bool cuda = false;          // on a GPU (where a model may take other kernels, e.g. fused attention)
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -132,6 +142,10 @@ class Model {
   // "llama 35.7M parameters, 8 layers, dim 512": for the log.
   virtual std::string describe() const = 0;
   virtual int64_t param_count() const = 0;
+  // Peak bytes of activations one micro-batch holds on one rank: what autograd keeps for the
+  // backward, plus the working set of the backward's largest step; -1 where the model does not
+  // say (the memory estimate then says it leaves them out).
+  virtual int64_t activation_bytes(const ActivationShape& shape) const { return -1; }
   // Forward + backward FLOPs per sample; 0 when not modelled.
   virtual double flops_per_sample(int64_t sample_len) const { return 0; }
   // What one sample counts as in throughput figures: "tokens" (seq_len per sample) or "images".

@@ -23,6 +23,8 @@ std::string group_name(const std::string& a, const std::string& b) {
              : a + ".." + b;
 }
 
+}  // namespace
+
 RootParams root_params(torch::nn::Module& root) {
   RootParams out;
   for (const auto& item : root.named_parameters(/*recurse=*/true)) {
@@ -34,20 +36,26 @@ RootParams root_params(torch::nn::Module& root) {
   return out;
 }
 
-}  // namespace
-
 void FsdpTree::ensure_init() {
+  check_not_absorbed();
+  if (initialized_) return;
+  set_root();
+  build_flats(*root_);
+  initialized_ = true;
+}
+
+void FsdpTree::check_not_absorbed() const {
   CADRE_CHECK(!absorbed, "this FSDP handle's units were taken in by fully_shard on an enclosing module; "
                          "use the handle that call returned");
-  if (initialized_) return;
+}
+
+void FsdpTree::set_root() {
   Unit& root_unit = *units.back();
   CADRE_CHECK(root_unit.modules.size() == 1, "the root of an FSDP tree must be one module, not a group of ",
               root_unit.modules.size());
   root_ = root_unit.modules[0];
   check_options();
   name_units();
-  build_flats(*root_);
-  initialized_ = true;
 }
 
 void FsdpTree::check_options() {

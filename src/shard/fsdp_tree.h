@@ -12,6 +12,7 @@
 //   fsdp_optimizer_view.cpp  the shard pieces the optimizer updates, zero_grad, clipping
 //   fsdp_buffers.cpp         broadcast of buffers and frozen parameters from rank 0
 //   fsdp_diagnostics.cpp     memory accounting, replicas_identical
+//   fsdp_plan.cpp            what set-up will allocate, computed without allocating
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +32,7 @@
 #include "shard/flat_param.h"
 #include "shard/fully_shard.h"
 #include "shard/module_hooks.h"
+#include "shard/shard_plan.h"
 
 namespace cadre::detail {
 
@@ -94,6 +96,8 @@ struct RootParams {
   std::unordered_map<const c10::TensorImpl*, std::string> names;
   std::unordered_map<const c10::TensorImpl*, size_t> position;  // index in `params`
 };
+// The root's parameters in its order, each once.
+RootParams root_params(torch::nn::Module& root);
 // Parameter -> index of the unit that owns it (the innermost unit containing it).
 using Ownership = std::unordered_map<const c10::TensorImpl*, size_t>;
 
@@ -119,6 +123,7 @@ class FsdpTree {
   void prefetch_next_forward();
   bool replicas_identical();
   ShardMemory memory() const;
+  ShardPlan plan();  // before or after set-up; allocates nothing (fsdp_plan.cpp)
 
   std::vector<std::unique_ptr<FlatParam>> flats;
   std::vector<at::Tensor> pieces;
@@ -135,6 +140,8 @@ class FsdpTree {
   bool zero1() const { return options.strategy == Strategy::Zero1; }
 
   // Set-up (fsdp_layout.cpp, ddp_buckets.cpp, fsdp_optimizer_view.cpp).
+  void check_not_absorbed() const;
+  void set_root();  // the root module, the options checked, the units named
   void check_options();
   void name_units();
   void build_flats(torch::nn::Module& root);

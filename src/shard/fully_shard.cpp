@@ -160,6 +160,11 @@ int FSDPModule::replica_index() {
 }
 std::vector<std::pair<std::string, at::Tensor>> FSDPModule::unsharded_state() { return tree().unsharded; }
 ShardMemory FSDPModule::memory() { return tree().memory(); }
+
+ShardPlan FSDPModule::plan() {
+  CADRE_CHECK(tree_, "empty FSDPModule handle");
+  return tree_->plan();
+}
 const TensorParallelLayout* FSDPModule::tensor_parallel() { return tree().options.tensor_parallel.get(); }
 const std::vector<std::unique_ptr<FlatParam>>& FSDPModule::flat_params() { return tree().flats; }
 bool FSDPModule::replicas_identical() { return tree().replicas_identical(); }

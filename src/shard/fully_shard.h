@@ -56,6 +56,7 @@
 #include "comm/comm.h"
 #include "core/param_source.h"
 #include "core/strategy.h"
+#include "shard/shard_plan.h"
 #include "shard/flat_param.h"
 #include "shard/placement.h"
 
@@ -179,6 +180,9 @@ class FSDPModule {
   std::vector<std::pair<std::string, at::Tensor>> unsharded_state();
 
   ShardMemory memory();
+  // What this rank's units hold once set up, computed from shapes without allocating (a
+  // deferred model's plan before its shards exist).
+  ShardPlan plan();
   // The tensor-parallel layout the units were made with (null without tensor parallelism).
   const TensorParallelLayout* tensor_parallel();
   const std::vector<std::unique_ptr<FlatParam>>& flat_params();

@@ -1,6 +1,7 @@
 // Building a run before its first step (see run_setup.h), in this order: config and inputs,
 // run directory, threads, sharding options, flight recorder, mesh and groups, the model's
-// weights (made in shards for a deferred model), parallelization, optimizer, data.
+// weights (made in shards for a deferred model), parallelization, the memory check
+// (memory_check.h: before the shards are allocated), optimizer, data.
 #include "train/run_setup.h"
 
 #include <ATen/Parallel.h>
@@ -23,6 +24,7 @@
 #include "optim/make_optimizer.h"
 #include "rdzv/membership.h"
 #include "train/init_from.h"
+#include "train/memory_check.h"
 
 namespace fs = std::filesystem;
 
@@ -71,15 +73,6 @@ void set_threads(int64_t threads) {
     at::set_num_interop_threads(1);
     interop_set = true;
   }
-}
-
-FullyShardOptions shard_options_of(const ParallelConfig& p) {
-  auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
-  FullyShardOptions o;
-  o.strategy = p.strategy;
-  o.mixed_precision = {dtype(p.mixed_precision.param_dtype), dtype(p.mixed_precision.reduce_dtype)};
-  o.prefetch = p.prefetch;
-  return o;
 }
 
 // The config, the model and the inputs, checked; the run directory with the resolved config.
@@ -165,6 +158,7 @@ void set_up_model(RunSetup& r) {
   else initialise_whole(r);
   const auto t0 = std::chrono::steady_clock::now();
   r.sharded = r.model->parallelize(*r.mesh, r.shard_options, c.parallel);
+  r.memory = check_run_memory(r);  // before the shards exist: a run that cannot fit stops here
   r.sharded.flat_params();  // the tree set up: a deferred model's shards allocated and filled
   r.model_ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t_start).count();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -176,6 +170,15 @@ void set_up_model(RunSetup& r) {
 
 }  // namespace
 
+FullyShardOptions shard_options_of(const ParallelConfig& p) {
+  auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
+  FullyShardOptions o;
+  o.strategy = p.strategy;
+  o.mixed_precision = {dtype(p.mixed_precision.param_dtype), dtype(p.mixed_precision.reduce_dtype)};
+  o.prefetch = p.prefetch;
+  return o;
+}
+
 std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env) {
   auto r = std::make_unique<RunSetup>();
   r->t_start = std::chrono::steady_clock::now();
@@ -184,6 +187,7 @@ std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<c
   r->shard_options = shard_options_of(r->c.parallel);
   set_up_mesh(*r);
   r->rss_before_model = process_rss_bytes();
+  r->anon_before_model = process_anon_rss_bytes();
   set_up_model(*r);
   if (r->c.train.steps == 0) return r;  // load only: no optimizer, no data
   r->train_data = BatchSource::open(r->c.data.dir, Split::Train, static_cast<uint64_t>(r->c.train.seed), r->c.data,

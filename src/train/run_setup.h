@@ -20,6 +20,7 @@
 #include "shard/fully_shard.h"
 #include "shard/parallel_groups.h"
 #include "train/batch_source.h"
+#include "train/memory_fit.h"
 
 namespace cadre {
 
@@ -42,8 +43,10 @@ struct RunSetup {
   std::shared_ptr<const ParamSource> param_source;
   std::shared_ptr<HfParamSource> hf_source;
   FSDPModule sharded;                   // the model's FSDP (or DDP, ZeRO-1) handle
+  FitCheck memory;                      // the estimate it was checked against before its shards were made
   double model_ready_s = 0;             // from run_set_up's start until the shards were made
   int64_t rss_before_model = 0;         // resident bytes once the mesh was up, before the model
+  int64_t anon_before_model = 0;        // the anonymous part of them (memory_fit.h)
   std::unique_ptr<Optimizer> optimizer;  // optim.name's, over this rank's float32 shard (null: train.steps 0)
   LrSchedule schedule{};
   std::unique_ptr<BatchSource> train_data;  // null when train.steps is 0
@@ -53,6 +56,9 @@ struct RunSetup {
 // Collective over the job (the mesh; for a model that initialises itself whole, the broadcast
 // of its weights). With train.steps 0 it stops after the model: no optimizer, no data. The ranks are the
 // launcher's (JobEnv::from_env) unless `env` says otherwise (a group re-formed in memory).
+// The sharding options parallel.* asks for (strategy, mixed precision, prefetch; no groups yet).
+FullyShardOptions shard_options_of(const ParallelConfig& p);
+
 std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env = std::nullopt);
 
 }  // namespace cadre

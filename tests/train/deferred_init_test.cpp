@@ -274,8 +274,9 @@ TEST_F(DeferredInit, NoRankEverHoldsTheWholeModel) {
     }
   }
 
-  // The control: one rank, which must hold the whole model, does not fit the same limit (the
-  // kernel kills it: SIGKILL, 137).
+  // The control: one rank, which would hold the whole model, does not fit the same limit. It
+  // finds the limit in its cgroup and stops before allocating the model, with exit code 2 and
+  // the breakdown, rather than being killed by the kernel part way in.
   {
     RankCgroups cgroups("one", 1, limit);
     cadre::testing::RankOptions o;
@@ -283,7 +284,23 @@ TEST_F(DeferredInit, NoRankEverHoldsTheWholeModel) {
     std::vector<std::string> argv = {CADRE_BIN, "train", "--config", path("large.yaml"), "--set",
                                      "run.dir=" + path("limited-one"), "--set", "train.init_from=" + hf};
     auto one = cadre::testing::run_ranks(1, argv, o);
-    EXPECT_EQ(one[0].exit_code, 137) << one[0].output;
+    EXPECT_EQ(one[0].exit_code, 2) << one[0].output;
+    EXPECT_NE(one[0].output.find("would not fit its memory"), std::string::npos) << one[0].output;
+    EXPECT_NE(one[0].output.find("memory.limit_in_bytes) must hold 1 rank"), std::string::npos) << one[0].output;
+    EXPECT_EQ(one[0].output.find("load: rank"), std::string::npos) << "it stopped before loading";
+    EXPECT_EQ(cgroups.failcnt(0), 0) << "it never reached the limit";
+  }
+  // Ranks of one job in one cgroup count together: each half fits the limit, both do not.
+  {
+    RankCgroups shared("shared", 1, limit);
+    cadre::testing::RankOptions o;
+    o.prefix = [&](int) { return shared.prefix(0); };
+    auto both = train("limited-shared", {"train.init_from=" + hf}, o);
+    for (const auto& r : both) {
+      EXPECT_EQ(r.exit_code, 2) << cadre::testing::describe(both);
+      EXPECT_NE(r.output.find("would not fit its memory"), std::string::npos) << r.output;
+    }
+    EXPECT_NE(both[0].output.find("must hold 2 ranks of this job"), std::string::npos) << both[0].output;
   }
 
   // Without a limit: the peak above the process's own baseline is its shard and the largest
@@ -300,6 +317,10 @@ TEST_F(DeferredInit, NoRankEverHoldsTheWholeModel) {
     ASSERT_GT(params, 0) << r.output;
     EXPECT_NEAR(params, float32_bytes / 2.0 / (1 << 20), 1.0) << "a float32 half of the model";
     EXPECT_LE(peak - baseline, 1.1 * (params + unit) + 32) << r.output;
+    // The estimate printed before loading is what loading held above the baseline, within 15%.
+    const double estimate = mib_after(r.output, R"(estimate_bytes=(\d+))") / (1 << 20);
+    EXPECT_GT(estimate, 0.85 * (peak - baseline)) << r.output;
+    EXPECT_LT(estimate, 1.15 * (peak - baseline)) << r.output;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(init_from: rank \d read (\d+) of (\d+) bytes)"))) << r.output;
     const double read = std::stod(m[1]), total = std::stod(m[2]);

@@ -2,6 +2,7 @@
 #include "models/llama/llama_model.h"
 
 #include "core/error.h"
+#include "models/llama/activation_memory.h"
 #include "models/llama/decode.h"
 #include "models/llama/decode_device.h"
 #include "models/llama/parallelize.h"
@@ -43,6 +44,10 @@ int64_t LlamaModel::param_count() const { return llama_param_count(config_); }
 std::unique_ptr<Decoder> LlamaModel::decoder(const DecodeOptions& options) const {
   if (options.device.is_cpu()) return std::make_unique<LlamaDecoder>(*llama_, options);
   return std::make_unique<LlamaDeviceDecoder>(*llama_, options);
+}
+
+int64_t LlamaModel::activation_bytes(const ActivationShape& shape) const {
+  return llama_activation_bytes(config_, shape);
 }
 
 double LlamaModel::flops_per_sample(int64_t seq_len) const {

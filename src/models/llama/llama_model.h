@@ -26,6 +26,7 @@ class LlamaModel : public Model, public CausalLm {
   std::string describe() const override;
   int64_t param_count() const override;
   double flops_per_sample(int64_t seq_len) const override;
+  int64_t activation_bytes(const ActivationShape& shape) const override;
   const char* throughput_unit() const override { return "tokens"; }
   const CausalLm* causal_lm() const override { return this; }
 

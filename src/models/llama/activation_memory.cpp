@@ -1,0 +1,33 @@
+// Llama's activations, counted from what model.cpp's forward leaves autograd, per token, in
+// elements of the compute dtype, with H heads, KV kv-heads, F hidden units and V vocabulary
+// entries per tensor-parallel rank:
+//   a block keeps  2D  its input and attention_norm's output (read by wq, wk, wv)
+//                  4Hh q after RoPE, k and v repeated to H heads, the heads' output (read by wo)
+//                  HT  the causal softmax's probabilities, T keys per query (none where the
+//                      GPU's fused attention runs: it keeps H log-sum-exps in float32)
+//                  2D  the residual sum and ffn_norm's output (read by w1, w3)
+//                  3F  w1's and w3's outputs (read by SwiGLU) and SwiGLU's (read by w2);
+//                      4F where SwiGLU is not the fused CPU float32 kernel: silu(w1's) too
+//   the head keeps D (the final norm's output) and V (the logits, read by the fused cross
+//   entropy); its backward adds V (the logits' gradient).
+// With activation checkpointing a block keeps only its input (D) until the backward recomputes
+// it, so one block's set is alive at a time. The backward of a block makes gradients about the
+// size of what it keeps, counted once more as the working set.
+#include "models/llama/activation_memory.h"
+
+
+namespace cadre {
+
+int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s) {
+  const int64_t tp = s.tp_size, D = c.dim, hd = c.dim / c.n_heads;
+  const int64_t H = c.n_heads / tp, F = llama_ffn_dim(c) / tp, V = c.vocab_size / tp, T = s.seq_len;
+  const int64_t probs = llama_uses_sdpa(c, s.cuda) ? (H * 4 + s.compute_bytes - 1) / s.compute_bytes : H * T;
+  const bool fused_swiglu = !s.cuda && s.compute_bytes == 4;  // models/fused_swiglu.cpp
+  const int64_t block = 2 * D + 4 * H * hd + probs + 2 * D + (fused_swiglu ? 3 : 4) * F;
+  const int64_t head = D + 2 * V;
+  const int64_t blocks_kept = s.checkpointing ? c.n_layers * D + block : c.n_layers * block;
+  const int64_t per_token = D /* the embedding's output */ + blocks_kept + block /* backward working set */ + head;
+  return per_token * s.batch * T * s.compute_bytes;
+}
+
+}  // namespace cadre

@@ -1,0 +1,42 @@
+// ShardPlan's sums and regrouping (shard_plan.h).
+#include "shard/shard_plan.h"
+
+#include <algorithm>
+
+namespace cadre {
+
+int64_t ShardPlan::numel() const {
+  int64_t n = 0;
+  for (const auto& f : flats) n += f.numel;
+  return n;
+}
+
+int64_t ShardPlan::padded_numel() const {
+  int64_t n = 0;
+  for (const auto& f : flats) n += f.padded;
+  return n;
+}
+
+int64_t ShardPlan::shard_numel() const {
+  int64_t n = 0;
+  for (const auto& f : flats) n += f.shard_numel;
+  return n;
+}
+
+int64_t ShardPlan::largest_padded() const {
+  int64_t most = 0;
+  for (const auto& f : flats) most = std::max(most, f.padded);
+  return most;
+}
+
+ShardPlan ShardPlan::regrouped(int group) const {
+  ShardPlan out = *this;
+  out.shard_group = strategy_shards_parameters(strategy) || strategy == Strategy::Zero1 ? group : 1;
+  for (auto& f : out.flats) {
+    f.padded = (f.numel + out.shard_group - 1) / out.shard_group * out.shard_group;
+    f.shard_numel = f.padded / out.shard_group;
+  }
+  return out;
+}
+
+}  // namespace cadre

@@ -1,0 +1,106 @@
+// estimate_memory (memory_estimate.h): FlatParam's allocations (shard/flat_param.cpp) per
+// strategy, with S the elements this rank keeps of the trainable parameters, N all of them
+// (padded), U the largest unit's, c the compute dtype's bytes, g a whole gradient's (c on the
+// CPU when sharded over more than one rank: the reduce-scatter widens it; else 4) and K the
+// optimizer's bytes per parameter:
+//   FULL_SHARD, HYBRID_SHARD  4S masters, 4S gradients, KS state; a backward holds two units
+//                             whole (the one computing and the next, gathered ahead), each
+//                             with its gradient: 2U(c + g) (U(c + g) without prefetch)
+//   SHARD_GRAD_OP             the same, but every unit stays whole from the forward to its
+//                             backward: Nc + 2Ug
+//   NO_SHARD                  4N (+ cN for a compute copy in another dtype), 4N, KN
+//   ZERO1                     cN compute parameters (the master when c = 4, else + 4S),
+//                             cN whole gradients, KS
+// Accumulating unsharded keeps every unit's whole gradient between micro-batches: + Ng.
+// Loading only (train.steps 0) allocates no optimizer and touches no sharded gradient. Each
+// buffer is counted as the pages it makes resident (huge pages round it up; estimate_memory).
+#include "train/memory_estimate.h"
+
+#include <fstream>
+
+#include "core/byte_size.h"
+
+namespace cadre {
+
+int64_t MemoryEstimate::total() const {
+  return params + grads + optimizer + gathered + (activations > 0 ? activations : 0) + unsharded;
+}
+
+std::string MemoryEstimate::to_text() const {
+  std::string text = "parameters " + format_bytes(params) + " + gradients " + format_bytes(grads) + " + optimizer " +
+                     format_bytes(optimizer) + " + gathered units " + format_bytes(gathered) + " + activations " +
+                     (activations < 0 ? std::string("(not estimated for this model)") : format_bytes(activations));
+  if (unsharded > 0) text += " + whole frozen parameters and buffers " + format_bytes(unsharded);
+  return text + " = " + format_bytes(total());
+}
+
+nlohmann::json MemoryEstimate::to_json() const {
+  return {{"params", params},       {"grads", grads},     {"optimizer", optimizer}, {"gathered", gathered},
+          {"activations", activations}, {"unsharded", unsharded}, {"total", total()}};
+}
+
+namespace {
+
+// Resident bytes of one allocation: with transparent huge pages (the CPU block cache asks for
+// them) a block of 2 MiB or more is made resident in whole 2 MiB pages.
+int64_t resident(int64_t bytes, int64_t page) {
+  return page > 0 && bytes >= page ? (bytes + page - 1) / page * page : bytes;
+}
+
+// Σ over flat parameters of one buffer of `bytes_per_element` x (shard or padded) elements each.
+int64_t per_flat(const ShardPlan& plan, int64_t bytes_per_element, bool whole, int64_t page) {
+  int64_t sum = 0;
+  for (const auto& f : plan.flats) sum += resident(bytes_per_element * (whole ? f.padded : f.shard_numel), page);
+  return sum;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const EstimateInputs& in) {
+  const ShardPlan& plan = in.plan;
+  const int64_t S = plan.shard_numel(), N = plan.padded_numel(), U = plan.largest_padded(), page = in.huge_page_bytes;
+  const int64_t c = in.compute_bytes, K = in.optimizer_bytes_per_param;
+  const int64_t g = plan.shard_group > 1 && in.cpu ? c : 4;
+  auto shards = [&](int64_t bytes_per_element) { return per_flat(plan, bytes_per_element, false, page); };
+  auto wholes = [&](int64_t bytes_per_element) { return per_flat(plan, bytes_per_element, true, page); };
+  MemoryEstimate e;
+  e.unsharded = plan.frozen_bytes + plan.buffer_bytes;
+  switch (plan.strategy) {
+    case Strategy::NoShard:
+      e.params = wholes(4) + (c != 4 ? wholes(c) : 0);
+      e.grads = wholes(4);
+      e.optimizer = K * N;
+      break;
+    case Strategy::Zero1:
+      e.params = wholes(c) + (c != 4 ? shards(4) : 0);
+      e.grads = wholes(c);
+      e.optimizer = K * S;
+      break;
+    default: {
+      const int64_t units_whole = in.prefetch ? 2 : 1;
+      e.params = shards(4);
+      e.grads = 4 * S;      // mapped directly, not from the block cache: no huge pages
+      e.optimizer = K * S;  // one tensor per parameter's piece, most of them small
+      e.gathered = plan.strategy == Strategy::ShardGradOp
+                       ? wholes(c) + units_whole * resident(U * g, page)
+                       : units_whole * (resident(U * c, page) + resident(U * g, page));
+      if (in.accumulate_unsharded) e.grads += wholes(g);
+    }
+  }
+  if (!in.training) {
+    e.optimizer = e.gathered = 0;
+    if (strategy_shards_parameters(plan.strategy)) e.grads = 0;  // zero pages until a backward writes them
+  }
+  e.activations = in.training ? in.activations : 0;
+  return e;
+}
+
+int64_t host_huge_page_bytes() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string setting;
+  std::getline(in, setting);
+  const bool on = setting.find("[always]") != std::string::npos || setting.find("[madvise]") != std::string::npos;
+  return on ? int64_t(2) << 20 : 0;
+}
+
+}  // namespace cadre
