@@ -5,23 +5,19 @@
 
 namespace cadre {
 
-int64_t ShardPlan::numel() const {
+namespace {
+
+int64_t sum_of(const std::vector<FlatPlan>& flats, int64_t FlatPlan::*field) {
   int64_t n = 0;
-  for (const auto& f : flats) n += f.numel;
+  for (const auto& f : flats) n += f.*field;
   return n;
 }
 
-int64_t ShardPlan::padded_numel() const {
-  int64_t n = 0;
-  for (const auto& f : flats) n += f.padded;
-  return n;
-}
+}  // namespace
 
-int64_t ShardPlan::shard_numel() const {
-  int64_t n = 0;
-  for (const auto& f : flats) n += f.shard_numel;
-  return n;
-}
+int64_t ShardPlan::numel() const { return sum_of(flats, &FlatPlan::numel); }
+int64_t ShardPlan::padded_numel() const { return sum_of(flats, &FlatPlan::padded); }
+int64_t ShardPlan::shard_numel() const { return sum_of(flats, &FlatPlan::shard_numel); }
 
 int64_t ShardPlan::largest_padded() const {
   int64_t most = 0;
