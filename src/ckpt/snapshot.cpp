@@ -18,10 +18,20 @@ size_t snapshot_piece_bytes(const SnapshotPiece& piece) {
   return static_cast<size_t>(piece.box.numel() * dtype_element_size(piece.dtype));
 }
 
+namespace {
+// Offsets rounded to 64 bytes keep every piece aligned for its dtype and for vector copies.
+size_t aligned(size_t offset) { return (offset + 63) / 64 * 64; }
+}  // namespace
+
+void Snapshot::reserve(const std::vector<size_t>& piece_bytes) {
+  size_t end = size_;
+  for (size_t n : piece_bytes) end = aligned(end) + n;
+  if (bytes_.size() < end) bytes_.resize(end);
+}
+
 char* Snapshot::add(SnapshotPiece piece) {
   const size_t n = snapshot_piece_bytes(piece);
-  // Offsets rounded to 64 bytes keep every piece aligned for its dtype and for vector copies.
-  piece.offset = (size_ + 63) / 64 * 64;
+  piece.offset = aligned(size_);
   size_ = piece.offset + n;
   if (bytes_.size() < size_) bytes_.resize(size_ + size_ / 4);  // headroom: later snapshots rarely regrow
   pieces_.push_back(std::move(piece));

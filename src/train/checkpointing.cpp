@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "ckpt/host_staging.h"
 #include "core/config.h"
@@ -120,6 +122,23 @@ at::Tensor rng_state() {
   return gen.get_state();
 }
 
+// The bytes of every piece stage_train_state adds, in the order it adds them: each of this
+// rank's shard pieces (the parameter, then each optimizer state), the buffers, the RNG state.
+std::vector<size_t> staged_sizes(FSDPModule& model, const std::vector<size_t>& mine, size_t states,
+                                 const std::vector<std::pair<std::string, at::Tensor>>& buffers, const at::Tensor& rng) {
+  const auto& layout = model.piece_layout();
+  const TensorParallelLayout* tp = model.tensor_parallel();
+  std::vector<size_t> sizes;
+  for (size_t k : mine)
+    for (size_t copy = 0; copy <= states; ++copy)
+      for (const Box& box : box_split_range(global_place(layout[k], tp).part, layout[k].start,
+                                            model.parameters()[k].numel()))
+        sizes.push_back(static_cast<size_t>(box.numel()) * sizeof(float));
+  for (const auto& b : buffers) sizes.push_back(static_cast<size_t>(b.second.nbytes()));
+  sizes.push_back(static_cast<size_t>(rng.numel()));
+  return sizes;
+}
+
 }  // namespace
 
 void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank, bool stage_cpu_as_device) {
@@ -127,31 +146,38 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
   const std::vector<OptimizerState> state = optimizer.state();
+  // What this rank writes: a shard that several replicas hold is written once (units are
+  // spread over the replicas so they share the writing), a tensor-parallel copy once.
+  std::vector<size_t> mine;
+  for (size_t k = 0; k < layout.size(); ++k)
+    if (static_cast<int>(layout[k].unit % model.replica_count()) == model.replica_index() &&
+        writes_tensor_parallel_copy(layout[k], tp))
+      mine.push_back(k);
+  // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
+  std::vector<std::pair<std::string, at::Tensor>> buffers;
+  if (rank == 0)
+    for (const auto& [name, t] : model.unsharded_state()) buffers.emplace_back(name, t.contiguous());
+  at::Tensor rng = rng_state();
+
+  snapshot.reserve(staged_sizes(model, mine, state.size(), buffers, rng));
+
   Staging staging;
   staging.cpu_too = stage_cpu_as_device;
-  for (size_t k = 0; k < layout.size(); ++k) {
+  for (size_t k : mine) {
     const ShardPiece& where = layout[k];
-    // A shard that several replicas hold is written once; units are spread over the replicas
-    // so they share the writing.
-    if (static_cast<int>(where.unit % model.replica_count()) != model.replica_index()) continue;
-    if (!writes_tensor_parallel_copy(where, tp)) continue;
     const GlobalPlace place = global_place(where, tp);
     stage_float(snapshot, staging, "model." + where.name, where, place, pieces[k]);
     for (const OptimizerState& s : state)
       stage_float(snapshot, staging, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
   }
-  // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
-  if (rank == 0)
-    for (const auto& [name, t] : model.unsharded_state()) {
-      const at::Tensor values = t.contiguous();
-      const std::string dtype = buffer_dtype(values, name);
-      char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), box_whole(values.sizes().vec()), 0});
-      if (staging.queues(values))
-        staging.copies->add(values, {snapshot.pieces().size() - 1});
-      else
-        std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
-    }
-  at::Tensor rng = rng_state();
+  for (const auto& [name, values] : buffers) {
+    const std::string dtype = buffer_dtype(values, name);
+    char* out = snapshot.add({"buffer." + name, dtype, values.sizes().vec(), box_whole(values.sizes().vec()), 0});
+    if (staging.queues(values))
+      staging.copies->add(values, {snapshot.pieces().size() - 1});
+    else
+      std::memcpy(out, values.data_ptr(), static_cast<size_t>(values.nbytes()));
+  }
   char* out = snapshot.add({str("rng.cpu.rank", rank), "uint8", {rng.numel()}, box_whole({rng.numel()}), 0});
   std::memcpy(out, rng.data_ptr(), static_cast<size_t>(rng.numel()));
   if (staging.copies->queued() == 0) return;

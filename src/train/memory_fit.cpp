@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "core/byte_size.h"
 #include "core/error.h"
@@ -11,46 +12,55 @@
 namespace cadre {
 namespace {
 
-// The process's memory cgroup directory: v1's "N:memory:/path" line or v2's "0::/path".
-std::string own_cgroup_dir() {
+// The process's memory cgroup as (mount, path below it): v1's "N:memory:/path" line or v2's
+// "0::/path". In a container with its own cgroup namespace the path is "/" and the mount's top
+// is the container's own cgroup.
+std::pair<std::string, std::string> own_cgroup() {
   std::ifstream in("/proc/self/cgroup");
-  std::string line, v2;
+  std::string line;
+  std::pair<std::string, std::string> v2;
   while (std::getline(in, line)) {
     const size_t a = line.find(':'), b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
     std::stringstream list(controllers);
     for (std::string name; std::getline(list, name, ',');)
-      if (name == "memory") return "/sys/fs/cgroup/memory" + path;
-    if (controllers.empty()) v2 = "/sys/fs/cgroup" + path;
+      if (name == "memory") return {"/sys/fs/cgroup/memory", path};
+    if (controllers.empty()) v2 = {"/sys/fs/cgroup", path};
   }
   return v2;
 }
 
-// A limit file's value: bytes, or -1 for "max" (v2) and v1's "no limit" (a page-rounded
-// LONG_MAX), or a missing file.
+// A limit file's value: bytes, or -1 for "max" (v2), v1's "no limit" (a page-rounded
+// LONG_MAX) and a missing file.
 int64_t read_limit(const std::string& file) {
   std::ifstream in(file);
   std::string text;
   if (!(in >> text) || text == "max") return -1;
-  const long long value = std::stoll(text);
-  return value >= (1LL << 62) ? -1 : value;
+  try {
+    const long long value = std::stoll(text);
+    return value >= (1LL << 62) ? -1 : value;
+  } catch (const std::exception&) {
+    throw Error(str(file, ": '", text, "' is not a memory limit"));
+  }
 }
 
 }  // namespace
 
 CgroupLimit memory_cgroup_limit() {
-  std::string dir = own_cgroup_dir();
+  const auto [mount, own] = own_cgroup();
   CgroupLimit best;
-  // A parent's limit binds its children too: the tightest on the way up.
-  while (!dir.empty() && dir != "/sys/fs/cgroup" && dir != "/sys/fs/cgroup/memory") {
+  if (mount.empty()) return best;
+  // A parent's limit binds its children too: the tightest from the process's cgroup up to the top.
+  std::string path = own;
+  while (true) {
+    const std::string dir = path == "/" || path.empty() ? mount : mount + path;
     for (const char* name : {"/memory.limit_in_bytes", "/memory.max"}) {
       const int64_t bytes = read_limit(dir + name);
       if (bytes >= 0 && (best.bytes < 0 || bytes < best.bytes)) best = {bytes, dir + name};
     }
-    const size_t slash = dir.rfind('/');
-    if (slash == std::string::npos) break;
-    dir.resize(slash);
+    if (dir == mount) break;
+    path.resize(path.rfind('/'));
   }
   return best;
 }

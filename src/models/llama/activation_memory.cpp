@@ -12,9 +12,12 @@
 //   entropy); its backward adds V (the logits' gradient).
 // With activation checkpointing a block keeps only its input (D) until the backward recomputes
 // it, so one block's set is alive at a time. The backward of a block makes gradients about the
-// size of what it keeps, counted once more as the working set.
+// size of what it keeps, counted once more as the working set. And the backward makes each
+// weight's gradient as a new tensor before adding it to the unit's gradient buffer: the largest
+// is the embedding's (or the head's), V x D, the whole table's gradient however few tokens
+// the batch has (the embedding's backward is dense): at a 128256-token vocabulary that tensor,
+// not the tokens, is most of the working set.
 #include "models/llama/activation_memory.h"
-
 
 namespace cadre {
 
@@ -27,7 +30,7 @@ int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s) {
   const int64_t head = D + 2 * V;
   const int64_t blocks_kept = s.checkpointing ? c.n_layers * D + block : c.n_layers * block;
   const int64_t per_token = D /* the embedding's output */ + blocks_kept + block /* backward working set */ + head;
-  return per_token * s.batch * T * s.compute_bytes;
+  return (per_token * s.batch * T + V * D) * s.compute_bytes;
 }
 
 }  // namespace cadre
