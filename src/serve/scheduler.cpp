@@ -191,6 +191,10 @@ void Scheduler::step() {
   for (const auto& [i, n] : fed) running_[i].sequence->mark_fed(n);
   const int64_t vocab = logits.size(1);
   const auto now = Clock::now();
+  // Counted before any result is pushed: a client that has its last token reads /metrics at
+  // once, and must find it counted.
+  metrics_.tokens(0, static_cast<int64_t>(sampled.size()));
+  metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()));
   for (size_t k = 0; k < sampled.size(); ++k) {
     Running& r = running_[sampled[k]];
     StepResult result = r.sequence->accept(logits.data_ptr<float>() + static_cast<int64_t>(k) * vocab, vocab);
@@ -201,8 +205,6 @@ void Scheduler::step() {
     const bool finished = result.finish != Finish::None;
     r.request->push({r.choice, std::move(result)}, finished);
   }
-  metrics_.tokens(0, static_cast<int64_t>(sampled.size()));
-  metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()));
   // The batch's size changes as requests come and go, and with it the blocks a step takes:
   // every 64 steps those no step took since the last trim go back to the system.
   if (++steps_ % 64 == 0) cpu_block_cache::trim_unused();
