@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <variant>
 
@@ -54,6 +55,7 @@ std::vector<Field> config_fields(Config& c) {
       {"train.check_replicas", &c.train.check_replicas},
       {"train.init_from", &c.train.init_from},
       {"train.memory_limit", &c.train.memory_limit},
+      {"train.freeze", &c.train.freeze},
       {"parallel.strategy", &c.parallel.strategy},
       {"parallel.shard_group_size", &c.parallel.shard_group_size},
       {"parallel.tp_size", &c.parallel.tp_size},
@@ -224,6 +226,13 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(!c.model.arch.empty(), "model.arch must name a model");
   CADRE_CONFIG_CHECK(c.data.batch_size > 0, "data.batch_size must be positive");
   if (!c.train.memory_limit.empty()) parse_byte_size(c.train.memory_limit, "train.memory_limit");
+  if (!c.train.freeze.empty()) {
+    try {
+      const std::regex compiled(c.train.freeze, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw ConfigError(str("train.freeze: '", c.train.freeze, "' is not a regular expression: ", e.what()));
+    }
+  }
   CADRE_CONFIG_CHECK(c.data.workers >= 0, "data.workers must be >= 0 (0: from the cores), got ", c.data.workers);
   CADRE_CONFIG_CHECK(c.data.prefetch >= 1, "data.prefetch must be >= 1, got ", c.data.prefetch);
   CADRE_CONFIG_CHECK(c.data.image_size >= 1 && c.data.resize_size >= c.data.image_size,

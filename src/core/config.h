@@ -83,6 +83,11 @@ struct TrainConfig {
   // cgroup the process is in). A run whose estimate (train/memory_estimate.h) exceeds the
   // limit stops before allocating, with the breakdown and exit code 2.
   std::string memory_limit;
+  // Parameters that do not train: those whose names this regular expression (ECMAScript,
+  // searched, as std::regex_search) matches, e.g. "^(tok_embeddings|layers\\.[0-7]\\.)" for the
+  // embedding and the first eight blocks (llama-recipes' freeze_layers). They are sharded like
+  // the others, with no gradient and no optimizer state. "" (the default): all train.
+  std::string freeze;
 };
 
 struct MixedPrecisionConfig {

@@ -54,8 +54,9 @@ at::Tensor zeros_on_first_touch(int64_t numel, const at::TensorOptions& options)
 
 FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
                      int group_size, int group_rank, at::ScalarType compute, bool replicated,
-                     bool compute_dtype_grads, const ParamValues& values_of, std::optional<c10::Device> device)
-    : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)) {
+                     bool compute_dtype_grads, const ParamValues& values_of, std::optional<c10::Device> device,
+                     bool trainable_params)
+    : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)), trainable(trainable_params) {
   c10::NoGradGuard no_grad;
   CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
   for (auto& p : params) {
@@ -90,7 +91,12 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   }
   for (size_t i = 0; i < params.size(); ++i)
     params[i].set_data(full.narrow(0, offsets[i], numels[i]).view(params[i].sizes()));
+  if (trainable) make_grad_buffers(group_size, replicated, compute_dtype_grads, compute, on_device);
+}
 
+void FlatParam::make_grad_buffers(int group_size, bool replicated, bool compute_dtype_grads, at::ScalarType compute,
+                                  const at::TensorOptions& on_device) {
+  const bool shard_only = group_size > 1 && !replicated;
   // Sharded, the whole gradient is freed as soon as the tree is set up (fsdp_layout.cpp) and
   // zeroed when a backward allocates it again: never touched here.
   const at::TensorOptions grad_options = on_device.dtype(replicated || compute_dtype_grads ? compute : at::kFloat);
@@ -133,6 +139,9 @@ void FlatParam::full_free() {
   CADRE_CHECK(!master_is_full() && !master_in_full(), "FSDP unit ", unit, ": cannot free a full buffer that holds the master");
   storage_resize(full, 0);
 }
+std::pair<int64_t, int64_t> FlatParam::shard_range(size_t i) const {
+  return {std::max(offsets[i], shard_offset), std::min(offsets[i] + numels[i], shard_offset + shard_numel)};
+}
 int64_t FlatParam::full_bytes() const { return padded * static_cast<int64_t>(full.element_size()); }
 int64_t FlatParam::grad_bytes() const { return padded * static_cast<int64_t>(grad_full.element_size()); }
 
@@ -141,7 +150,7 @@ void FlatParam::relink_grads() {
     if (!params[i].grad().defined() || !params[i].grad().is_same(grad_views[i])) params[i].mutable_grad() = grad_views[i];
 }
 
-bool FlatParam::grad_allocated() const { return storage_allocated(grad_full); }
+bool FlatParam::grad_allocated() const { return trainable && storage_allocated(grad_full); }
 void FlatParam::grad_allocate_zero() {
   if (grad_allocated()) return;
   storage_resize(grad_full, grad_bytes());

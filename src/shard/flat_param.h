@@ -9,10 +9,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <c10/core/Device.h>
+#include <c10/core/TensorOptions.h>
 
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cadre {
@@ -32,6 +34,7 @@ struct FlatParam {
   int64_t shard_numel = 0;          // padded / group size
   int64_t shard_offset = 0;         // this rank's shard starts here in the full buffer
 
+  bool trainable = true;  // false: frozen parameters (no gradient buffers at all: grad_full, grad_shard undefined)
   at::Tensor full;       // compute dtype [padded]; storage freed when the unit is resharded
   at::Tensor grad_full;  // [padded]; the params' .grad are views of it; float32 or the compute dtype (below)
   // Micro-batches' gradients kept under no_sync while grad_full is in the compute dtype and not
@@ -50,9 +53,11 @@ struct FlatParam {
   // `replicated` (ZeRO-1): full and grad_full stay whole; with float32 compute the master is
   // the own block of `full` itself. grad_full holds the compute dtype when `replicated` or
   // `compute_dtype_grads` (the gradients autograd produces, unconverted), float32 otherwise.
+  // Frozen parameters (requires_grad off; `trainable` false) get the same master, full buffer
+  // and views, and no gradient buffers: grad_full and grad_shard stay undefined.
   FlatParam(std::string unit, std::vector<std::string> names, std::vector<at::Tensor> params, int group_size,
             int group_rank, at::ScalarType compute, bool replicated = false, bool compute_dtype_grads = false,
-            const ParamValues& values = {}, std::optional<c10::Device> device = std::nullopt);
+            const ParamValues& values = {}, std::optional<c10::Device> device = std::nullopt, bool trainable = true);
 
   bool full_allocated() const;
   void full_allocate();  // storage back to its size (contents undefined)
@@ -69,14 +74,21 @@ struct FlatParam {
   bool master_is_full() const { return master.is_same(full); }
   // The master (gradient shard) lives inside the full buffer (gradient): ZeRO-1's own block.
   bool master_in_full() const { return master.storage().is_alias_of(full.storage()); }
-  bool grad_shard_in_full() const { return grad_shard.storage().is_alias_of(grad_full.storage()); }
+  bool grad_shard_in_full() const {
+    return trainable && grad_shard.storage().is_alias_of(grad_full.storage());
+  }
   // Points each parameter's .grad back at its view of grad_full when something replaced it
   // (Module::zero_grad with set_to_none drops it; the next backward would then miss the buffer).
   void relink_grads();
+  // Parameter i's elements inside this rank's shard, as [lo, hi) of the full buffer (empty when
+  // lo >= hi): what the optimizer updates and a checkpoint writes of it.
+  std::pair<int64_t, int64_t> shard_range(size_t i) const;
   int64_t full_bytes() const;  // bytes of the full buffer when allocated
   int64_t grad_bytes() const;  // bytes of the full gradient when allocated
 
  private:
+  void make_grad_buffers(int group_size, bool replicated, bool compute_dtype_grads, at::ScalarType compute,
+                         const at::TensorOptions& on_device);
   void fill_values(int64_t lo, at::Tensor& out, const ParamValues& values_of) const;
 };
 

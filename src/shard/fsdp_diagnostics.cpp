@@ -18,6 +18,8 @@ void FsdpTree::note_working_set() {
     if (!f->grad_shard.is_same(f->grad_full) && f->grad_allocated()) grads += f->grad_bytes();
     if (f->grad_carry.defined()) grads += f->grad_carry.nbytes();
   }
+  for (auto& f : frozen_flats)
+    if (!f->master_is_full() && f->full_allocated()) gathered += f->full_bytes();
   peak_working_ = std::max(peak_working_, gathered + grads);
   peak_whole_grads_ = std::max(peak_whole_grads_, grads);
 }
@@ -40,6 +42,10 @@ ShardMemory FsdpTree::memory() const {
     m.grads += (f->grad_shard_in_full() ? 0 : f->shard_numel * static_cast<int64_t>(f->grad_shard.element_size())) +
                (grad_at_rest ? f->grad_bytes() : 0);
   }
+  for (auto& f : frozen_flats) {  // no gradients; not in the parameter counts, which are the trained ones
+    const bool full_at_rest = f->master_in_full() || !free_after_backward_;
+    m.frozen += (f->master_in_full() ? 0 : f->shard_numel * 4) + (full_at_rest ? f->full_bytes() : 0);
+  }
   return m;
 }
 
@@ -50,7 +56,10 @@ bool FsdpTree::replicas_identical() {
   std::vector<comm::Communicator*> groups;
   if (options.groups.shard) groups.push_back(options.groups.shard);
   if (options.groups.replica) groups.push_back(options.groups.replica);
-  for (auto& f : flats) {
+  std::vector<FlatParam*> all;
+  for (auto& f : flats) all.push_back(f.get());
+  for (auto& f : frozen_flats) all.push_back(f.get());
+  for (FlatParam* f : all) {
     at::Tensor full = f->master;
     if (options.groups.shard) {
       full = at::empty({f->padded}, f->master.options().dtype(at::kFloat));

@@ -17,9 +17,7 @@
 namespace cadre::detail {
 
 // Nothing to do when a gather is in flight or the full buffer is current (not stale).
-void FsdpTree::gather_start(size_t k) {
-  FlatParam& f = *flats[k];
-  FlatState& st = *state_[k];
+void FsdpTree::gather_start(FlatParam& f, FlatState& st) {
   if (st.gather_pending || (f.full_allocated() && !st.stale)) return;
   st.stale = false;
   f.full_allocate();
@@ -35,26 +33,24 @@ void FsdpTree::gather_start(size_t k) {
   st.gather_pending = true;
 }
 
-void FsdpTree::gather_wait(size_t k) {
-  gather_start(k);
-  FlatState& st = *state_[k];
+void FsdpTree::gather_wait(FlatParam& f, FlatState& st) {
+  gather_start(f, st);
   if (st.gather_pending) {
-    finish_gather(k);
-    CADRE_CHECK(st.stale || flats[k]->master._version() == st.sent_version, "FSDP unit ", flats[k]->unit,
+    finish_gather(f, st);
+    CADRE_CHECK(st.stale || f.master._version() == st.sent_version, "FSDP unit ", f.unit,
                 ": its parameters changed in place while their all-gather was in flight (prefetch_next_forward "
                 "before the optimizer step?); prefetch after the step, or call mark_updated after changing them");
-    gather_start(k);  // again when marked updated while it was in flight
-    if (st.gather_pending) finish_gather(k);
+    gather_start(f, st);  // again when marked updated while it was in flight
+    if (st.gather_pending) finish_gather(f, st);
   }
   note_working_set();
 }
 
-void FsdpTree::finish_gather(size_t k) {
-  FlatState& st = *state_[k];
+void FsdpTree::finish_gather(FlatParam& f, FlatState& st) {
   try {
     st.gather_work.wait();
   } catch (const std::exception& e) {
-    throw Error(str("FSDP unit ", flats[k]->unit, ": gathering its parameters failed: ", e.what()));
+    throw Error(str("FSDP unit ", f.unit, ": gathering its parameters failed: ", e.what()));
   }
   st.gather_pending = false;
   st.gather_send = at::Tensor();
@@ -62,11 +58,31 @@ void FsdpTree::finish_gather(size_t k) {
 
 // Frees the full buffer's storage (the views stay; autograd's saved tensors share the storage,
 // so regathering into it before the unit's backward restores them).
-void FsdpTree::reshard(size_t k) {
-  FlatParam& f = *flats[k];
+void FsdpTree::reshard(FlatParam& f, FlatState& st) {
   if (f.master_is_full() || !f.full_allocated() || keeps_full()) return;
-  if (state_[k]->gather_pending) finish_gather(k);  // it writes into the buffer
+  if (st.gather_pending) finish_gather(f, st);  // it writes into the buffer
   f.full_free();
+}
+
+// A unit's flat parameters: its trainable one, then its frozen one (the same order on every rank).
+void FsdpTree::unit_gather_start(const Unit& u) {
+  if (u.flat >= 0) gather_start(static_cast<size_t>(u.flat));
+  if (u.frozen >= 0) gather_start(*frozen_flats[u.frozen], *frozen_state_[u.frozen]);
+}
+
+void FsdpTree::unit_gather_wait(const Unit& u) {
+  if (u.flat >= 0) gather_wait(static_cast<size_t>(u.flat));
+  if (u.frozen >= 0) gather_wait(*frozen_flats[u.frozen], *frozen_state_[u.frozen]);
+}
+
+void FsdpTree::unit_reshard(const Unit& u) {
+  if (u.flat >= 0) reshard(static_cast<size_t>(u.flat));
+  if (u.frozen >= 0) reshard(*frozen_flats[u.frozen], *frozen_state_[u.frozen]);
+}
+
+void FsdpTree::reshard_everything() {
+  for (size_t k = 0; k < flats.size(); ++k) reshard(k);
+  for (size_t k = 0; k < frozen_flats.size(); ++k) reshard(*frozen_flats[k], *frozen_state_[k]);
 }
 
 }  // namespace cadre::detail

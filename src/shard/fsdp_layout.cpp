@@ -1,7 +1,7 @@
 // Setting a tree up at its first forward (or first use of its handle): unit names, which unit
-// owns each parameter, the parameters that stay unsharded, one flat parameter per unit (or per
-// DDP bucket, ddp_buckets.cpp) and the gradient hooks that tell the schedule a flat
-// parameter's gradients are complete.
+// owns each parameter, the buffers (unsharded), one flat parameter per unit (or per DDP bucket,
+// ddp_buckets.cpp) and the gradient hooks that tell the schedule a flat parameter's gradients
+// are complete; frozen parameters get flat parameters of their own (fsdp_frozen.cpp).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
@@ -92,11 +92,13 @@ void FsdpTree::build_flats(torch::nn::Module& root) {
   std::unordered_set<size_t> owning_units;
   for (const auto& [impl, u] : owner) owning_units.insert(u);
   units_with_params_ = static_cast<int64_t>(owning_units.size());
-  list_unsharded(root, params, owner);
+  check_param_dtypes(params);
+  list_buffers(root);
 
   std::vector<std::string> flat_names;
-  const std::vector<std::vector<at::Tensor>> by_flat =
-      sharded() ? group_by_unit(params, owner, flat_names) : group_into_buckets(params, owner, flat_names);
+  std::vector<int> unit_of;
+  const std::vector<std::vector<at::Tensor>> by_flat = sharded() ? group_by_unit(params, owner, true, flat_names, unit_of)
+                                                                 : group_into_buckets(params, owner, flat_names);
   std::vector<size_t> piece_rank;  // each piece's parameter's position in the root's order
   for (size_t k = 0; k < by_flat.size(); ++k) {
     add_flat(flat_names[k], by_flat[k], params);
@@ -106,7 +108,12 @@ void FsdpTree::build_flats(torch::nn::Module& root) {
     if (free_after_backward_ && !f.master_is_full()) f.full_free();
     if (free_after_backward_ && !f.grad_shard.is_same(f.grad_full)) f.grad_free();
   }
+  for (size_t k = 0; k < unit_of.size(); ++k) {  // sharded: flat k is unit_of[k]'s
+    units[unit_of[k]]->flat = static_cast<int>(k);
+    state_[k]->unit = unit_of[k];
+  }
   order_pieces_for_norm(piece_rank);
+  build_frozen_flats(params, owner);
   order_.position.assign(units.size(), -1);
 }
 
@@ -139,25 +146,15 @@ Ownership FsdpTree::assign_owners(const RootParams& root) const {
   return owner;
 }
 
-// Frozen parameters, then buffers: full on every rank, broadcast in a training forward (a
-// deferred one is materialised whole, here). The parameters that are flattened must be float32
-// (the compute dtype is MixedPrecision's).
-void FsdpTree::list_unsharded(torch::nn::Module& root, const RootParams& root_params, const Ownership& owner) {
-  for (const auto& p : root_params.params) {
-    const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
-    const std::string& name = root_params.names.at(impl);
-    if (!p.requires_grad() || !owner.count(impl)) {
-      if (has_no_storage(p)) {
-        at::Tensor whole = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat).device(options.device));
-        deferred_values({name}, {p})(0, 0, whole.view({-1}));
-        at::Tensor(p).set_data(whole);
-      }
-      unsharded.emplace_back(name, p);
-      continue;
-    }
-    CADRE_CHECK(p.scalar_type() == at::kFloat, "parameter '", name, "' is ", p.scalar_type(),
-                "; FSDP keeps float32 parameters (compute dtype comes from MixedPrecision)");
-  }
+// Every parameter is flattened, frozen or not: float32 (the compute dtype is MixedPrecision's).
+void FsdpTree::check_param_dtypes(const RootParams& root_params) const {
+  for (const auto& p : root_params.params)
+    CADRE_CHECK(p.scalar_type() == at::kFloat, "parameter '", root_params.names.at(p.unsafeGetTensorImpl()), "' is ",
+                p.scalar_type(), "; FSDP keeps float32 parameters (compute dtype comes from MixedPrecision)");
+}
+
+// Buffers stay whole on every rank, broadcast in a training forward (fsdp_buffers.cpp).
+void FsdpTree::list_buffers(torch::nn::Module& root) {
   for (const auto& item : root.named_buffers(/*recurse=*/true)) {
     bool seen = false;
     for (const auto& [name, t] : unsharded) seen = seen || t.is_same(item.value());
@@ -165,18 +162,20 @@ void FsdpTree::list_unsharded(torch::nn::Module& root, const RootParams& root_pa
   }
 }
 
-// The sharded strategies: one flat parameter per unit that owns parameters, named after it.
+// The sharded strategies: one flat parameter per unit that owns trainable (or frozen)
+// parameters, named after it.
 std::vector<std::vector<at::Tensor>> FsdpTree::group_by_unit(const RootParams& root, const Ownership& owner,
-                                                             std::vector<std::string>& flat_names) {
+                                                             bool trainable, std::vector<std::string>& flat_names,
+                                                             std::vector<int>& unit_of) const {
   std::vector<std::vector<at::Tensor>> by_flat;
   for (auto& u : units) {
     std::vector<at::Tensor> mine;
     for (const auto& p : root.params) {
       auto it = owner.find(p.unsafeGetTensorImpl());
-      if (p.requires_grad() && it != owner.end() && it->second == u->index) mine.push_back(p);
+      if (p.requires_grad() == trainable && it != owner.end() && it->second == u->index) mine.push_back(p);
     }
     if (mine.empty()) continue;
-    u->flat = static_cast<int>(by_flat.size());
+    unit_of.push_back(static_cast<int>(u->index));
     by_flat.push_back(std::move(mine));
     flat_names.push_back(u->name);
   }
@@ -184,6 +183,13 @@ std::vector<std::vector<at::Tensor>> FsdpTree::group_by_unit(const RootParams& r
 }
 
 void FsdpTree::add_flat(const std::string& name, const std::vector<at::Tensor>& params, const RootParams& root) {
+  flats.push_back(make_flat(name, params, root, /*trainable=*/true));
+  state_.push_back(std::make_unique<FlatState>());
+  hook_grad_accumulators(flats.size() - 1);
+}
+
+std::unique_ptr<FlatParam> FsdpTree::make_flat(const std::string& name, const std::vector<at::Tensor>& params,
+                                               const RootParams& root, bool trainable) const {
   comm::Communicator* shard = options.groups.shard;
   const int group = shard ? shard->size() : 1, group_rank = shard ? shard->rank() : 0;
   std::vector<std::string> names;
@@ -195,11 +201,8 @@ void FsdpTree::add_flat(const std::string& name, const std::vector<at::Tensor>& 
   const ParamValues values = deferred_values(names, params);
   const c10::Device device = values ? options.device : params.front().device();
   const bool compute_dtype_grads = sharded() && !zero1() && group > 1 && device.is_cpu();
-  flats.push_back(std::make_unique<FlatParam>(name, names, params, group, group_rank,
-                                              options.mixed_precision.param_dtype, zero1(), compute_dtype_grads,
-                                              values, device));
-  state_.push_back(std::make_unique<FlatState>());
-  hook_grad_accumulators(flats.size() - 1);
+  return std::make_unique<FlatParam>(name, names, params, group, group_rank, options.mixed_precision.param_dtype,
+                                     zero1(), compute_dtype_grads, values, device, trainable);
 }
 
 // How a flat parameter's deferred parameters are filled: from options.param_source, each rank

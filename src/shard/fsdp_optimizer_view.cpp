@@ -17,8 +17,7 @@ namespace cadre::detail {
 void FsdpTree::add_optimizer_pieces(size_t k, const RootParams& root, std::vector<size_t>& piece_rank) {
   FlatParam& f = *flats[k];
   for (size_t i = 0; i < f.params.size(); ++i) {
-    const int64_t lo = std::max(f.offsets[i], f.shard_offset);
-    const int64_t hi = std::min(f.offsets[i] + f.numels[i], f.shard_offset + f.shard_numel);
+    const auto [lo, hi] = f.shard_range(i);
     if (lo >= hi) continue;
     at::Tensor piece = f.master.narrow(0, lo - f.shard_offset, hi - lo);
     // Not a view (optimizers detach_() gradients, which views refuse) but the same bytes:

@@ -14,25 +14,23 @@ ShardPlan FsdpTree::plan() {
   ShardPlan out;
   out.strategy = options.strategy;
   out.shard_group = sharded() && shard ? shard->size() : 1;
-  auto trainable = [&](const at::Tensor& p) { return p.requires_grad() && owner.count(p.unsafeGetTensorImpl()); };
-  for (const auto& p : params.params)
-    if (!trainable(p)) out.frozen_bytes += p.numel() * int64_t(sizeof(float));
   for (const auto& b : root_->buffers(/*recurse=*/true)) out.buffer_bytes += b.numel() * int64_t(b.element_size());
   if (!sharded()) {  // NO_SHARD: whole buffers, in buckets that need no padding
-    FlatPlan all{"buckets", 0, 0, 0};
-    for (const auto& p : params.params)
-      if (trainable(p)) all.numel += p.numel();
-    all.padded = all.shard_numel = all.numel;
+    FlatPlan all{"buckets", 0, 0, 0}, frozen{"frozen", 0, 0, 0};
+    for (const auto& p : params.params) (p.requires_grad() ? all : frozen).numel += p.numel();
+    for (FlatPlan* f : {&all, &frozen}) f->padded = f->shard_numel = f->numel;
     if (all.numel > 0) out.flats.push_back(all);
+    if (frozen.numel > 0) out.frozen.push_back(frozen);
     return out;
   }
   for (auto& u : units) {
-    FlatPlan f{u->name, 0, 0, 0};
+    FlatPlan trained{u->name, 0, 0, 0}, frozen{u->name, 0, 0, 0};
     for (const auto& p : params.params) {
       auto it = owner.find(p.unsafeGetTensorImpl());
-      if (p.requires_grad() && it != owner.end() && it->second == u->index) f.numel += p.numel();
+      if (it != owner.end() && it->second == u->index) (p.requires_grad() ? trained : frozen).numel += p.numel();
     }
-    if (f.numel > 0) out.flats.push_back(f);
+    if (trained.numel > 0) out.flats.push_back(trained);
+    if (frozen.numel > 0) out.frozen.push_back(frozen);
   }
   return out.regrouped(out.shard_group);
 }

@@ -15,6 +15,8 @@
 //   gradients complete    the reduction issued (NO_SHARD: buckets in index order); finished ones
 //                         folded in and all but the newest waited for, so at most two unsharded
 //                         gradients are alive; reshard per strategy
+//   a unit's backward done  the gradients of its inputs and its own parameters complete: its
+//                         frozen parameters resharded per strategy (fsdp_frozen.cpp)
 //   end of the backward   the remaining reductions waited for and folded in (HYBRID_SHARD's
 //                         replica all-reduce runs inside the fold), compute copies marked stale
 // Collectives must be issued in the same order on every rank: the autograd engine runs nodes in
@@ -40,8 +42,7 @@ void ExecutionOrder::record(size_t unit) {
 }
 
 void FsdpTree::prefetch_unit(size_t unit) {
-  const int k = units[unit]->flat;
-  if (options.prefetch && k >= 0) gather_start(static_cast<size_t>(k));
+  if (options.prefetch) unit_gather_start(*units[unit]);
 }
 
 // The next forward starts with the root's unit and then the first unit of the last forward:
@@ -49,25 +50,26 @@ void FsdpTree::prefetch_unit(size_t unit) {
 // before that forward; root_pre_forward and pre_forward then only wait for them.
 void FsdpTree::prefetch_next_forward() {
   if (!sharded() || !options.prefetch) return;
-  if (units.back()->flat >= 0) gather_start(static_cast<size_t>(units.back()->flat));
+  unit_gather_start(*units.back());
   const std::vector<size_t>& last = order_.current.empty() ? order_.previous : order_.current;
   if (!last.empty()) prefetch_unit(last[0]);
 }
 
-void FsdpTree::pre_forward(Unit& u) {
+void FsdpTree::pre_forward(Unit& u, const std::vector<at::Tensor>& inputs) {
   if (&u == units.back().get()) {
     root_pre_forward();
+    watch_inputs(u, inputs);
     return;
   }
   CADRE_CHECK(forward_active_, "FSDP unit '", u.name.empty() ? "?" : u.name,
               "' was called outside the forward of its root module; call the root through cadre::call");
   if (u.entered++ == 0) order_.record(u.index);
-  if (u.flat < 0) return;
-  gather_wait(static_cast<size_t>(u.flat));
+  watch_inputs(u, inputs);
+  if (u.flat < 0 && u.frozen < 0) return;
+  unit_gather_wait(u);
   // Forward prefetch: the unit that came next in the last forward.
   const size_t pos = static_cast<size_t>(order_.position[u.index]);
-  if (pos + 1 < order_.previous.size() && units[order_.previous[pos + 1]]->flat != u.flat)
-    prefetch_unit(order_.previous[pos + 1]);
+  if (pos + 1 < order_.previous.size()) prefetch_unit(order_.previous[pos + 1]);
 }
 
 void FsdpTree::root_pre_forward() {
@@ -77,21 +79,21 @@ void FsdpTree::root_pre_forward() {
   order_.start_forward(units.size());
   const bool grad = at::GradMode::is_enabled();
   if (grad) {
+    for (auto& st : frozen_state_) st->inputs_pending = 0;  // a forward whose backward never ran
     clear_reduced_zero1_grads();
     relink_grads();
     if (options.broadcast_buffers && root_->is_training()) broadcast_buffers();
   }
-  if (!sharded()) {
-    for (size_t k = 0; k < flats.size(); ++k) gather_wait(k);  // refreshes stale compute copies
+  if (!sharded()) {  // refreshes stale compute copies
+    for (size_t k = 0; k < flats.size(); ++k) gather_wait(k);
+    for (size_t k = 0; k < frozen_flats.size(); ++k) gather_wait(*frozen_flats[k], *frozen_state_[k]);
     return;
   }
   // The root's parameters are used first and last (an embedding, a head): it stays gathered
   // from the start of the forward to the end of the backward, as in PyTorch FSDP.
+  unit_gather_wait(*units.back());
   int root_flat = units.back()->flat;
-  if (root_flat >= 0) {
-    gather_wait(static_cast<size_t>(root_flat));
-    if (grad) flats[root_flat]->grad_allocate_zero();
-  }
+  if (root_flat >= 0 && grad) flats[root_flat]->grad_allocate_zero();
   if (!order_.previous.empty()) prefetch_unit(order_.previous[0]);
 }
 
@@ -100,20 +102,19 @@ void FsdpTree::post_forward(Unit& u, const std::vector<at::Tensor>& outputs) {
   if (&u == units.back().get()) {
     forward_active_ = false;
     if (grad) hook_outputs(u.index, outputs);
-    else
-      for (size_t k = 0; k < flats.size(); ++k) reshard(k);  // inference: nothing stays gathered
+    else reshard_everything();  // inference: nothing stays gathered
     return;
   }
   if (grad) hook_outputs(u.index, outputs);
   // A grouped unit is resharded after the last of its modules.
   const bool group_done = u.entered % static_cast<int64_t>(u.modules.size()) == 0;
-  if (u.flat < 0 || !group_done) return;
+  if ((u.flat < 0 && u.frozen < 0) || !group_done) return;
   // The unit the last forward ended with has its backward next, right after the loss: freeing
   // it only to gather it again at once would put a gather before the backward with nothing to
   // hide it behind (FSDP2 leaves this to its user: reshard_after_forward=False on the last
   // layer). It is resharded after its backward.
   if (grad && ends_the_forward(u)) return;
-  if (free_after_forward_ || !grad) reshard(static_cast<size_t>(u.flat));
+  if (free_after_forward_ || !grad) unit_reshard(u);
 }
 
 bool FsdpTree::ends_the_forward(const Unit& u) const {
@@ -129,11 +130,9 @@ void FsdpTree::hook_outputs(size_t u, const std::vector<at::Tensor>& outputs) {
 // Runs when the gradient of one of the unit's outputs is ready, right before its backward.
 void FsdpTree::pre_backward(size_t u) {
   ensure_final_callback();
-  int k = units[u]->flat;
-  if (k >= 0) {
-    gather_wait(static_cast<size_t>(k));
-    flats[k]->grad_allocate_zero();
-  }
+  unit_gather_wait(*units[u]);
+  const int k = units[u]->flat;
+  if (k >= 0) flats[k]->grad_allocate_zero();
   // Backward prefetch: the unit that ran before this one in the forward runs next now (after
   // the root's outputs, the last unit of the forward).
   const int64_t pos = u + 1 == units.size() ? static_cast<int64_t>(order_.current.size()) : order_.position[u];
@@ -165,7 +164,8 @@ void FsdpTree::grads_ready(size_t k) {
   }
   // During accumulation SHARD_GRAD_OP keeps the unit gathered: no communication at all until
   // the last micro-batch. FULL_SHARD frees it (it is gathered again for the next forward).
-  if (free_after_forward_ || (free_after_backward_ && reduce_now)) reshard(k);
+  if (frees_in_backward()) reshard(k);
+  if (state_[k]->unit >= 0) frozen_maybe_done(static_cast<size_t>(state_[k]->unit));
 }
 
 // Buckets launch in index order on every rank, whatever order they complete in: a bucket
@@ -196,6 +196,7 @@ void FsdpTree::finish_backward() {
     st.ready = false;
     st.pending = static_cast<int64_t>(f.params.size());
   }
+  frozen_finish_backward();
   if (!reduce_now) {  // accumulating: the gradients stay unsharded until the last micro-batch
     for (auto& f : flats) f->carry_grads();
     return;
@@ -207,7 +208,7 @@ void FsdpTree::finish_backward() {
   reducing_.clear();
   // Without a group nothing was in flight; a low-precision reduction still lands in float32.
   for (size_t k = 0; k < flats.size(); ++k) reduce_finish(k);
-  mark_updated();  // an optimizer step comes next: compute copies refresh at the next gather
+  mark_trainable_updated();  // an optimizer step comes next: compute copies refresh at the next gather
 }
 
 }  // namespace cadre::detail

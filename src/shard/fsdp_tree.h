@@ -10,7 +10,9 @@
 //   fsdp_reduce.cpp          reduce-scatter of gradients, HYBRID_SHARD's replica all-reduce
 //   zero1.cpp                ZeRO-1's reduction into the own block of a whole gradient
 //   fsdp_optimizer_view.cpp  the shard pieces the optimizer updates, zero_grad, clipping
-//   fsdp_buffers.cpp         broadcast of buffers and frozen parameters from rank 0
+//   fsdp_buffers.cpp         broadcast of buffers from rank 0
+//   fsdp_frozen.cpp          frozen parameters: their flat parameters and when a backward is
+//                            done with them
 //   fsdp_diagnostics.cpp     memory accounting, replicas_identical
 //   fsdp_plan.cpp            what set-up will allocate, computed without allocating
 #pragma once
@@ -54,6 +56,8 @@ struct Unit {
   size_t index = 0;      // position in the tree's units
   std::string name;      // path from the root ("root" for the root), set up at init
   int flat = -1;         // its flat parameter (sharded strategies; -1: none)
+  int frozen = -1;       // the flat parameter of its frozen parameters (-1: none)
+  bool encloses = false; // other units' modules are inside it (the root of a tree of several)
   int64_t entered = 0;   // module calls in the current forward
   uint64_t seq = 0;      // creation order
   ~Unit();               // leaves the registry of units (fully_shard.cpp)
@@ -78,6 +82,10 @@ struct FlatState {
   bool reduce_pending = false;
   at::Tensor reduce_in, reduce_out;
   bool reduced = false;  // ZeRO-1: reduced since the last training forward
+  // Frozen flat parameters: the unit they belong to, and how many of its inputs' gradients this
+  // backward has still to compute (fsdp_frozen.cpp).
+  int unit = -1;
+  int64_t inputs_pending = 0;
 };
 
 // Units in forward execution order, recorded every forward (as FSDP does), so any forward
@@ -111,13 +119,17 @@ class FsdpTree {
 
   void ensure_init();
   // The hooks (fsdp_schedule.cpp).
-  void pre_forward(Unit& u);
+  void pre_forward(Unit& u, const std::vector<at::Tensor>& inputs);
   void post_forward(Unit& u, const std::vector<at::Tensor>& outputs);
   void finish_backward();
   // What the handle offers.
   void zero_grad();
   double clip_grad_norm(double max_norm);
-  void mark_updated() {
+  void mark_updated() {  // every master changed (a checkpoint loaded)
+    mark_trainable_updated();
+    for (auto& st : frozen_state_) st->stale = true;
+  }
+  void mark_trainable_updated() {  // an optimizer step comes: frozen masters never change
     for (auto& st : state_) st->stale = true;
   }
   void prefetch_next_forward();
@@ -129,7 +141,13 @@ class FsdpTree {
   std::vector<at::Tensor> pieces;
   std::vector<bool> piece_decay;
   std::vector<ShardPiece> piece_layout;
-  std::vector<std::pair<std::string, at::Tensor>> unsharded;  // buffers and frozen parameters
+  // Frozen parameters (requires_grad off): flat parameters like the trainable ones (one per unit
+  // when sharded, one for all under NO_SHARD) and their pieces in this rank's shard, which
+  // checkpoints hold but no optimizer sees.
+  std::vector<std::unique_ptr<FlatParam>> frozen_flats;
+  std::vector<at::Tensor> frozen_pieces;
+  std::vector<ShardPiece> frozen_layout;
+  std::vector<std::pair<std::string, at::Tensor>> unsharded;  // buffers
   bool reduce_now = true;
   int no_sync_depth = 0;
 
@@ -146,12 +164,17 @@ class FsdpTree {
   void name_units();
   void build_flats(torch::nn::Module& root);
   Ownership assign_owners(const RootParams& root) const;
-  void list_unsharded(torch::nn::Module& root, const RootParams& root_params, const Ownership& owner);
-  std::vector<std::vector<at::Tensor>> group_by_unit(const RootParams& root, const Ownership& owner,
-                                                     std::vector<std::string>& flat_names);
+  void check_param_dtypes(const RootParams& root_params) const;
+  void list_buffers(torch::nn::Module& root);
+  // Trainable (or frozen) parameters per flat parameter; `unit_of` gets each one's unit.
+  std::vector<std::vector<at::Tensor>> group_by_unit(const RootParams& root, const Ownership& owner, bool trainable,
+                                                     std::vector<std::string>& flat_names, std::vector<int>& unit_of) const;
   std::vector<std::vector<at::Tensor>> group_into_buckets(const RootParams& root, const Ownership& owner,
                                                           std::vector<std::string>& flat_names) const;
   void add_flat(const std::string& name, const std::vector<at::Tensor>& params, const RootParams& root);
+  std::unique_ptr<FlatParam> make_flat(const std::string& name, const std::vector<at::Tensor>& params,
+                                       const RootParams& root, bool trainable) const;
+  void build_frozen_flats(const RootParams& root, const Ownership& owner);
   void hook_grad_accumulators(size_t k);
   ParamValues deferred_values(const std::vector<std::string>& names, const std::vector<at::Tensor>& params) const;
   void add_optimizer_pieces(size_t k, const RootParams& root, std::vector<size_t>& piece_rank);
@@ -169,11 +192,25 @@ class FsdpTree {
   void prefetch_unit(size_t unit);
   bool ends_the_forward(const Unit& u) const;
 
-  // Gather (fsdp_gather.cpp).
-  void gather_start(size_t k);
-  void gather_wait(size_t k);
-  void finish_gather(size_t k);
-  void reshard(size_t k);
+  // Gather (fsdp_gather.cpp): one flat parameter, trainable or frozen, or a unit's flat parameters.
+  void gather_start(FlatParam& f, FlatState& st);
+  void gather_wait(FlatParam& f, FlatState& st);
+  void finish_gather(FlatParam& f, FlatState& st);
+  void reshard(FlatParam& f, FlatState& st);
+  void gather_start(size_t k) { gather_start(*flats[k], *state_[k]); }
+  void gather_wait(size_t k) { gather_wait(*flats[k], *state_[k]); }
+  void reshard(size_t k) { reshard(*flats[k], *state_[k]); }
+  void unit_gather_start(const Unit& u);
+  void unit_gather_wait(const Unit& u);
+  void unit_reshard(const Unit& u);
+  void reshard_everything();
+
+  // Frozen flat parameters in the backward (fsdp_frozen.cpp).
+  void watch_inputs(const Unit& u, const std::vector<at::Tensor>& inputs);
+  void frozen_maybe_done(size_t unit);
+  void frozen_finish_backward();
+  // A unit's gathered parameters are freed in this backward (not kept for the next micro-batch).
+  bool frees_in_backward() const { return free_after_forward_ || (free_after_backward_ && reduce_now); }
 
   // Reduction (fsdp_reduce.cpp, ddp_buckets.cpp, zero1.cpp): issue, then wait and fold in.
   // The start_* functions return whether they issued a collective to wait for.
@@ -197,6 +234,7 @@ class FsdpTree {
   torch::nn::Module* root_ = nullptr;
   bool free_after_forward_ = false, free_after_backward_ = false;
   std::vector<std::unique_ptr<FlatState>> state_;
+  std::vector<std::unique_ptr<FlatState>> frozen_state_;
   std::vector<at::Tensor> piece_grads_;                  // the tensors pieces' .grad must be
   std::vector<size_t> piece_norm_order_;                 // pieces in root parameter order
   std::vector<std::pair<size_t, int64_t>> piece_where_;  // (flat, offset in the shard)

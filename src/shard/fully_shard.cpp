@@ -80,7 +80,7 @@ std::unique_ptr<Unit> make_unit(const std::shared_ptr<FsdpTree>& tree, const std
     m->register_module(kStateChild, owner);
     unit->owners.push_back(owner.get());
     ForwardHooks hooks;
-    hooks.pre = [raw] { raw->tree->pre_forward(*raw); };
+    hooks.pre = [raw](const std::vector<at::Tensor>& inputs) { raw->tree->pre_forward(*raw, inputs); };
     hooks.post = [raw](const std::vector<at::Tensor>& outputs) { raw->tree->post_forward(*raw, outputs); };
     unit->hooks.push_back(register_forward_hooks(*m, std::move(hooks)));
   }
@@ -159,6 +159,9 @@ int FSDPModule::replica_index() {
   return r ? r->rank() : 0;
 }
 std::vector<std::pair<std::string, at::Tensor>> FSDPModule::unsharded_state() { return tree().unsharded; }
+const std::vector<at::Tensor>& FSDPModule::frozen_parameters() { return tree().frozen_pieces; }
+const std::vector<ShardPiece>& FSDPModule::frozen_piece_layout() { return tree().frozen_layout; }
+const std::vector<std::unique_ptr<FlatParam>>& FSDPModule::frozen_flat_params() { return tree().frozen_flats; }
 ShardMemory FSDPModule::memory() { return tree().memory(); }
 
 ShardPlan FSDPModule::plan() {

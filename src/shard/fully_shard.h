@@ -105,6 +105,7 @@ struct FullyShardOptions {
 struct ShardMemory {
   int64_t params = 0;        // float32 masters (+ compute copies kept resident, e.g. NO_SHARD bf16)
   int64_t grads = 0;         // float32 reduced gradients this rank keeps
+  int64_t frozen = 0;        // frozen parameters' float32 masters (+ compute copies kept resident)
   int64_t optimizer = 0;     // optimizer state (filled in by the caller)
   int64_t peak_working = 0;  // peak bytes of gathered parameters + unsharded gradient buffers
   int64_t peak_whole_grads = 0;  // peak bytes of unsharded gradient buffers alone
@@ -176,8 +177,14 @@ class FSDPModule {
   // index among them: checkpoints write each shard once, spread over the replicas.
   int replica_count();
   int replica_index();
-  // Buffers and parameters that do not require grad, by name (full on every rank).
+  // Buffers by name (full on every rank).
   std::vector<std::pair<std::string, at::Tensor>> unsharded_state();
+  // Frozen parameters (requires_grad off), sharded like the trainable ones: the pieces of them
+  // in this rank's shard (views of their float32 masters; no gradient, no optimizer state),
+  // where each piece sits (ShardPiece::unit indexes frozen_flat_params()), their flat parameters.
+  const std::vector<at::Tensor>& frozen_parameters();
+  const std::vector<ShardPiece>& frozen_piece_layout();
+  const std::vector<std::unique_ptr<FlatParam>>& frozen_flat_params();
 
   ShardMemory memory();
   // What this rank's units hold once set up, computed from shapes without allocating (a

@@ -36,6 +36,7 @@ nlohmann::json MemoryReport::to_json() const {
           {"grad_bytes", measured.grads},
           {"optimizer_bytes", measured.optimizer},
           {"state_bytes", measured.params + measured.grads + measured.optimizer},
+          {"frozen_bytes", measured.frozen},
           {"formula_state_bytes", formula.bytes},
           {"formula", formula.text},
           {"params_on_rank", measured.padded_numel},
@@ -58,10 +59,12 @@ std::string MemoryReport::to_text() const {
                 mib(measured.params), mib(measured.grads), mib(measured.optimizer),
                 mib(measured.params + measured.grads + measured.optimizer), mib(formula.bytes), formula.text.c_str(),
                 mib(measured.peak_working), mib(peak_rss));
-  if (device.empty()) return line;
+  std::string text = line;
+  if (measured.frozen > 0) text += str("; frozen parameters ", mib(measured.frozen), " MiB");
+  if (device.empty()) return text;
   char gpu[160];
   std::snprintf(gpu, sizeof gpu, "; peak %s memory %.1f MiB (caching allocator)", device.c_str(), mib(peak_device));
-  return line + std::string(gpu);
+  return text + gpu;
 }
 
 }  // namespace cadre

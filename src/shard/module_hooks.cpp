@@ -82,9 +82,9 @@ const HookSet* hooks_find(const torch::nn::Module& module) {
   return it == r.sets.end() ? nullptr : &it->second;
 }
 
-void hooks_run_pre(const HookSet& set) {
+void hooks_run_pre(const HookSet& set, const std::vector<at::Tensor>& inputs) {
   for (const auto& [id, h] : set.hooks)
-    if (h.pre) h.pre();
+    if (h.pre) h.pre(inputs);
 }
 
 void hooks_run_post(const HookSet& set, const std::vector<at::Tensor>& outputs) {
@@ -104,7 +104,7 @@ at::Tensor call_sequential(torch::nn::Sequential& sequential, at::Tensor x) {
     }
     CADRE_CHECK(set->checkpoint == 0, "call_sequential: checkpoint_wrapper on a Sequential child (",
                 m.name(), ") is not supported; wrap the Sequential itself");
-    hooks_run_pre(*set);
+    hooks_run_pre(*set, {x});
     x = child.forward(x);
     hooks_run_post(*set, {x});
   }

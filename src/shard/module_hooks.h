@@ -25,8 +25,9 @@
 namespace cadre {
 
 struct ForwardHooks {
-  // Before the forward (e.g. gather a unit's parameters).
-  std::function<void()> pre;
+  // Before the forward, with the forward's tensor arguments (e.g. gather a unit's parameters,
+  // and hook the inputs' gradients to learn when the backward is done with the unit).
+  std::function<void(const std::vector<at::Tensor>& inputs)> pre;
   // After the forward, with the forward's tensor outputs (e.g. reshard, and hook the outputs'
   // gradients to gather again before this module's backward).
   std::function<void(const std::vector<at::Tensor>& outputs)> post;
@@ -64,7 +65,7 @@ struct HookSet {
 };
 // Null when the module has neither hooks nor checkpointing: the common, fast case.
 const HookSet* hooks_find(const torch::nn::Module& module);
-void hooks_run_pre(const HookSet& set);
+void hooks_run_pre(const HookSet& set, const std::vector<at::Tensor>& inputs);
 void hooks_run_post(const HookSet& set, const std::vector<at::Tensor>& outputs);
 
 // Runs `fn(inputs)` under activation checkpointing: inputs that require grad get gradients
@@ -141,7 +142,9 @@ template <typename M, typename... Args>
 auto call(M&& module, Args&&... args) -> decltype(module->forward(std::forward<Args>(args)...)) {
   const detail::HookSet* set = detail::hooks_find(detail::module_of(module));
   if (!set) return module->forward(std::forward<Args>(args)...);
-  detail::hooks_run_pre(*set);
+  std::vector<at::Tensor> inputs;
+  (detail::collect(args, inputs), ...);
+  detail::hooks_run_pre(*set, inputs);
   using Out = decltype(module->forward(std::forward<Args>(args)...));
   Out out = [&]() -> Out {
     if (set->checkpoint > 0) {

@@ -122,18 +122,33 @@ at::Tensor rng_state() {
   return gen.get_state();
 }
 
+// The pieces of `layout` this rank writes: a shard that several replicas hold is written once
+// (units are spread over the replicas so they share the writing), a tensor-parallel copy once.
+std::vector<size_t> pieces_to_write(FSDPModule& model, const std::vector<ShardPiece>& layout) {
+  const TensorParallelLayout* tp = model.tensor_parallel();
+  std::vector<size_t> mine;
+  for (size_t k = 0; k < layout.size(); ++k)
+    if (static_cast<int>(layout[k].unit % model.replica_count()) == model.replica_index() &&
+        writes_tensor_parallel_copy(layout[k], tp))
+      mine.push_back(k);
+  return mine;
+}
+
 // The bytes of every piece stage_train_state adds, in the order it adds them: each of this
-// rank's shard pieces (the parameter, then each optimizer state), the buffers, the RNG state.
+// rank's shard pieces (the parameter, then each optimizer state), its frozen pieces, the
+// buffers, the RNG state.
 std::vector<size_t> staged_sizes(FSDPModule& model, const std::vector<size_t>& mine, size_t states,
+                                 const std::vector<size_t>& frozen,
                                  const std::vector<std::pair<std::string, at::Tensor>>& buffers, const at::Tensor& rng) {
-  const auto& layout = model.piece_layout();
   const TensorParallelLayout* tp = model.tensor_parallel();
   std::vector<size_t> sizes;
-  for (size_t k : mine)
-    for (size_t copy = 0; copy <= states; ++copy)
-      for (const Box& box : box_split_range(global_place(layout[k], tp).part, layout[k].start,
-                                            model.parameters()[k].numel()))
+  auto add = [&](const ShardPiece& where, const at::Tensor& piece, size_t copies) {
+    for (size_t copy = 0; copy < copies; ++copy)
+      for (const Box& box : box_split_range(global_place(where, tp).part, where.start, piece.numel()))
         sizes.push_back(static_cast<size_t>(box.numel()) * sizeof(float));
+  };
+  for (size_t k : mine) add(model.piece_layout()[k], model.parameters()[k], states + 1);
+  for (size_t k : frozen) add(model.frozen_piece_layout()[k], model.frozen_parameters()[k], 1);
   for (const auto& b : buffers) sizes.push_back(static_cast<size_t>(b.second.nbytes()));
   sizes.push_back(static_cast<size_t>(rng.numel()));
   return sizes;
@@ -146,20 +161,15 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
   const std::vector<OptimizerState> state = optimizer.state();
-  // What this rank writes: a shard that several replicas hold is written once (units are
-  // spread over the replicas so they share the writing), a tensor-parallel copy once.
-  std::vector<size_t> mine;
-  for (size_t k = 0; k < layout.size(); ++k)
-    if (static_cast<int>(layout[k].unit % model.replica_count()) == model.replica_index() &&
-        writes_tensor_parallel_copy(layout[k], tp))
-      mine.push_back(k);
+  const std::vector<size_t> mine = pieces_to_write(model, layout);
+  const std::vector<size_t> frozen = pieces_to_write(model, model.frozen_piece_layout());
   // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   std::vector<std::pair<std::string, at::Tensor>> buffers;
   if (rank == 0)
     for (const auto& [name, t] : model.unsharded_state()) buffers.emplace_back(name, t.contiguous());
   at::Tensor rng = rng_state();
 
-  snapshot.reserve(staged_sizes(model, mine, state.size(), buffers, rng));
+  snapshot.reserve(staged_sizes(model, mine, state.size(), frozen, buffers, rng));
 
   Staging staging;
   staging.cpu_too = stage_cpu_as_device;
@@ -169,6 +179,10 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
     stage_float(snapshot, staging, "model." + where.name, where, place, pieces[k]);
     for (const OptimizerState& s : state)
       stage_float(snapshot, staging, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
+  }
+  for (size_t k : frozen) {  // no optimizer state
+    const ShardPiece& where = model.frozen_piece_layout()[k];
+    stage_float(snapshot, staging, "model." + where.name, where, global_place(where, tp), model.frozen_parameters()[k]);
   }
   for (const auto& [name, values] : buffers) {
     const std::string dtype = buffer_dtype(values, name);
@@ -192,31 +206,36 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
 
 void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer) {
   // Global shapes: a tensor-parallel part is checked as the tensor it is part of.
-  std::map<std::string, std::vector<int64_t>> expected;
+  std::map<std::string, std::vector<int64_t>> expected, frozen;
   const TensorParallelLayout* tp = model.tensor_parallel();
-  for (const auto& unit : model.flat_params())
-    for (size_t i = 0; i < unit->names.size(); ++i) {
-      const Placement* p = tp ? tp->find(unit->names[i]) : nullptr;
-      expected[unit->names[i]] = p ? p->global_shape : unit->params[i].sizes().vec();
-    }
+  auto global_shapes = [&](const std::vector<std::unique_ptr<FlatParam>>& flats, auto& into) {
+    for (const auto& unit : flats)
+      for (size_t i = 0; i < unit->names.size(); ++i) {
+        const Placement* p = tp ? tp->find(unit->names[i]) : nullptr;
+        into[unit->names[i]] = p ? p->global_shape : unit->params[i].sizes().vec();
+      }
+  };
+  global_shapes(model.flat_params(), expected);
+  global_shapes(model.frozen_flat_params(), frozen);
   const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
   std::vector<std::string> prefixes{"model."};
   if (optimizer) {
     check_optimizer_fits(reader, *optimizer);
     for (const OptimizerState& s : optimizer->state()) prefixes.push_back("optim." + s.name + ".");
   }
-  for (const auto& [name, shape] : expected) {
-    for (const std::string& prefix : prefixes) {
-      auto it = reader.manifest().tensors.find(prefix + name);
-      CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor '", prefix, name, "'");
-      CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", prefix, name,
-                         "' is ", it->second.dtype, " ", shape_text(it->second.shape), " there and float32 ",
-                         shape_text(shape), " here (check model.* in the config)");
-    }
-  }
+  auto check_stored = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = reader.manifest().tensors.find(name);
+    CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor '", name, "'");
+    CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", name, "' is ",
+                       it->second.dtype, " ", shape_text(it->second.shape), " there and float32 ", shape_text(shape),
+                       " here (check model.* in the config)");
+  };
+  for (const auto& [name, shape] : expected)
+    for (const std::string& prefix : prefixes) check_stored(prefix + name, shape);
+  for (const auto& [name, shape] : frozen) check_stored("model." + name, shape);  // frozen: no optimizer state
   for (const auto& [name, record] : reader.manifest().tensors) {
     if (name.rfind("model.", 0) != 0) continue;
-    CADRE_CONFIG_CHECK(expected.count(name.substr(6)), where, "it has tensor '", name,
+    CADRE_CONFIG_CHECK(expected.count(name.substr(6)) || frozen.count(name.substr(6)), where, "it has tensor '", name,
                        "' that this model lacks (check model.* in the config)");
   }
   for (const auto& [name, t] : model.unsharded_state()) {
@@ -235,6 +254,10 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
   for (size_t k = 0; k < layout.size(); ++k) {
     const ShardPiece& where = layout[k];
     read_into(reader, "model." + where.name, global_place(where, tp).part, where.start, pieces[k]);
+  }
+  for (size_t k = 0; k < model.frozen_piece_layout().size(); ++k) {
+    const ShardPiece& where = model.frozen_piece_layout()[k];
+    read_into(reader, "model." + where.name, global_place(where, tp).part, where.start, model.frozen_parameters()[k]);
   }
   for (auto& [name, t] : model.unsharded_state()) {
     const TensorRecord& r = reader.tensor("buffer." + name);
@@ -289,6 +312,11 @@ StateFiller::StateFiller(FSDPModule& model, Optimizer& optimizer) : model_(model
     add_target("model." + where.name, place.shape, place.part, where.start, pieces[k]);
     for (const OptimizerState& s : state)
       add_target("optim." + s.name + "." + where.name, place.shape, place.part, where.start, (*s.tensors)[k]);
+  }
+  for (size_t k = 0; k < model.frozen_piece_layout().size(); ++k) {
+    const ShardPiece& where = model.frozen_piece_layout()[k];
+    const GlobalPlace place = global_place(where, tp);
+    add_target("model." + where.name, place.shape, place.part, where.start, model.frozen_parameters()[k]);
   }
   for (const auto& [name, t] : model.unsharded_state()) {
     buffer_dtype(t, name);  // one the staging stores

@@ -12,6 +12,7 @@
 #include "core/sysinfo.h"
 #include "models/registry.h"
 #include "shard/device_mesh.h"
+#include "train/freeze.h"
 #include "train/memory_check.h"
 #include "train/run_setup.h"
 
@@ -39,8 +40,10 @@ void train_dry_run(const Config& config, int64_t world_size) {
   one_rank.tp_size = 1;
   DeviceMesh mesh(comm::JobEnv{}, 1, comm::CommOptions{});
   FSDPModule sharded = model->parallelize(mesh, shard_options_of(one_rank), one_rank);
+  if (!config.train.freeze.empty()) freeze_parameters(model->module(), config.train.freeze, config.train.steps > 0);
   ShardPlan plan = sharded.plan();
-  for (auto& f : plan.flats) f.numel = (f.numel + p.tp_size - 1) / p.tp_size;
+  for (auto* flats : {&plan.flats, &plan.frozen})
+    for (auto& f : *flats) f.numel = (f.numel + p.tp_size - 1) / p.tp_size;
   plan = plan.regrouped(static_cast<int>(planned_shard_group(p, world_size)));
 
   FitCheck check;
@@ -52,9 +55,13 @@ void train_dry_run(const Config& config, int64_t world_size) {
               static_cast<long long>(world_size), static_cast<long long>(world_size / p.tp_size),
               static_cast<long long>(p.tp_size), strategy_name(p.strategy), p.mixed_precision.param_dtype.c_str(),
               config.optim.name.c_str(), p.activation_checkpointing ? ", activation checkpointing" : "");
-  std::printf("units: %zu, the largest %s; each rank keeps %lld of %lld parameters\n", plan.flats.size(),
-              format_bytes(plan.largest_padded() * 4).c_str(), static_cast<long long>(plan.shard_numel()),
-              static_cast<long long>(plan.numel()));
+  std::printf("units: %zu%s, the largest %s; each rank keeps %lld of %lld parameters\n", plan.flats.size(),
+              plan.frozen.empty() ? "" : " training", format_bytes(plan.largest_padded() * 4).c_str(),
+              static_cast<long long>(plan.shard_numel()), static_cast<long long>(plan.numel()));
+  if (!plan.frozen.empty())
+    std::printf("frozen (train.freeze): %zu units; each rank keeps %lld of %lld frozen parameters\n",
+                plan.frozen.size(), static_cast<long long>(plan.frozen_shard_numel()),
+                static_cast<long long>(plan.frozen_numel()));
   std::printf("%s\n", check.to_text().c_str());
   std::printf("per rank bytes: %s\n", check.estimate.to_json().dump().c_str());
   std::fflush(stdout);

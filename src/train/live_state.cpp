@@ -22,6 +22,8 @@ std::vector<std::pair<std::string, at::Tensor>> state_tensors(FSDPModule& model,
     out.emplace_back("model." + layout[k].name, pieces[k]);
     for (const OptimizerState& s : state) out.emplace_back("optim." + s.name + "." + layout[k].name, (*s.tensors)[k]);
   }
+  for (size_t k = 0; k < model.frozen_piece_layout().size(); ++k)
+    out.emplace_back("model." + model.frozen_piece_layout()[k].name, model.frozen_parameters()[k]);
   for (auto& [name, t] : model.unsharded_state()) out.emplace_back("buffer." + name, t);
   return out;
 }

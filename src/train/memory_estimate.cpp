@@ -12,31 +12,39 @@
 //   ZERO1                     cN compute parameters (the master when c = 4, else + 4S),
 //                             cN whole gradients, KS
 // Accumulating unsharded keeps every unit's whole gradient between micro-batches: + Ng.
+// Frozen parameters (F of them kept, the largest unit's Uf) hold masters and compute copies as
+// trainable ones do and nothing else: sharded 4F, and a unit held whole holds its frozen
+// part too (FULL_SHARD: 2 x the largest unit's U(c + g) + Uf c); NO_SHARD 4F
+// (+ cF); ZERO1 cF (+ 4F'  where F' is its own block).
 // Loading only (train.steps 0) allocates no optimizer and touches no sharded gradient. Each
 // buffer is counted as the pages it makes resident (huge pages round it up; estimate_memory).
 #include "train/memory_estimate.h"
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "core/byte_size.h"
 
 namespace cadre {
 
 int64_t MemoryEstimate::total() const {
-  return params + grads + optimizer + gathered + (activations > 0 ? activations : 0) + unsharded;
+  return params + frozen + grads + optimizer + gathered + (activations > 0 ? activations : 0) + unsharded;
 }
 
 std::string MemoryEstimate::to_text() const {
   std::string text = "parameters " + format_bytes(params) + " + gradients " + format_bytes(grads) + " + optimizer " +
                      format_bytes(optimizer) + " + gathered units " + format_bytes(gathered) + " + activations " +
                      (activations < 0 ? std::string("(not estimated for this model)") : format_bytes(activations));
-  if (unsharded > 0) text += " + whole frozen parameters and buffers " + format_bytes(unsharded);
+  if (frozen > 0) text += " + frozen parameters " + format_bytes(frozen);
+  if (unsharded > 0) text += " + buffers " + format_bytes(unsharded);
   return text + " = " + format_bytes(total());
 }
 
 nlohmann::json MemoryEstimate::to_json() const {
-  return {{"params", params},       {"grads", grads},     {"optimizer", optimizer}, {"gathered", gathered},
-          {"activations", activations}, {"unsharded", unsharded}, {"total", total()}};
+  return {{"params", params},       {"frozen", frozen},         {"grads", grads},
+          {"optimizer", optimizer}, {"gathered", gathered},     {"activations", activations},
+          {"unsharded", unsharded}, {"total", total()}};
 }
 
 namespace {
@@ -48,10 +56,22 @@ int64_t resident(int64_t bytes, int64_t page) {
 }
 
 // Σ over flat parameters of one buffer of `bytes_per_element` x (shard or padded) elements each.
-int64_t per_flat(const ShardPlan& plan, int64_t bytes_per_element, bool whole, int64_t page) {
+int64_t per_flat(const std::vector<FlatPlan>& flats, int64_t bytes_per_element, bool whole, int64_t page) {
   int64_t sum = 0;
-  for (const auto& f : plan.flats) sum += resident(bytes_per_element * (whole ? f.padded : f.shard_numel), page);
+  for (const auto& f : flats) sum += resident(bytes_per_element * (whole ? f.padded : f.shard_numel), page);
   return sum;
+}
+
+// The most one unit holds gathered: its trainable parameters in the compute dtype with their
+// whole gradient, and its frozen ones in the compute dtype (the flat parameters of one unit
+// share its name).
+int64_t largest_gathered_unit(const ShardPlan& plan, int64_t c, int64_t g, int64_t page) {
+  std::map<std::string, int64_t> bytes;
+  for (const auto& f : plan.flats) bytes[f.unit] += resident(f.padded * c, page) + resident(f.padded * g, page);
+  for (const auto& f : plan.frozen) bytes[f.unit] += resident(f.padded * c, page);
+  int64_t most = 0;
+  for (const auto& [unit, b] : bytes) most = std::max(most, b);
+  return most;
 }
 
 }  // namespace
@@ -61,29 +81,34 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   const int64_t S = plan.shard_numel(), N = plan.padded_numel(), U = plan.largest_padded(), page = in.huge_page_bytes;
   const int64_t c = in.compute_bytes, K = in.optimizer_bytes_per_param;
   const int64_t g = plan.shard_group > 1 && in.cpu ? c : 4;
-  auto shards = [&](int64_t bytes_per_element) { return per_flat(plan, bytes_per_element, false, page); };
-  auto wholes = [&](int64_t bytes_per_element) { return per_flat(plan, bytes_per_element, true, page); };
+  auto shards = [&](int64_t bytes_per_element) { return per_flat(plan.flats, bytes_per_element, false, page); };
+  auto wholes = [&](int64_t bytes_per_element) { return per_flat(plan.flats, bytes_per_element, true, page); };
+  auto frozen_shards = [&](int64_t bytes_per_element) { return per_flat(plan.frozen, bytes_per_element, false, page); };
+  auto frozen_wholes = [&](int64_t bytes_per_element) { return per_flat(plan.frozen, bytes_per_element, true, page); };
   MemoryEstimate e;
-  e.unsharded = plan.frozen_bytes + plan.buffer_bytes;
+  e.unsharded = plan.buffer_bytes;
   switch (plan.strategy) {
     case Strategy::NoShard:
       e.params = wholes(4) + (c != 4 ? wholes(c) : 0);
+      e.frozen = frozen_wholes(4) + (c != 4 ? frozen_wholes(c) : 0);
       e.grads = wholes(4);
       e.optimizer = K * N;
       break;
     case Strategy::Zero1:
       e.params = wholes(c) + (c != 4 ? shards(4) : 0);
+      e.frozen = frozen_wholes(c) + (c != 4 ? frozen_shards(4) : 0);
       e.grads = wholes(c);
       e.optimizer = K * S;
       break;
     default: {
       const int64_t units_whole = in.prefetch ? 2 : 1;
       e.params = shards(4);
+      e.frozen = frozen_shards(4);
       e.grads = 4 * S;      // mapped directly, not from the block cache: no huge pages
       e.optimizer = K * S;  // one tensor per parameter's piece, most of them small
       e.gathered = plan.strategy == Strategy::ShardGradOp
-                       ? wholes(c) + units_whole * resident(U * g, page)
-                       : units_whole * (resident(U * c, page) + resident(U * g, page));
+                       ? wholes(c) + frozen_wholes(c) + units_whole * resident(U * g, page)
+                       : units_whole * largest_gathered_unit(plan, c, g, page);
       if (in.accumulate_unsharded) e.grads += wholes(g);
     }
   }

@@ -31,7 +31,8 @@ struct MemoryEstimate {
   int64_t optimizer = 0;    // optimizer state
   int64_t gathered = 0;     // units made whole at once: their parameters and gradients
   int64_t activations = 0;  // -1: not estimated
-  int64_t unsharded = 0;    // frozen parameters and buffers, whole on every rank
+  int64_t frozen = 0;       // frozen parameters' float32 masters and compute copies kept resident
+  int64_t unsharded = 0;    // buffers, whole on every rank
   int64_t total() const;
   std::string to_text() const;  // "parameters 1.20 GiB + gradients ... = 4.10 GiB"
   nlohmann::json to_json() const;

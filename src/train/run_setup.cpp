@@ -23,6 +23,7 @@
 #include "obs/flight_recorder.h"
 #include "optim/make_optimizer.h"
 #include "rdzv/membership.h"
+#include "train/freeze.h"
 #include "train/init_from.h"
 #include "train/memory_check.h"
 
@@ -158,6 +159,10 @@ void set_up_model(RunSetup& r) {
   else initialise_whole(r);
   const auto t0 = std::chrono::steady_clock::now();
   r.sharded = r.model->parallelize(*r.mesh, r.shard_options, c.parallel);
+  if (!c.train.freeze.empty()) {  // before the tree is set up: frozen parameters get their own flat parameters
+    const int64_t frozen = freeze_parameters(r.model->module(), c.train.freeze, c.train.steps > 0);
+    if (r.lead) log::info(str("train.freeze: ", frozen, " parameters frozen (", c.train.freeze, ")"));
+  }
   r.memory = check_run_memory(r);  // before the shards exist: a run that cannot fit stops here
   r.sharded.flat_params();  // the tree set up: a deferred model's shards allocated and filled
   r.model_ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t_start).count();

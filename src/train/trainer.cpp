@@ -24,14 +24,15 @@ void Trainer::start_observing() {
   const std::string unit = run_->model->throughput_unit();
   observer_ = std::make_unique<obs::TrainObserver>(obs::train_observer_options(
       c_, run_->rank, run_->world, unit, double(B * accum), double(B * accum * run_->train_data->sample_len())));
-  int64_t shard_numel = 0;
+  int64_t shard_numel = 0, frozen_numel = 0;
   for (const auto& p : run_->sharded.parameters()) shard_numel += p.numel();
+  for (const auto& p : run_->sharded.frozen_parameters()) frozen_numel += p.numel();
   const ShardMemory shard_memory = run_->sharded.memory();
   const int64_t optimizer_bytes = run_->optimizer->state_bytes_per_param() * shard_numel;
-  observer_->set_model_state_bytes(shard_memory.params + shard_memory.grads + optimizer_bytes);
-  // A resume reads the float32 masters and the optimizer's state.
+  observer_->set_model_state_bytes(shard_memory.params + shard_memory.frozen + shard_memory.grads + optimizer_bytes);
+  // A resume reads the float32 masters (frozen ones too) and the optimizer's state.
   observer_->started(resumed_.step, resumed_.path, resumed_.load_s,
-                     resumed_.path.empty() ? 0 : 4 * shard_numel + optimizer_bytes);
+                     resumed_.path.empty() ? 0 : 4 * (shard_numel + frozen_numel) + optimizer_bytes);
   summary_.run_dir = c_.run.dir;
   summary_.lead = run_->lead;
   summary_.resumed_from = resumed_.path;

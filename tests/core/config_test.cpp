@@ -191,3 +191,10 @@ TEST(Config, Resnet50ImageFolderRecipeLoads) {
   // torchvision's linear scaling: lr 0.1 per 256 images of global batch, here on 8 ranks.
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.1 * double(c.data.batch_size * 8 * c.optim.grad_accum_steps) / 256.0);
 }
+
+TEST(Config, FreezeMustBeARegularExpression) {
+  const std::string msg = parse_error("", {"train.freeze=^(tok_embeddings|layers"});
+  EXPECT_NE(msg.find("train.freeze"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a regular expression"), std::string::npos) << msg;
+  EXPECT_EQ(parse_error("", {"train.freeze=^(tok_embeddings|layers\\.0\\.)"}), "");
+}

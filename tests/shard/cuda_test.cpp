@@ -34,6 +34,11 @@ Step train_two_steps(const c10::Device& device) {
   auto net = std::make_shared<usernet::Net>();
   net->init(9);
   net->to(device);
+  {  // what FSDP does not convert (buffers) computes in bf16 too, as its inputs do
+    c10::NoGradGuard no_grad;
+    for (auto& b : net->buffers())
+      if (b.is_floating_point()) b.set_data(b.to(at::kBFloat16));
+  }
   cadre::FullyShardOptions options;
   options.mixed_precision = {at::kBFloat16, at::kFloat};
   for (auto* unit : net->units()) cadre::fully_shard(*unit, options);
@@ -42,7 +47,8 @@ Step train_two_steps(const c10::Device& device) {
   for (int step = 0; step < 2; ++step) {
     fsdp.zero_grad();
     auto [x, y] = usernet::batch(step, 0, 8);
-    at::Tensor loss = at::cross_entropy_loss(cadre::call(net, x.to(device)).to(at::kFloat), y.to(device));
+    at::Tensor loss =
+        at::cross_entropy_loss(cadre::call(net, x.to(device).to(at::kBFloat16)).to(at::kFloat), y.to(device));
     loss.backward();
     out.losses.push_back(loss.item<double>());
   }

@@ -158,6 +158,47 @@ TEST(FullyShard, PrefetchBeforeTheOptimizerStepIsRefusedUnlessMarkedUpdated) {
   }
 }
 
+// Frozen parameters (the input layer and each block's first layer: requires_grad off) are
+// sharded like the trainable ones, with no gradient and no optimizer state: every strategy
+// follows one rank; each rank keeps 1/N of them and its pieces still hold their initial values
+// after training; and a block's frozen parameters are freed once the backward is past it (when
+// its input's gradient is complete), not at the end of the backward: at block i's input
+// gradient no block j >= i holds them gathered, while block i - 1, whose backward is next, does
+// (block 0's input, the frozen input layer's output, needs no gradient).
+TEST(FullyShard, FrozenParametersAreShardedAndFreedAfterTheirUnitsBackward) {
+  const cadre::test::OrderSpread ref2 = reference(2, "frozen"), ref4 = reference(4, "frozen");
+  for (std::string s : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "ZERO1"})
+    expect_same(ref2, run(2, s, 1, 0, 0, "frozen"), s + " 2 ranks, frozen layers");
+  expect_same(ref4, run(2, "FULL_SHARD", 2, 0, 0, "frozen"), "FULL_SHARD 2 ranks x 2 micro-batches, frozen layers");
+  expect_same(ref4, run(4, "HYBRID_SHARD", 1, 0, 2, "frozen"), "HYBRID_SHARD 4 ranks (2 x 2), frozen layers");
+
+  auto results = run_ranks(2, {SHARD_WORKER, "FULL_SHARD", "1", "2", "0", "0", "frozen"});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(results[r].exit_code, 0) << describe(results);
+    const std::string& out = results[r].output;
+    long long kept = 0, padded = 0;
+    size_t flats = 0;
+    const size_t at = out.find("rank " + std::to_string(r) + " frozen unchanged 1 kept ");
+    ASSERT_NE(at, std::string::npos) << "rank " << r << "'s frozen pieces changed or were not reported\n" << out;
+    ASSERT_EQ(std::sscanf(out.c_str() + at, "rank %*d frozen unchanged 1 kept %lld of %lld in %zu", &kept, &padded, &flats), 3);
+    EXPECT_EQ(flats, 4u) << out;  // three blocks and the root (the input layer)
+    EXPECT_GT(kept, 0) << out;
+    EXPECT_EQ(2 * kept, padded) << "each of 2 ranks keeps half of every frozen flat parameter\n" << out;
+  }
+  const std::string& out = results[0].output;
+  for (int i = 1; i < 3; ++i) {
+    const std::string prefix = "backward blocks." + std::to_string(i) + " input: frozen gathered:";
+    const size_t at = out.find(prefix);
+    ASSERT_NE(at, std::string::npos) << "no report at block " << i << "'s input gradient\n" << out;
+    const std::string gathered = out.substr(at + prefix.size(), out.find('\n', at) - at - prefix.size());
+    for (int j = i; j < 3; ++j)
+      EXPECT_EQ(gathered.find("blocks." + std::to_string(j)), std::string::npos)
+          << "block " << j << " still holds its frozen parameters at block " << i << "'s input gradient:" << gathered;
+    EXPECT_NE(gathered.find("blocks." + std::to_string(i - 1)), std::string::npos)
+        << "block " << i - 1 << " (next in the backward) should be gathered:" << gathered;
+  }
+}
+
 TEST(FullyShard, UnitCalledOutsideItsRootIsRefused) {
   auto results = run_ranks(1, {SHARD_WORKER, "FULL_SHARD", "1", "1", "0", "0", "outside"});
   EXPECT_EQ(results[0].exit_code, 1) << results[0].output;

@@ -124,13 +124,13 @@ TEST(ForwardHooks, RunAroundTheForwardAndGoWithTheirHandle) {
   std::vector<std::string> seen;
   {
     cadre::ForwardHooks hooks;
-    hooks.pre = [&] { seen.push_back("pre"); };
+    hooks.pre = [&](const std::vector<at::Tensor>& in) { seen.push_back("pre " + std::to_string(in.size())); };
     hooks.post = [&](const std::vector<at::Tensor>& out) { seen.push_back("post " + std::to_string(out.size())); };
     cadre::HookHandle handle = cadre::register_forward_hooks(block, hooks);
     cadre::call(&block, at::zeros({2, 4}));
   }
   cadre::call(&block, at::zeros({2, 4}));  // handle gone: no hooks
-  EXPECT_EQ(seen, (std::vector<std::string>{"pre", "post 1"}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"pre 1", "post 1"}));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/hf_folder.h"
 #include "core/config.h"
 #include "models/llama/config.h"
@@ -35,6 +36,9 @@
 namespace fs = std::filesystem;
 
 namespace {
+
+// The embedding and the first block: frozen parameters in the root's unit and in a block's.
+const char* kFreeze = "^(tok_embeddings|layers\\.0\\.)";
 
 const char* kTinyModel =
     "model:\n  arch: llama\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  vocab_size: 512\n"
@@ -133,6 +137,8 @@ TEST_F(DeferredInit, InitialWeightsAreTheSameBitsAtEveryLayout) {
       {"zero1_2", {2, {"parallel.strategy=ZERO1"}}},
       {"tp2", {2, {"parallel.tp_size=2"}}},
       {"dp2tp2", {4, {"parallel.tp_size=2", "parallel.strategy=FULL_SHARD"}}},
+      {"frozen2", {2, {"parallel.strategy=FULL_SHARD", std::string("train.freeze=") + kFreeze}}},
+      {"frozen_tp2", {2, {"parallel.tp_size=2", std::string("train.freeze=") + kFreeze}}},
   };
   for (const auto& [tag, layout] : layouts) {
     auto model = made(tag, layout.first, layout.second);
@@ -155,7 +161,9 @@ TEST_F(DeferredInit, HfFolderShardsHoldItsValuesAndTrainLikeItsImport) {
   cadre::Config config = cadre::config_load(path("tiny.yaml"), {"model.ffn_dim=192", "train.init_from=" + hf});
   auto adapter = cadre::model_state_dict_adapter(config);
   for (const auto& [tag, layout] : std::vector<std::pair<std::string, std::pair<int, std::vector<std::string>>>>{
-           {"hf_full3", {3, {}}}, {"hf_tp2", {2, {"parallel.tp_size=2"}}}}) {
+           {"hf_full3", {3, {}}},
+           {"hf_tp2", {2, {"parallel.tp_size=2"}}},
+           {"hf_frozen2", {2, {std::string("train.freeze=") + kFreeze}}}}) {
     std::vector<std::string> sets = {"train.init_from=" + hf, "model.ffn_dim=192"};
     sets.insert(sets.end(), layout.second.begin(), layout.second.end());
     auto model = made(tag, layout.first, sets);
@@ -197,6 +205,52 @@ TEST_F(DeferredInit, HfFolderShardsHoldItsValuesAndTrainLikeItsImport) {
   }
   ASSERT_EQ(losses[hf].size(), 3u);
   EXPECT_EQ(losses[hf], losses[ck]);
+}
+
+// train.freeze: two FULL_SHARD ranks train with the embedding and the first block frozen,
+// checkpoint, and one rank resumes that checkpoint for another step. The frozen parameters
+// (sharded, no optimizer state) still hold their initial bits in both checkpoints; every other
+// parameter trained.
+TEST_F(DeferredInit, FrozenParametersKeepTheirInitialValuesThroughTrainingAndResume) {
+  cadre::Config config = cadre::config_load(path("tiny.yaml"), {});
+  cadre::model_config_resolve(config);
+  cadre::Llama whole(cadre::llama_config(config.model));
+  whole.init_weights(1234);
+  const std::string data = cadre::test::prepare_tiny_dataset(path("data-root"), 4, 20000);
+  const std::string run = path("frozen-run"), freeze = std::string("train.freeze=") + kFreeze;
+  auto train = [&](int ranks, const std::string& steps) {
+    auto results = cadre::testing::run_ranks(ranks, {CADRE_BIN, "train", "--config", path("tiny.yaml"), "--set",
+                                                     "data.dir=" + data, "--set", "run.dir=" + run, "--set", freeze,
+                                                     "--set", "train.steps=" + steps, "--set",
+                                                     "parallel.strategy=FULL_SHARD"});
+    for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << cadre::testing::describe(results);
+    EXPECT_NE(results[0].output.find("train.freeze: "), std::string::npos) << results[0].output;
+  };
+  for (const auto& [ranks, steps] : std::vector<std::pair<int, std::string>>{{2, "3"}, {1, "4"}}) {
+    train(ranks, steps);
+    if (HasFatalFailure()) return;
+    const std::string tag = "step " + steps;
+    const cadre::CheckpointReader saved(run + "/checkpoints/step-" + std::string(8 - steps.size(), '0') + steps);
+    const std::regex frozen(kFreeze);
+    int64_t kept = 0, trained = 0;
+    for (const auto& p : whole.named_parameters()) {
+      const bool same = at::equal(saved.read_tensor("model." + p.key()), p.value());
+      if (std::regex_search(p.key(), frozen)) {
+        EXPECT_TRUE(same) << tag << ": frozen " << p.key() << " changed";
+        EXPECT_FALSE(saved.has("optim.exp_avg." + p.key())) << tag << ": optimizer state for frozen " << p.key();
+        kept += same;
+      } else {
+        EXPECT_FALSE(same) << tag << ": " << p.key() << " did not train";
+        trained += !same;
+      }
+    }
+    EXPECT_EQ(kept, 1 + 9) << "the embedding and the first block's 9 parameters";
+    EXPECT_GT(trained, 0);
+  }
+  std::ifstream metrics(run + "/metrics.jsonl");
+  int64_t rows = 0;
+  for (std::string line; std::getline(metrics, line);) rows += !line.empty();
+  EXPECT_EQ(rows, 4) << "three steps, then one more after the resume";
 }
 
 // A memory cgroup (v1) of its own for each rank, limited to `limit` bytes, removed with the test.

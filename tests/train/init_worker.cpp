@@ -4,7 +4,7 @@
 //   init_worker <config.yaml> <out-prefix> [key=value ...]
 // Writes <out-prefix>.rank<R>: per piece, the parameter's name, its global shape, the offsets
 // and shape of this rank's tensor-parallel part, the piece's first element in that part
-// (flattened) and its float32 values.
+// (flattened) and its float32 values. Frozen parameters' pieces (train.freeze) are written too.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -38,8 +38,11 @@ int main(int argc, char** argv) {
   cadre::model_config_resolve(config);
   std::unique_ptr<cadre::RunSetup> run = cadre::run_set_up(config);
   std::ofstream out(std::string(argv[2]) + ".rank" + std::to_string(run->rank), std::ios::binary);
-  const std::vector<cadre::ShardPiece>& pieces = run->sharded.piece_layout();
-  const std::vector<at::Tensor>& values = run->sharded.parameters();
+  // Trainable pieces, then frozen ones (train.freeze).
+  std::vector<cadre::ShardPiece> pieces = run->sharded.piece_layout();
+  std::vector<at::Tensor> values = run->sharded.parameters();
+  pieces.insert(pieces.end(), run->sharded.frozen_piece_layout().begin(), run->sharded.frozen_piece_layout().end());
+  values.insert(values.end(), run->sharded.frozen_parameters().begin(), run->sharded.frozen_parameters().end());
   const cadre::TensorParallelLayout* tp = run->sharded.tensor_parallel();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const cadre::ShardPiece& p = pieces[i];

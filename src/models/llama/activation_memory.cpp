@@ -17,20 +17,40 @@
 // is the embedding's (or the head's), V x D, the whole table's gradient however few tokens
 // the batch has (the embedding's backward is dense): at a 128256-token vocabulary that tensor,
 // not the tokens, is most of the working set.
+// Frozen parts (train.freeze): a frozen projection's backward needs its weight, not its input,
+// so a block whose projections are all frozen keeps neither norm's output, nor the heads'
+// output, nor SwiGLU's (D + 3Hh + probs + D + 2F, or 3F unfused); blocks before the first that
+// trains, after a frozen embedding, keep nothing at all (no gradient flows into them); a
+// frozen head does not keep its input, and with both the embedding and the head frozen no
+// V x D weight gradient is made.
 #include "models/llama/activation_memory.h"
+
+#include <algorithm>
 
 namespace cadre {
 
-int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s) {
+int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s, const LlamaFrozenParts& frozen) {
   const int64_t tp = s.tp_size, D = c.dim, hd = c.dim / c.n_heads;
   const int64_t H = c.n_heads / tp, F = llama_ffn_dim(c) / tp, V = c.vocab_size / tp, T = s.seq_len;
   const int64_t probs = llama_uses_sdpa(c, s.cuda) ? (H * 4 + s.compute_bytes - 1) / s.compute_bytes : H * T;
   const bool fused_swiglu = !s.cuda && s.compute_bytes == 4;  // models/fused_swiglu.cpp
   const int64_t block = 2 * D + 4 * H * hd + probs + 2 * D + (fused_swiglu ? 3 : 4) * F;
-  const int64_t head = D + 2 * V;
-  const int64_t blocks_kept = s.checkpointing ? c.n_layers * D + block : c.n_layers * block;
-  const int64_t per_token = D /* the embedding's output */ + blocks_kept + block /* backward working set */ + head;
-  return (per_token * s.batch * T + V * D) * s.compute_bytes;
+  const int64_t frozen_block = D + 3 * H * hd + probs + D + (fused_swiglu ? 2 : 3) * F;
+  int64_t blocks_kept = 0, largest = 0;
+  bool gradient_flows = !frozen.embedding;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const bool block_frozen = size_t(i) < frozen.blocks.size() && frozen.blocks[size_t(i)];
+    if (block_frozen && !gradient_flows) continue;
+    gradient_flows = true;
+    const int64_t kept = block_frozen ? frozen_block : block;
+    blocks_kept += s.checkpointing ? D : kept;
+    largest = std::max(largest, kept);
+  }
+  if (s.checkpointing) blocks_kept += largest;  // the one block recomputed at a time
+  const int64_t head = (frozen.head ? 0 : D) + 2 * V;
+  const int64_t weight_gradient = frozen.embedding && frozen.head ? 0 : V * D;
+  const int64_t per_token = D /* the embedding's output */ + blocks_kept + largest /* backward working set */ + head;
+  return (per_token * s.batch * T + weight_gradient) * s.compute_bytes;
 }
 
 }  // namespace cadre

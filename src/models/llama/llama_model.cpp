@@ -47,7 +47,16 @@ std::unique_ptr<Decoder> LlamaModel::decoder(const DecodeOptions& options) const
 }
 
 int64_t LlamaModel::activation_bytes(const ActivationShape& shape) const {
-  return llama_activation_bytes(config_, shape);
+  LlamaFrozenParts frozen;
+  for (const auto& block : llama_->layers->blocks) {
+    bool projections_frozen = true;
+    for (const auto& p : block->parameters())
+      if (p.dim() == 2) projections_frozen = projections_frozen && !p.requires_grad();
+    frozen.blocks.push_back(projections_frozen);
+  }
+  frozen.embedding = !llama_->tok_embeddings->weight.requires_grad();
+  frozen.head = !llama_->output_weight().requires_grad();
+  return llama_activation_bytes(config_, shape, frozen);
 }
 
 double LlamaModel::flops_per_sample(int64_t seq_len) const {
