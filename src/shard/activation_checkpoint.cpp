@@ -76,7 +76,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 namespace detail {
 
 at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn,
-                            const std::vector<at::Tensor>& inputs) {
+                            const std::vector<at::Tensor>& inputs, bool parameters_train) {
   if (!at::GradMode::is_enabled()) return fn(inputs);  // nothing to save in inference
   // libtorch 2.x's autograd Function refuses an undefined input (it records each input's
   // device), and a forward may take one (Llama's blocks get no mask under SDPA): only the
@@ -88,6 +88,17 @@ at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tenso
       defined.push_back(inputs[i]);
       positions.push_back(i);
     }
+  // A Function whose inputs need no gradient records no backward, so the parameters inside
+  // would get none (torch's re-entrant checkpoint warns "None of the inputs have
+  // requires_grad=True"): behind frozen layers (train.freeze) a trainable block's input needs no
+  // gradient. An empty tensor that requires grad goes in beside the inputs, never to `fn`, so
+  // the backward runs.
+  bool any_input_trains = false;
+  for (const auto& x : defined) any_input_trains = any_input_trains || x.requires_grad();
+  if (parameters_train && !any_input_trains) {
+    const at::TensorOptions on = defined.empty() ? at::TensorOptions() : at::TensorOptions().device(defined[0].device());
+    defined.push_back(at::empty({0}, on).requires_grad_(true));
+  }
   auto shared = std::make_shared<CheckpointedFn>(
       [fn = std::move(fn), positions, count = inputs.size()](const std::vector<at::Tensor>& given) {
         std::vector<at::Tensor> all(count);
@@ -95,6 +106,12 @@ at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tenso
         return fn(all);
       });
   return CheckpointFunction::apply(at::TensorList(defined), shared);
+}
+
+bool has_trainable_parameters(const torch::nn::Module& module) {
+  for (const auto& p : module.parameters(/*recurse=*/true))
+    if (p.requires_grad()) return true;
+  return false;
 }
 
 }  // namespace detail

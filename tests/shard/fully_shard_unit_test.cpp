@@ -41,6 +41,27 @@ TEST(ActivationCheckpointing, SameGradientsAsWithout) {
   for (const auto& [name, g] : ga) EXPECT_TRUE(at::equal(g, gb.at(name))) << name;
 }
 
+// Behind frozen layers a block's input needs no gradient; its own parameters still do, and a
+// checkpointed block must give them the same gradients as a plain one (a re-entrant checkpoint
+// whose inputs need none records no backward at all).
+TEST(ActivationCheckpointing, ABlockWhoseInputNeedsNoGradientStillTrainsItsParameters) {
+  usernet::Block plain(8), wrapped(8);
+  {
+    c10::NoGradGuard no_grad;
+    for (size_t i = 0; i < plain.parameters().size(); ++i) wrapped.parameters()[i].copy_(plain.parameters()[i]);
+  }
+  cadre::HookHandle handle = cadre::checkpoint_wrapper(wrapped);
+  const at::Tensor x = at::randn({4, 8}, at::make_generator<at::CPUGeneratorImpl>(3));  // requires no grad
+  cadre::call(&plain, x).square().sum().backward();
+  at::Tensor out = cadre::call(&wrapped, x);
+  ASSERT_TRUE(out.requires_grad());
+  out.square().sum().backward();
+  for (size_t i = 0; i < plain.parameters().size(); ++i) {
+    ASSERT_TRUE(wrapped.parameters()[i].grad().defined()) << "parameter " << i;
+    EXPECT_TRUE(at::equal(wrapped.parameters()[i].grad(), plain.parameters()[i].grad())) << "parameter " << i;
+  }
+}
+
 TEST(ActivationCheckpointing, WithFsdpUnitsSameGradientsAsPlain) {
   auto plain = std::make_shared<usernet::Net>(), sharded = std::make_shared<usernet::Net>();
   plain->init(9);

@@ -207,8 +207,8 @@ TEST_F(DeferredInit, HfFolderShardsHoldItsValuesAndTrainLikeItsImport) {
   EXPECT_EQ(losses[hf], losses[ck]);
 }
 
-// train.freeze: two FULL_SHARD ranks train with the embedding and the first block frozen,
-// checkpoint, and one rank resumes that checkpoint for another step. The frozen parameters
+// train.freeze: two FULL_SHARD ranks train with the embedding and the first block frozen (and
+// activation checkpointing), checkpoint, and one rank resumes that checkpoint for another step. The frozen parameters
 // (sharded, no optimizer state) still hold their initial bits in both checkpoints; every other
 // parameter trained.
 TEST_F(DeferredInit, FrozenParametersKeepTheirInitialValuesThroughTrainingAndResume) {
@@ -218,11 +218,14 @@ TEST_F(DeferredInit, FrozenParametersKeepTheirInitialValuesThroughTrainingAndRes
   whole.init_weights(1234);
   const std::string data = cadre::test::prepare_tiny_dataset(path("data-root"), 4, 20000);
   const std::string run = path("frozen-run"), freeze = std::string("train.freeze=") + kFreeze;
+  // The first run checkpoints its activations too: behind the frozen embedding and block 0, the
+  // second block's input needs no gradient, its parameters do.
   auto train = [&](int ranks, const std::string& steps) {
-    auto results = cadre::testing::run_ranks(ranks, {CADRE_BIN, "train", "--config", path("tiny.yaml"), "--set",
-                                                     "data.dir=" + data, "--set", "run.dir=" + run, "--set", freeze,
-                                                     "--set", "train.steps=" + steps, "--set",
-                                                     "parallel.strategy=FULL_SHARD"});
+    auto results = cadre::testing::run_ranks(
+        ranks, {CADRE_BIN, "train", "--config", path("tiny.yaml"), "--set", "data.dir=" + data, "--set",
+                "run.dir=" + run, "--set", freeze, "--set", "train.steps=" + steps, "--set",
+                "parallel.strategy=FULL_SHARD", "--set",
+                std::string("parallel.activation_checkpointing=") + (ranks == 2 ? "true" : "false")});
     for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << cadre::testing::describe(results);
     EXPECT_NE(results[0].output.find("train.freeze: "), std::string::npos) << results[0].output;
   };
