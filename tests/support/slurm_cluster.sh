@@ -13,7 +13,15 @@ wait_for() {  # wait_for SECONDS COMMAND...: polls until the command succeeds
   until "$@" >/dev/null 2>&1; do ((SECONDS < deadline)) || return 1; sleep 0.1; done
 }
 gone() { [[ ! -e /proc/$1 ]] || [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == Z ]]; }
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# N distinct free loopback ports: all bound at once while they are picked. One at a time, the
+# kernel may hand out a port twice (a CI run's controller got node n2's port: "Address already
+# in use", and n2 received the controller's messages).
+free_ports() {
+  /usr/bin/python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+}
 fail() { echo "FAIL: $*"; for f in "$tmp"/log/*; do [[ -f $f ]] && { echo "== $f"; tail -20 "$f"; }; done; exit 1; }
 
 tmp=""
@@ -48,10 +56,12 @@ slurm_cluster_up() {
   munged_pid=$!
   wait_for 10 test -S "$tmp/munge.sock" || fail "munged did not start"
 
+  local ctld_port n1_port n2_port
+  read -r ctld_port n1_port n2_port < <(free_ports 3)
   cat > "$tmp/slurm.conf" <<CONF
 ClusterName=cadretest
 SlurmctldHost=$(hostname)(127.0.0.1)
-SlurmctldPort=$(free_port)
+SlurmctldPort=$ctld_port
 SlurmUser=root
 AuthType=auth/munge
 AuthInfo=socket=$tmp/munge.sock,cred_expire=10
@@ -71,8 +81,8 @@ SlurmdLogFile=$tmp/log/slurmd-%n.log
 JobCompType=jobcomp/none
 SchedulerParameters=sched_interval=2,bf_interval=2
 MinJobAge=3600
-NodeName=n1 NodeAddr=127.0.0.1 Port=$(free_port) CPUs=2 State=UNKNOWN
-NodeName=n2 NodeAddr=127.0.0.1 Port=$(free_port) CPUs=2 State=UNKNOWN
+NodeName=n1 NodeAddr=127.0.0.1 Port=$n1_port CPUs=2 State=UNKNOWN
+NodeName=n2 NodeAddr=127.0.0.1 Port=$n2_port CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
 CONF
   export SLURM_CONF=$tmp/slurm.conf  # also marks the step daemons' environment for cleanup
