@@ -76,7 +76,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 namespace detail {
 
 at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn,
-                            const std::vector<at::Tensor>& inputs, bool parameters_train) {
+                            const std::vector<at::Tensor>& inputs, const std::function<bool()>& parameters_train) {
   if (!at::GradMode::is_enabled()) return fn(inputs);  // nothing to save in inference
   // libtorch 2.x's autograd Function refuses an undefined input (it records each input's
   // device), and a forward may take one (Llama's blocks get no mask under SDPA): only the
@@ -95,7 +95,7 @@ at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tenso
   // the backward runs.
   bool any_input_trains = false;
   for (const auto& x : defined) any_input_trains = any_input_trains || x.requires_grad();
-  if (parameters_train && !any_input_trains) {
+  if (!any_input_trains && parameters_train()) {
     const at::TensorOptions on = defined.empty() ? at::TensorOptions() : at::TensorOptions().device(defined[0].device());
     defined.push_back(at::empty({0}, on).requires_grad_(true));
   }

@@ -70,9 +70,10 @@ void hooks_run_post(const HookSet& set, const std::vector<at::Tensor>& outputs);
 
 // Runs `fn(inputs)` under activation checkpointing: inputs that require grad get gradients
 // through the recomputation in backward, and so do the parameters `fn` reads when
-// `parameters_train` (the module has parameters that require grad), even if no input does.
+// `parameters_train()` (the module has parameters that require grad), even if no input does;
+// it is asked only then, off the common path.
 at::Tensor checkpoint_apply(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn,
-                            const std::vector<at::Tensor>& inputs, bool parameters_train);
+                            const std::vector<at::Tensor>& inputs, const std::function<bool()>& parameters_train);
 // Some parameter of the module (or of a module inside it) requires grad.
 bool has_trainable_parameters(const torch::nn::Module& module);
 
@@ -120,7 +121,7 @@ at::Tensor forward_substituted(M& module, const Stored& stored, const std::vecto
 }
 
 template <typename M, typename... Args>
-at::Tensor call_checkpointed(const M& module, bool parameters_train, Args&&... args) {
+at::Tensor call_checkpointed(const M& module, const std::function<bool()>& parameters_train, Args&&... args) {
   std::vector<at::Tensor> tensors;
   auto add = [&](const auto& a) {
     if constexpr (is_tensor<decltype(a)>) tensors.push_back(a);
@@ -152,9 +153,9 @@ auto call(M&& module, Args&&... args) -> decltype(module->forward(std::forward<A
   Out out = [&]() -> Out {
     if (set->checkpoint > 0) {
       if constexpr (std::is_same_v<std::decay_t<Out>, at::Tensor>)
-        return detail::call_checkpointed(std::decay_t<M>(module),
-                                         detail::has_trainable_parameters(detail::module_of(module)),
-                                         std::forward<Args>(args)...);
+        return detail::call_checkpointed(
+            std::decay_t<M>(module), [&] { return detail::has_trainable_parameters(detail::module_of(module)); },
+            std::forward<Args>(args)...);
       else
         throw std::invalid_argument("checkpoint_wrapper: the module's forward must return a tensor");
     }
