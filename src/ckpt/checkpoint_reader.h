@@ -1,7 +1,7 @@
 // Reads a committed sharded checkpoint: any box of any tensor (or any range of a box's
 // elements), from whichever rank files hold it, so a job of another size, strategy or
 // tensor-parallel layout loads only its own part (no rank ever assembles the whole model).
-// Every piece read is checked against its CRC-32C.
+// Every block read is checked against its CRC-32C.
 #pragma once
 
 #include <atomic>
@@ -30,8 +30,9 @@ class CheckpointReader {
   const TensorRecord& tensor(const std::string& name) const;  // CheckpointError if absent
 
   // Copies elements [start, start + count) of `box` (its row-major order) into `out` (count
-  // elements of the tensor's dtype). Each stored piece overlapping them is read whole and its
-  // checksum verified; CheckpointError names the tensor, file and byte range on a mismatch.
+  // elements of the tensor's dtype). Of each stored piece overlapping them, the checksum blocks
+  // holding them are read and verified (the whole piece in checkpoints written before blocks);
+  // CheckpointError names the tensor, file and byte range on a mismatch.
   void read(const std::string& tensor, const Box& box, int64_t start, int64_t count, void* out) const;
   void read(const std::string& tensor, const Box& box, void* out) const { read(tensor, box, 0, box.numel(), out); }
   // Elements [start, start + count) of the flattened tensor.
@@ -51,8 +52,20 @@ class CheckpointReader {
   int64_t bytes_total() const;
 
  private:
+  struct Copy {
+    int64_t to = 0, from = 0, count = 0;
+  };
   void open_files();
-  void read_piece(const std::string& tensor, const TensorRecord& t, const PieceRecord& p, std::vector<char>& buf) const;
+  // A piece's checksum blocks [first, last] read into `buf` and checked (one block, the whole
+  // piece, where it has no block checksums). Returns the bytes' position in the piece.
+  int64_t read_blocks(const std::string& tensor, const TensorRecord& t, const PieceRecord& p, int64_t first,
+                      int64_t last, std::vector<char>& buf) const;
+  // Copies `copies` (element positions: `to` in the wanted region, `from` in the piece) out of
+  // piece `p`, reading only the blocks they touch. Returns the elements copied.
+  int64_t copy_from_piece(const std::string& tensor, const TensorRecord& t, const PieceRecord& p,
+                          std::vector<Copy>& copies, int64_t start, char* out) const;
+  // The bytes of a checksum block of `p` (the whole piece when it has no block checksums).
+  int64_t block_bytes(const TensorRecord& t, const PieceRecord& p) const;
   // Fills `out` with elements [start, start + count) of the wanted region, whose runs
   // (positions in the region's own order) are `wanted`.
   void read_runs(const std::string& tensor, const TensorRecord& t, const std::vector<Run>& wanted, int64_t start,

@@ -29,6 +29,11 @@ int64_t dtype_element_size(const std::string& dtype) {
   throw Error(str("unknown checkpoint dtype '", dtype, "'"));
 }
 
+int64_t checksum_block_count(int64_t bytes, int64_t block_bytes) {
+  if (block_bytes <= 0 || bytes <= block_bytes) return 0;
+  return (bytes + block_bytes - 1) / block_bytes;
+}
+
 std::string manifest_to_json(const CheckpointManifest& m) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"rank", f.rank}});
@@ -36,20 +41,49 @@ std::string manifest_to_json(const CheckpointManifest& m) {
   for (const auto& [name, t] : m.tensors) {
     nlohmann::json pieces = nlohmann::json::array();
     for (const auto& p : t.pieces) {
+      nlohmann::json piece;
       if (p.flat)
-        pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"start", p.box.offsets[0]},
-                          {"count", p.box.sizes[0]}, {"crc32c", p.crc32c}});
+        piece = {{"file", p.file}, {"offset", p.offset}, {"start", p.box.offsets[0]},
+                 {"count", p.box.sizes[0]}, {"crc32c", p.crc32c}};
       else
-        pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"offsets", p.box.offsets},
-                          {"sizes", p.box.sizes}, {"crc32c", p.crc32c}});
+        piece = {{"file", p.file}, {"offset", p.offset}, {"offsets", p.box.offsets},
+                 {"sizes", p.box.sizes}, {"crc32c", p.crc32c}};
+      if (!p.block_crc32c.empty()) piece["block_crc32c"] = p.block_crc32c;
+      pieces.push_back(std::move(piece));
     }
     tensors[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces}};
   }
   nlohmann::json j = {{"format", "cadre-checkpoint"}, {"version", m.version},     {"step", m.step},
                       {"world_size", m.world_size},    {"strategy", m.strategy},   {"state", m.state},
                       {"files", files},                {"tensors", tensors},       {"config_yaml", m.config_yaml}};
+  if (m.checksum_block_bytes > 0) j["checksum_block_bytes"] = m.checksum_block_bytes;
   return j.dump(1) + "\n";
 }
+
+namespace {
+
+// A piece's block checksums ("block_crc32c", absent for a piece checked whole): one per block
+// of `block_bytes` in its `bytes`, each 32 bits. `bad` makes the error naming where.
+template <typename Bad>
+std::vector<uint32_t> parse_block_crcs(const nlohmann::json& piece, int64_t bytes, int64_t block_bytes, Bad&& bad) {
+  std::vector<uint32_t> crcs;
+  if (!piece.contains("block_crc32c")) return crcs;
+  const nlohmann::json& list = piece.at("block_crc32c");
+  const int64_t want = checksum_block_count(bytes, block_bytes);
+  if (!list.is_array() || want == 0 || static_cast<int64_t>(list.size()) != want)
+    throw bad(str("a piece of ", bytes, " bytes lists ", list.is_array() ? list.size() : 0, " block checksums where ",
+                  block_bytes == 0 ? "the manifest names no block size" : str("blocks of ", block_bytes,
+                  " bytes make ", want)));
+  crcs.reserve(list.size());
+  for (const auto& c : list) {
+    const uint64_t crc = json_uint(c, "block_crc32c");
+    if (crc > UINT32_MAX) throw bad(str("block_crc32c ", crc, " does not fit 32 bits"));
+    crcs.push_back(static_cast<uint32_t>(crc));
+  }
+  return crcs;
+}
+
+}  // namespace
 
 CheckpointManifest manifest_parse(const std::string& text, const std::string& source, PieceCoverage coverage) {
   CheckpointManifest m;
@@ -70,6 +104,10 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& so
     m.strategy = j.at("strategy").get<std::string>();
     for (const auto& [key, value] : j.at("state").items()) m.state[key] = json_int(value, "state." + key);
     m.config_yaml = j.at("config_yaml").get<std::string>();
+    m.checksum_block_bytes = j.contains("checksum_block_bytes")
+                                 ? json_int(j.at("checksum_block_bytes"), "checksum_block_bytes") : 0;
+    if (m.checksum_block_bytes < 0 || m.checksum_block_bytes % 8 != 0 || m.checksum_block_bytes > (int64_t(1) << 40))
+      throw bad(str("checksum_block_bytes ", m.checksum_block_bytes, " is not a multiple of 8 up to 1 TiB"));
     where = "files";
     for (const auto& f : j.at("files")) {
       FileRecord record{f.at("name").get<std::string>(), json_int(f.at("bytes"), "bytes"), json_int(f.at("rank"), "rank")};
@@ -105,6 +143,7 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& so
             *file_end > m.files[pr.file].bytes)
           throw bad(str("piece ", box_text(pr.box), pr.flat ? " (flat)" : "", " in file ", pr.file, " at offset ",
                         pr.offset, " lies outside its tensor or file"));
+        pr.block_crc32c = parse_block_crcs(p, *bytes, m.checksum_block_bytes, bad);
         r.pieces.push_back(pr);
       }
       if (coverage == PieceCoverage::Complete) {
@@ -129,6 +168,8 @@ CheckpointManifest manifest_merge(const std::vector<CheckpointManifest>& ranks) 
   out.files.clear();
   out.tensors.clear();
   for (const auto& r : ranks) {
+    CADRE_CHECK(r.checksum_block_bytes == out.checksum_block_bytes, "checkpoint ranks disagree on checksum_block_bytes (",
+                r.checksum_block_bytes, " and ", out.checksum_block_bytes, ")");
     const int64_t base = static_cast<int64_t>(out.files.size());
     out.files.insert(out.files.end(), r.files.begin(), r.files.end());
     for (const auto& [name, t] : r.tensors) {

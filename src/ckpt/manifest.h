@@ -1,7 +1,8 @@
 // The manifest of a sharded checkpoint (manifest.json): for every tensor its global shape and
 // dtype and which byte ranges of which rank files hold which box of it (offset and length per
-// dimension, as PyTorch DCP's chunks), with a CRC-32C per piece; plus the training state (step,
-// data position, ...) and the run's config. A rank's own index (what it wrote) uses the same
+// dimension, as PyTorch DCP's chunks), with a CRC-32C per piece and per fixed-size block of a
+// piece (so a rank that needs part of a piece reads and checks only the blocks holding it); plus
+// the training state (step, data position, ...) and the run's config. A rank's own index (what it wrote) uses the same
 // structure with one file; the lead merges them. Version 1 manifests (pieces as ranges of the
 // flattened tensor) still parse and read.
 #pragma once
@@ -22,7 +23,11 @@ struct PieceRecord {
   int64_t offset = 0;
   Box box;
   bool flat = false;
-  uint32_t crc32c = 0;
+  uint32_t crc32c = 0;  // of the whole piece
+  // CRC-32C of each CheckpointManifest::checksum_block_bytes of the piece's bytes, the last
+  // block shorter; empty for a piece of one block, and in checkpoints written before blocks
+  // (such a piece is read and checked whole).
+  std::vector<uint32_t> block_crc32c{};
   int64_t numel() const { return box.numel(); }
 };
 
@@ -43,7 +48,13 @@ struct FileRecord {
 
 struct CheckpointManifest {
   static constexpr int kVersion = 2;  // 2: boxes; 1: ranges of the flattened tensor
+  // 4 MiB: a rank reads at most a block more than it needs at each end of its part of a
+  // piece, and a 70B model's training state (~830 GB) needs ~200k checksums (~2 MB of JSON).
+  static constexpr int64_t kChecksumBlockBytes = int64_t(4) << 20;
   int version = kVersion;
+  // The block size of the pieces' block_crc32c (a multiple of 8, so blocks hold whole elements
+  // of any dtype); 0 in manifests written before blocks.
+  int64_t checksum_block_bytes = kChecksumBlockBytes;
   int64_t step = 0;
   int64_t world_size = 1;
   std::string strategy;                 // sharding strategy of the writing job
@@ -54,6 +65,10 @@ struct CheckpointManifest {
 };
 
 int64_t dtype_element_size(const std::string& dtype);  // Error on an unknown name
+
+// The checksum blocks of a piece of `bytes` bytes: blocks of `block_bytes`, the last shorter;
+// none (the piece is checked whole) when it fits one block or `block_bytes` is 0.
+int64_t checksum_block_count(int64_t bytes, int64_t block_bytes);
 
 std::string manifest_to_json(const CheckpointManifest& manifest);
 

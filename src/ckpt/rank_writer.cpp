@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -64,7 +65,14 @@ RankFileWriter::~RankFileWriter() = default;
 void RankFileWriter::append(const std::string& tensor, const std::string& dtype, const std::vector<int64_t>& shape,
                             const Box& box, const char* bytes) {
   const size_t n = static_cast<size_t>(box.numel() * dtype_element_size(dtype));
-  PieceRecord record{0, file_->written(), box, /*flat=*/false, crc32c(bytes, n)};
+  PieceRecord record{0, file_->written(), box, /*flat=*/false, crc32c(bytes, n), {}};
+  const int64_t block = index_.checksum_block_bytes;
+  const int64_t blocks = checksum_block_count(static_cast<int64_t>(n), block);
+  record.block_crc32c.reserve(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * block, len = std::min<int64_t>(block, static_cast<int64_t>(n) - begin);
+    record.block_crc32c.push_back(crc32c(bytes + begin, static_cast<size_t>(len)));
+  }
   file_->write(bytes, n);
   auto [it, fresh] = index_.tensors.emplace(tensor, TensorRecord{dtype, shape, {}});
   CADRE_CHECK(it->second.dtype == dtype && it->second.shape == shape, "checkpoint rank ", rank_, ": tensor '", tensor,

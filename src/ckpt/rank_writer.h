@@ -1,7 +1,7 @@
 // Writes one rank's part of a checkpoint directory: its rank file (pieces end to end, the
-// CRC-32C of each computed on the way), fsynced, then its index (a one-file manifest). Pieces
-// come from a staged Snapshot (training) or one at a time (import, which never holds more
-// than one tensor).
+// CRC-32C of each and of each of its checksum blocks computed on the way), fsynced, then its
+// index (a one-file manifest). Pieces come from a staged Snapshot (training) or one at a time
+// (import, which never holds more than one tensor).
 #pragma once
 
 #include <cstdint>

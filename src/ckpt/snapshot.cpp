@@ -38,6 +38,12 @@ char* Snapshot::add(SnapshotPiece piece) {
   return bytes_.data() + pieces_.back().offset;
 }
 
+void Snapshot::add_borrowed(SnapshotPiece piece, const char* bytes) {
+  piece.offset = 0;
+  piece.borrowed = bytes;
+  pieces_.push_back(std::move(piece));
+}
+
 void Snapshot::finish() {
   std::vector<std::function<void(Snapshot&)>> fills;
   fills.swap(fills_);

@@ -1,6 +1,7 @@
 // A rank's staged checkpoint data: copies of the slices it writes (model shard, optimizer
 // moments, RNG state), packed in one reusable buffer so training can go on changing the
-// originals while a background thread writes the copy.
+// originals while a background thread writes the copy; or, where nothing will change them
+// before the write ends (a run's last checkpoint), the slices themselves, borrowed.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct SnapshotPiece {
   std::vector<int64_t> shape;   // global shape of the tensor
   Box box;                      // which elements (row-major inside the box)
   size_t offset = 0;            // where the bytes are in Snapshot::bytes
+  const char* borrowed = nullptr;  // or where they are outside it (Snapshot::add_borrowed)
 };
 
 class Snapshot {
@@ -33,8 +35,12 @@ class Snapshot {
   void reserve(const std::vector<size_t>& piece_bytes);
   // Reserves room for a piece and returns where its bytes go (valid until the next add()).
   char* add(SnapshotPiece piece);
+  // Records a piece without copying it: its bytes stay at `bytes`, which must neither change
+  // nor go away until the snapshot has been written.
+  void add_borrowed(SnapshotPiece piece, const char* bytes);
   const std::vector<SnapshotPiece>& pieces() const { return pieces_; }
-  const char* data(const SnapshotPiece& p) const { return bytes_.data() + p.offset; }
+  const char* data(const SnapshotPiece& p) const { return p.borrowed ? p.borrowed : bytes_.data() + p.offset; }
+  // Where a copied piece's bytes go (not for a borrowed piece).
   char* data(const SnapshotPiece& p) { return bytes_.data() + p.offset; }
   // Work that must be done before the staged bytes are read: copies from a device still in
   // flight when staging returned are waited for by the writer, not the training thread.
@@ -42,7 +48,7 @@ class Snapshot {
   // Runs the deferred fills in order, dropping them even when one throws; the writer calls it
   // before reading. clear() drops any not run.
   void finish();
-  size_t size() const { return size_; }       // bytes staged
+  size_t size() const { return size_; }       // bytes copied in (borrowed pieces not counted)
   size_t capacity() const { return bytes_.size(); }
   // Hands the buffer's whole pages back to the kernel once the staged bytes are written, keeping
   // the allocation: a training process must not hold a checkpoint-sized copy between saves.

@@ -45,8 +45,9 @@ bool writes_tensor_parallel_copy(const ShardPiece& where, const TensorParallelLa
 // pieces are filled by the writer. `cpu_too`: CPU tensors take the device path (for tests).
 struct Staging {
   std::shared_ptr<HostStaging> copies = std::make_shared<HostStaging>();
-  bool cpu_too = false;
-  bool queues(const at::Tensor& t) const { return cpu_too || !t.device().is_cpu(); }
+  CpuStaging cpu = CpuStaging::Copy;
+  bool queues(const at::Tensor& t) const { return cpu == CpuStaging::Queue || !t.device().is_cpu(); }
+  bool borrows(const at::Tensor& t) const { return cpu == CpuStaging::Borrow && t.device().is_cpu(); }
 };
 
 // Reads a checkpoint range into `t` wherever it lives: directly into CPU memory, through a
@@ -66,7 +67,12 @@ void stage_float(Snapshot& snapshot, Staging& staging, const std::string& name, 
   const char* from = static_cast<const char*>(values.data_ptr());
   std::vector<size_t> pieces;
   for (const Box& box : box_split_range(place.part, where.start, values.numel())) {
-    char* out = snapshot.add({name, "float32", place.shape, box, 0});
+    if (staging.borrows(values)) {
+      snapshot.add_borrowed({name, "float32", place.shape, box}, from);
+      from += static_cast<size_t>(box.numel()) * sizeof(float);
+      continue;
+    }
+    char* out = snapshot.add({name, "float32", place.shape, box});
     if (staging.queues(values)) {
       pieces.push_back(snapshot.pieces().size() - 1);
       continue;
@@ -139,10 +145,12 @@ std::vector<size_t> pieces_to_write(FSDPModule& model, const std::vector<ShardPi
 // buffers, the RNG state.
 std::vector<size_t> staged_sizes(FSDPModule& model, const std::vector<size_t>& mine, size_t states,
                                  const std::vector<size_t>& frozen,
-                                 const std::vector<std::pair<std::string, at::Tensor>>& buffers, const at::Tensor& rng) {
+                                 const std::vector<std::pair<std::string, at::Tensor>>& buffers, const at::Tensor& rng,
+                                 const Staging& staging) {
   const TensorParallelLayout* tp = model.tensor_parallel();
   std::vector<size_t> sizes;
   auto add = [&](const ShardPiece& where, const at::Tensor& piece, size_t copies) {
+    if (staging.borrows(piece)) return;  // (its optimizer states live where it does)
     for (size_t copy = 0; copy < copies; ++copy)
       for (const Box& box : box_split_range(global_place(where, tp).part, where.start, piece.numel()))
         sizes.push_back(static_cast<size_t>(box.numel()) * sizeof(float));
@@ -156,7 +164,7 @@ std::vector<size_t> staged_sizes(FSDPModule& model, const std::vector<size_t>& m
 
 }  // namespace
 
-void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank, bool stage_cpu_as_device) {
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank, CpuStaging cpu) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
@@ -169,10 +177,10 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
     for (const auto& [name, t] : model.unsharded_state()) buffers.emplace_back(name, t.contiguous());
   at::Tensor rng = rng_state();
 
-  snapshot.reserve(staged_sizes(model, mine, state.size(), frozen, buffers, rng));
-
   Staging staging;
-  staging.cpu_too = stage_cpu_as_device;
+  staging.cpu = cpu;
+  snapshot.reserve(staged_sizes(model, mine, state.size(), frozen, buffers, rng, staging));
+
   for (size_t k : mine) {
     const ShardPiece& where = layout[k];
     const GlobalPlace place = global_place(where, tp);

@@ -24,12 +24,19 @@
 
 namespace cadre {
 
-// Copies this rank's part of the model, optimizer and RNG state into `snapshot`. Tensors on a
+// How stage_train_state takes the state held in CPU memory.
+enum class CpuStaging {
+  Copy,    // copied into the snapshot: training goes on changing the originals while it is written
+  Borrow,  // referenced where it is, no copy: nothing may change it until the snapshot is written
+           // (a run's last checkpoint; the copy would add the state's size to the run's peak)
+  Queue,   // (tests) through the queued copies a device's tensors take
+};
+
+// Stages this rank's part of the model, optimizer and RNG state into `snapshot`. Tensors on a
 // device are copied into page-locked host buffers without waiting for the device; the writer
-// waits for those copies (Snapshot::finish) before reading. `stage_cpu_as_device` (for tests)
-// sends CPU tensors that way too.
+// waits for those copies (Snapshot::finish) before reading. CPU tensors as `cpu` says.
 void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank,
-                       bool stage_cpu_as_device = false);
+                       CpuStaging cpu = CpuStaging::Copy);
 
 // Checks that the checkpoint was written for this model (every parameter present with the
 // same shape, nothing extra; with `optimizer`, that optimizer's state too, and no other

@@ -47,7 +47,8 @@ void train_dry_run(const Config& config, int64_t world_size) {
   plan = plan.regrouped(static_cast<int>(planned_shard_group(p, world_size)));
 
   FitCheck check;
-  check.estimate = estimate_memory(estimate_inputs(config, *model, plan, config.train.device == "cpu"));
+  check.estimate = estimate_memory(estimate_inputs(config, *model, plan, config.train.device == "cpu",
+                                                 world_size / p.tp_size));
   check.baseline = process_anon_rss_bytes();  // this process before any model storage, as a rank's
   if (!config.train.memory_limit.empty())
     check.config_limit = parse_byte_size(config.train.memory_limit, "train.memory_limit");

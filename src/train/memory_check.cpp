@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "core/byte_size.h"
@@ -35,7 +36,7 @@ int ranks_in_same_cgroup(comm::Communicator* group, const CgroupLimit& limit) {
 
 }  // namespace
 
-EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu) {
+EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu, int64_t dp) {
   EstimateInputs in;
   in.plan = std::move(plan);
   in.compute_bytes = c.parallel.mixed_precision.param_dtype == "bfloat16" ? 2 : 4;
@@ -45,6 +46,9 @@ EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan pl
   in.prefetch = c.parallel.prefetch;
   in.cpu = cpu;
   in.huge_page_bytes = cpu ? host_huge_page_bytes() : 0;
+  in.periodic_checkpoints = c.checkpoint.interval > 0 && c.checkpoint.interval < c.train.steps;
+  in.async_checkpoints = c.checkpoint.async;
+  in.replicas = std::max<int64_t>(1, dp / std::max(1, in.plan.shard_group));
   ActivationShape shape;
   shape.batch = c.data.batch_size;
   shape.seq_len = sequence_length(c, model);
@@ -58,7 +62,7 @@ EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan pl
 
 FitCheck check_run_memory(RunSetup& r) {
   FitCheck check;
-  check.estimate = estimate_memory(estimate_inputs(r.c, *r.model, r.sharded.plan(), r.device.is_cpu()));
+  check.estimate = estimate_memory(estimate_inputs(r.c, *r.model, r.sharded.plan(), r.device.is_cpu(), r.dp));
   check.baseline = r.anon_before_model;
   if (!r.c.train.memory_limit.empty()) check.config_limit = parse_byte_size(r.c.train.memory_limit, "train.memory_limit");
   check.cgroup = memory_cgroup_limit();

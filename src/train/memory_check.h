@@ -11,10 +11,11 @@ namespace cadre {
 
 struct RunSetup;
 
-// The estimate's inputs for a run of `c`: its compute dtype, optimizer, accumulation and
-// prefetch, and the model's activations at data.batch_size samples of the dataset's sequence
-// length (the model's max_seq_len when no data.dir is given).
-EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu);
+// The estimate's inputs for a run of `c` on `dp` data-parallel ranks: its compute dtype,
+// optimizer, accumulation, prefetch and periodic checkpoints, and the model's activations at
+// data.batch_size samples of the dataset's sequence length (the model's max_seq_len when no
+// data.dir is given).
+EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu, int64_t dp);
 
 // Collective over the job. Throws ConfigError on every rank when one would not fit.
 FitCheck check_run_memory(RunSetup& r);

@@ -29,7 +29,7 @@
 namespace cadre {
 
 int64_t MemoryEstimate::total() const {
-  return params + frozen + grads + optimizer + gathered + (activations > 0 ? activations : 0) + unsharded;
+  return params + frozen + grads + optimizer + gathered + (activations > 0 ? activations : 0) + unsharded + checkpoint;
 }
 
 std::string MemoryEstimate::to_text() const {
@@ -38,13 +38,14 @@ std::string MemoryEstimate::to_text() const {
                      (activations < 0 ? std::string("(not estimated for this model)") : format_bytes(activations));
   if (frozen > 0) text += " + frozen parameters " + format_bytes(frozen);
   if (unsharded > 0) text += " + buffers " + format_bytes(unsharded);
+  if (checkpoint > 0) text += " + checkpoint staging " + format_bytes(checkpoint);
   return text + " = " + format_bytes(total());
 }
 
 nlohmann::json MemoryEstimate::to_json() const {
   return {{"params", params},       {"frozen", frozen},         {"grads", grads},
           {"optimizer", optimizer}, {"gathered", gathered},     {"activations", activations},
-          {"unsharded", unsharded}, {"total", total()}};
+          {"unsharded", unsharded}, {"checkpoint", checkpoint}, {"total", total()}};
 }
 
 namespace {
@@ -117,6 +118,13 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
     if (strategy_shards_parameters(plan.strategy)) e.grads = 0;  // zero pages until a backward writes them
   }
   e.activations = in.training ? in.activations : 0;
+  if (in.training && in.periodic_checkpoints && in.cpu) {
+    // What stage_train_state copies: each float32 shard piece this rank writes with its
+    // optimizer states (K bytes per element), and its frozen pieces; replicas split the writing.
+    const int64_t staged = ((4 + K) * plan.shard_numel() + 4 * plan.frozen_shard_numel()) / std::max<int64_t>(1, in.replicas);
+    const int64_t overlapped = e.gathered + std::max<int64_t>(0, e.activations);
+    e.checkpoint = in.async_checkpoints ? staged : std::max<int64_t>(0, staged - overlapped);
+  }
   return e;
 }
 

@@ -23,6 +23,12 @@ struct EstimateInputs {
   bool cpu = true;                       // the training device is the CPU
   int64_t huge_page_bytes = 0;           // host blocks are made resident in pages of this size (0: 4 KiB)
   int64_t activations = -1;              // Model::activation_bytes (-1: the model does not say)
+  // Checkpoints saved before the run's last one (checkpoint.interval below train.steps) stage a
+  // copy of this rank's shards and optimizer state in host memory; the last is written from
+  // the state itself. Counted where the state is host memory (on a GPU the copy is not).
+  bool periodic_checkpoints = false;
+  bool async_checkpoints = true;         // the copy is written while the next steps run
+  int64_t replicas = 1;                  // data-parallel ranks holding the same shards share their writing
 };
 
 struct MemoryEstimate {
@@ -33,6 +39,10 @@ struct MemoryEstimate {
   int64_t activations = 0;  // -1: not estimated
   int64_t frozen = 0;       // frozen parameters' float32 masters and compute copies kept resident
   int64_t unsharded = 0;    // buffers, whole on every rank
+  // A periodic checkpoint's staged copy, beyond what it overlaps: asynchronous, the copy sits
+  // beside the next steps (all of it); synchronous, it is written and released between steps,
+  // so only what it exceeds of the steps' gathered units and activations.
+  int64_t checkpoint = 0;
   int64_t total() const;
   std::string to_text() const;  // "parameters 1.20 GiB + gradients ... = 4.10 GiB"
   nlohmann::json to_json() const;

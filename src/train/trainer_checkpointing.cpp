@@ -51,7 +51,11 @@ void Trainer::stage_checkpoint(nlohmann::json& record, int64_t done) {
   // collective of training's: tell the agent's stall detection this rank is busy, not hung.
   obs::ProgressHeartbeat busy;
   Snapshot& snapshot = saver_->stage();
-  stage_train_state(snapshot, run_->sharded, *run_->optimizer, run_->rank);
+  // The run's last checkpoint (its end, or a stop on a signal): nothing changes the state while
+  // it is written (finish() waits for it), so it is written from where it is, without a copy
+  // the size of the state on top of the run's peak.
+  const bool last = done == end_step_ || stopping_;
+  stage_train_state(snapshot, run_->sharded, *run_->optimizer, run_->rank, last ? CpuStaging::Borrow : CpuStaging::Copy);
   CheckpointManifest header;
   header.step = done;
   header.world_size = run_->world;

@@ -2,7 +2,8 @@
 // that way): the staged pieces are filled only when the writer finishes the snapshot, from the
 // values the tensors had at staging; the buffer is freed then (nothing stays resident between
 // saves) or, for a save never written, when the snapshot is cleared; and a whole training
-// state staged this way writes the same checkpoint, byte for byte, as staged in place.
+// state staged this way, or borrowed where it lives (a run's last checkpoint: no copy), writes
+// the same checkpoint, byte for byte, as copied in place.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -106,7 +107,7 @@ void expect_same_checkpoints(const std::string& a_dir, const std::string& b_dir)
   }
 }
 
-TEST(HostStaging, TrainStateStagedThroughBuffersWritesTheSameCheckpoint) {
+TEST(HostStaging, TrainStateStagedThroughBuffersOrBorrowedWritesTheSameCheckpoint) {
   cadre::test::TempDir dir("host-staging");
   auto net = std::make_shared<usernet::Net>();
   net->init(3);
@@ -119,11 +120,18 @@ TEST(HostStaging, TrainStateStagedThroughBuffersWritesTheSameCheckpoint) {
   at::cross_entropy_loss(cadre::call(net.get(), x), y).backward();
   adamw.step(1e-2);  // moments and BatchNorm statistics are not zero
   auto alone = [&](bool ok) { return ok; };
-  for (bool through_buffers : {false, true}) {
-    const std::string sub = (std::filesystem::path(dir.path()) / (through_buffers ? "buffers" : "in_place")).string();
+  int64_t state_bytes = 0;
+  for (const auto& p : params) state_bytes += 3 * p.nbytes();  // the shard and AdamW's two moments
+  using cadre::CpuStaging;
+  for (CpuStaging how : {CpuStaging::Copy, CpuStaging::Queue, CpuStaging::Borrow}) {
+    const std::string tag = how == CpuStaging::Copy ? "in_place" : how == CpuStaging::Queue ? "buffers" : "borrowed";
+    const std::string sub = (std::filesystem::path(dir.path()) / tag).string();
     cadre::CheckpointSaver saver({sub, 0, 1, 3, /*async=*/true}, alone);
     Snapshot& snap = saver.stage();
-    cadre::stage_train_state(snap, fsdp, adamw, 0, through_buffers);
+    cadre::stage_train_state(snap, fsdp, adamw, 0, how);
+    // Borrowed: only the buffers (BatchNorm's statistics) and the RNG state are copied.
+    if (how == CpuStaging::Borrow) EXPECT_LT(snap.capacity(), static_cast<size_t>(state_bytes) / 10) << tag;
+    else EXPECT_GE(snap.size(), static_cast<size_t>(state_bytes)) << tag;
     cadre::CheckpointManifest header;
     header.step = 1;
     header.world_size = 1;
@@ -133,8 +141,11 @@ TEST(HostStaging, TrainStateStagedThroughBuffersWritesTheSameCheckpoint) {
     saver.submit(header);
     saver.wait();
   }
-  expect_same_checkpoints((std::filesystem::path(dir.path()) / "in_place" / cadre::checkpoint_name(1)).string(),
-                          (std::filesystem::path(dir.path()) / "buffers" / cadre::checkpoint_name(1)).string());
+  const auto written = [&](const std::string& tag) {
+    return (std::filesystem::path(dir.path()) / tag / cadre::checkpoint_name(1)).string();
+  };
+  expect_same_checkpoints(written("in_place"), written("buffers"));
+  expect_same_checkpoints(written("in_place"), written("borrowed"));
 }
 
 }  // namespace

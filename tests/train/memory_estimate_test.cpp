@@ -88,6 +88,18 @@ TEST(MemoryEstimate, DryRunsOfTheLlama2ConfigsFollowTheShardingFormulas) {
   EXPECT_EQ(four["activations"].get<int64_t>() - twice["activations"].get<int64_t>(), 2 * per_sample);
   const nlohmann::json no_ac = dry_run("llama2_7b.yaml", 8, {"parallel.activation_checkpointing=false"});
   EXPECT_GT(no_ac["activations"].get<int64_t>(), 4 * a["activations"].get<int64_t>());
+
+  // Periodic checkpoints (interval 200 of 1000 steps) stage a copy of the float32 shard and
+  // AdamW's moments, 12 bytes per parameter over N ranks, in host memory: counted when that is
+  // where the state lives, beside the steps (asynchronous) or beyond their transient part (not).
+  EXPECT_EQ(a["checkpoint"].get<int64_t>(), 0) << "on a GPU the staged copy is host memory";
+  const nlohmann::json cpu = dry_run("llama2_7b.yaml", 8, {"train.device=cpu"});
+  EXPECT_EQ(cpu["checkpoint"].get<int64_t>(), 12 * shard_sum(seven, 8));
+  const nlohmann::json at_end = dry_run("llama2_7b.yaml", 8, {"train.device=cpu", "checkpoint.interval=0"});
+  EXPECT_EQ(at_end["checkpoint"].get<int64_t>(), 0) << "the last save is written from the state itself";
+  const nlohmann::json sync = dry_run("llama2_7b.yaml", 8, {"train.device=cpu", "checkpoint.async=false"});
+  EXPECT_EQ(sync["checkpoint"].get<int64_t>(), 12 * shard_sum(seven, 8) - sync["gathered"].get<int64_t>() -
+                                                   sync["activations"].get<int64_t>());
 }
 
 TEST(MemoryEstimate, ARunOverItsMemoryLimitStopsBeforeStartingNamingTheBreakdown) {
