@@ -267,15 +267,21 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
     const ShardPiece& where = model.frozen_piece_layout()[k];
     read_into(reader, "model." + where.name, global_place(where, tp).part, where.start, model.frozen_parameters()[k]);
   }
+  load_buffers(reader, model);
+  model.mark_updated();
+}
+
+void load_buffers(const CheckpointReader& reader, FSDPModule& model) {
+  c10::NoGradGuard no_grad;
   for (auto& [name, t] : model.unsharded_state()) {
     const TensorRecord& r = reader.tensor("buffer." + name);
-    CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name), "checkpoint '", reader.dir(), "': buffer '", name, "' is ",
-                       r.dtype, " there and ", buffer_dtype(t, name), " here");
+    CADRE_CONFIG_CHECK(r.dtype == buffer_dtype(t, name) && r.shape == t.sizes().vec(), "checkpoint '", reader.dir(),
+                       "': buffer '", name, "' is ", r.dtype, " ", shape_text(r.shape), " there and ",
+                       buffer_dtype(t, name), " ", shape_text(t.sizes().vec()), " here");
     at::Tensor values = at::empty(t.sizes(), t.options().device(at::kCPU));
     reader.read("buffer." + name, 0, t.numel(), values.data_ptr());
     t.copy_(values);
   }
-  model.mark_updated();
 }
 
 void load_train_state(const CheckpointReader& reader, FSDPModule& model, Optimizer& optimizer, int rank) {

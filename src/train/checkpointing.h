@@ -46,6 +46,9 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Op
 // Reads this rank's part of model.* and the buffers into the model's shard (fine-tuning from
 // another run's or an imported checkpoint). CheckpointError when it is damaged.
 void load_model_state(const CheckpointReader& reader, FSDPModule& model);
+// Reads the checkpoint's buffer.* into the model's unsharded buffers (a model whose shards
+// were read as they were made: CheckpointParamSource). ConfigError for another dtype or shape.
+void load_buffers(const CheckpointReader& reader, FSDPModule& model);
 
 // Reads this rank's part into the model's shard, the optimizer and the RNG; the model's
 // compute copies are refreshed at the next gather. CheckpointError when the checkpoint is

@@ -77,17 +77,39 @@ void init_from_hf_report(const HfParamSource& source, double seconds, int rank, 
                 "%; its shard is 1/", dp_share, ") of ", source.describe(), " in ", seconds, " s"));
 }
 
-std::string init_from_load(const Config& c, FSDPModule& model, int rank, comm::Communicator* group) {
+std::shared_ptr<CheckpointParamSource> init_from_checkpoint_source(const Config& c, Model& model) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
+  for (const auto& p : model.module().named_parameters()) parameters.emplace_back(p.key(), p.value().sizes().vec());
+  const std::string path = locate(c);
+  try {
+    return std::make_shared<CheckpointParamSource>(path, parameters);
+  } catch (const ConfigError& e) {
+    throw ConfigError(str("train.init_from: ", e.what()));
+  } catch (const CheckpointError& e) {
+    throw ConfigError(str("train.init_from: '", path, "' could not be loaded: ", e.what()));
+  }
+}
+
+std::string init_from_load(const Config& c, FSDPModule& model, int rank, comm::Communicator* group,
+                           const CheckpointParamSource* made_from) {
   if (init_from_hf(c)) return c.train.init_from;  // read into the shards as they were made (run_setup.cpp)
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string path = locate(c);
+  const std::string path = made_from ? made_from->reader().dir() : locate(c);
   std::string error;
-  try {
-    CheckpointReader reader(path);
-    check_checkpoint_fits(reader, model, /*optimizer=*/nullptr);  // ConfigError: the same on every rank
-    load_model_state(reader, model);
+  auto report = [&](const CheckpointReader& reader) {
     log::info(str("init_from: rank ", rank, " read ", reader.bytes_read(), " of ", reader.bytes_total(), " bytes of ",
                   path));
+  };
+  try {
+    if (made_from) {  // the shards were read as they were made: the buffers are left
+      load_buffers(made_from->reader(), model);
+      report(made_from->reader());
+    } else {
+      CheckpointReader reader(path);
+      check_checkpoint_fits(reader, model, /*optimizer=*/nullptr);  // ConfigError: the same on every rank
+      load_model_state(reader, model);
+      report(reader);
+    }
   } catch (const CheckpointError& e) {
     error = e.what();
   }

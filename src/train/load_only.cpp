@@ -39,7 +39,8 @@ int64_t process_read_bytes() {
 TrainSummary train_load_only(const Config& config) {
   std::unique_ptr<RunSetup> run = run_set_up(config);
   // A Hugging Face folder was read as the shards were made; a Cadre checkpoint is read now.
-  if (!run->c.train.init_from.empty()) init_from_load(run->c, run->sharded, run->rank, run->group);
+  if (!run->c.train.init_from.empty())
+    init_from_load(run->c, run->sharded, run->rank, run->group, run->checkpoint_source.get());
   const ShardMemory held = run->sharded.memory();
   // An optimizer over no parameters: its bytes per parameter, nothing allocated.
   const int64_t per_param = make_optimizer(run->c.optim, {}, {})->state_bytes_per_param();

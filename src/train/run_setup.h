@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 
+#include "ckpt/checkpoint_param_source.h"
 #include "ckpt/hf_param_source.h"
 #include "comm/comm.h"
 #include "core/config.h"
@@ -39,9 +40,11 @@ struct RunSetup {
   comm::Communicator* group = nullptr;  // every rank (null on one rank)
   int dp = 1, dp_rank = 0;              // data-parallel size and this rank's index
   // Where a deferred model's shards were read from (null for a model initialised whole), and
-  // the same when it is train.init_from's Hugging Face folder (its bytes read, for the log).
+  // the same when it is train.init_from's Hugging Face folder (its bytes read, for the log) or
+  // Cadre checkpoint (its buffers are loaded after: init_from_load).
   std::shared_ptr<const ParamSource> param_source;
   std::shared_ptr<HfParamSource> hf_source;
+  std::shared_ptr<CheckpointParamSource> checkpoint_source;
   FSDPModule sharded;                   // the model's FSDP (or DDP, ZeRO-1) handle
   FitCheck memory;                      // the estimate it was checked against before its shards were made
   double model_ready_s = 0;             // from run_set_up's start until the shards were made

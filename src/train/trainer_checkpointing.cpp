@@ -11,7 +11,7 @@ void Trainer::resume() {
   // A fine-tuning run starts from train.init_from; once it has checkpoints of its own, a
   // restart resumes from those instead.
   if (resumed_.path.empty() && !c_.train.init_from.empty())
-    initialised_from_ = init_from_load(c_, run_->sharded, run_->rank, run_->group);
+    initialised_from_ = init_from_load(c_, run_->sharded, run_->rank, run_->group, run_->checkpoint_source.get());
   steps_done_ = resumed_.step;
   position_done_ = int64_t(run_->train_data->position());
   micro_batches_ = c_.optim.grad_accum_steps * run_->dp;

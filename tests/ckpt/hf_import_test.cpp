@@ -345,10 +345,11 @@ TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
   auto r = cadre_run({"run", "--nproc-per-node", "2", "--", CADRE_BIN, "train", "--config", path("ft.yaml"), "--set",
                       "data.dir=" + data(), "--set", "run.dir=" + ft, "--set", "train.init_from=" + ck});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Each rank read the pieces its shards overlap, not all of them. Pieces are read whole (for
-  // their checksums) and an imported checkpoint holds a tensor per piece, so a tensor that
-  // straddles two ranks' shards (the embedding, the head: each a unit of its own, split in
-  // half) is read by both: a rank reads more than half (85% here), less than everything.
+  // Each rank read the pieces its shards overlap, not all of them. An imported checkpoint holds
+  // a tensor per piece, checked in 4 MiB blocks, and this model's tensors are smaller than one,
+  // so a tensor that straddles two ranks' shards (the embedding, the head: each a unit of its
+  // own, split in half) is read whole by both: a rank reads more than half (85% here), less
+  // than everything (DeferredInit.NoRankEverHoldsTheWholeModel reads a larger model's import).
   const std::regex read_line(R"(init_from: rank (\d) read (\d+) of (\d+) bytes)");
   int ranks = 0;
   for (std::sregex_iterator it(r.output.begin(), r.output.end(), read_line), end; it != end; ++it, ++ranks)

@@ -3,8 +3,9 @@
 //   SHARD_GRAD_OP, HYBRID_SHARD 2 x 2, NO_SHARD, ZeRO-1, tp 2, dp 2 x tp 2) as
 //   Llama::init_weights on the whole model;
 // - from a Hugging Face folder (written by transformers, bf16, two files), each rank's shard
-//   holds exactly the folder's values at any layout, training's first losses equal those after
-//   `cadre ckpt import` + train.init_from, and the ranks together read each tensor byte once;
+//   holds exactly the folder's values at any layout (and of its import, a Cadre checkpoint,
+//   read as the shards are made), training's first losses equal those after `cadre ckpt
+//   import` + train.init_from, and the ranks together read each tensor byte once;
 // - no rank ever holds the whole model: ranks in memory cgroups limited below the model's
 //   float32 size load it from the folder, from its import (a Cadre checkpoint) and from
 //   scratch (train.steps 0); unlimited, each rank's peak RSS stays within its shard plus the
@@ -177,11 +178,22 @@ TEST_F(DeferredInit, HfFolderShardsHoldItsValuesAndTrainLikeItsImport) {
       EXPECT_TRUE(at::equal(got, want)) << tag << ": " << name;
     }
   }
-  // Training from the folder and from its import: the same losses, bit for bit.
-  const std::string data = cadre::test::prepare_tiny_dataset(path("data-root"), 4, 20000);
+  // Its import (a Cadre checkpoint) read into the shards as they are made: the same values.
   const std::string ck = path("imported");
   auto imp = cadre::test::run_process({CADRE_BIN, "ckpt", "import", "--from", "hf", hf, "--out", ck}, {}, 300);
   ASSERT_EQ(imp.exit_code, 0) << imp.output;
+  {
+    auto model = made("ck_full3", 3, {"train.init_from=" + ck, "model.ffn_dim=192"});
+    ASSERT_EQ(model.size(), 3u + 2u * 9u);
+    for (const auto& [name, got] : model) {
+      const cadre::HfTensor& t = folder.tensors().at(adapter->external_name(name));
+      at::Tensor want = at::empty(t.shape, at::kFloat);
+      folder.read_float32(t, want.data_ptr<float>());
+      EXPECT_TRUE(at::equal(got, want)) << "from the import: " << name;
+    }
+  }
+  // Training from the folder and from its import: the same losses, bit for bit.
+  const std::string data = cadre::test::prepare_tiny_dataset(path("data-root"), 4, 20000);
   std::map<std::string, std::vector<double>> losses;
   for (const std::string& from : {hf, ck}) {
     const std::string run = path(from == hf ? "from-hf" : "from-import");
