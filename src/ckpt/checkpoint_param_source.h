@@ -19,7 +19,8 @@ class CheckpointParamSource : public ParamSource {
   // `parameters`: the model's (name, whole shape) before any tensor parallelism. ConfigError
   // naming the checkpoint and tensor when one is missing, of another shape or dtype, or when
   // the checkpoint holds a model.* tensor the model lacks; CheckpointError when it is damaged.
-  CheckpointParamSource(const std::string& path, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parameters);
+  CheckpointParamSource(const std::string& path,
+                        const std::vector<std::pair<std::string, std::vector<int64_t>>>& parameters);
   void read(const std::string& name, int64_t start, int64_t count, float* out) const override;
   std::string describe() const override;
 

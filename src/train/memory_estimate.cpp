@@ -121,7 +121,8 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   if (in.training && in.periodic_checkpoints && in.cpu) {
     // What stage_train_state copies: each float32 shard piece this rank writes with its
     // optimizer states (K bytes per element), and its frozen pieces; replicas split the writing.
-    const int64_t staged = ((4 + K) * plan.shard_numel() + 4 * plan.frozen_shard_numel()) / std::max<int64_t>(1, in.replicas);
+    const int64_t staged =
+        ((4 + K) * plan.shard_numel() + 4 * plan.frozen_shard_numel()) / std::max<int64_t>(1, in.replicas);
     const int64_t overlapped = e.gathered + std::max<int64_t>(0, e.activations);
     e.checkpoint = in.async_checkpoints ? staged : std::max<int64_t>(0, staged - overlapped);
   }

@@ -130,7 +130,8 @@ void set_up_mesh(RunSetup& r) {
 // initialisation (the same bits at any world size, strategy and tp size). Nothing is broadcast.
 void set_up_deferred(RunSetup& r) {
   if (init_from_hf(r.c)) r.param_source = r.hf_source = init_from_hf_source(r.c, *r.model);
-  else if (!r.c.train.init_from.empty()) r.param_source = r.checkpoint_source = init_from_checkpoint_source(r.c, *r.model);
+  else if (!r.c.train.init_from.empty())
+    r.param_source = r.checkpoint_source = init_from_checkpoint_source(r.c, *r.model);
   else r.param_source = r.model->init_source(static_cast<uint64_t>(r.c.train.seed));
   r.shard_options.param_source = r.param_source;
   r.shard_options.device = r.device;

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "models/dnnl_linear.h"
+#include "models/embedding_rows.h"
 #include "models/fused_causal_softmax.h"
 #include "models/fused_cross_entropy.h"
 #include "models/fused_rms_norm.h"
@@ -170,8 +171,10 @@ at::Tensor Llama::forward(const at::Tensor& tokens) {
   CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
               config_.max_seq_len);
   const at::ScalarType dtype = tok_embeddings->weight.scalar_type();
-  at::Tensor h = tp_group ? vocab_parallel_embedding(tok_embeddings->weight, tokens, vocab_start, *tp_group)
-                          : at::embedding(tok_embeddings->weight, tokens);
+  const at::Tensor& table = tok_embeddings->weight;
+  at::Tensor h = tp_group                ? vocab_parallel_embedding(table, tokens, vocab_start, *tp_group)
+                 : sparse_embedding_grad ? embedding_rows(table, tokens)
+                                         : at::embedding(table, tokens);
   Rope rope = rope_for(T, dtype, tokens.device());
   for (auto& block : layers->blocks) h = call(block, h, rope);
   // Called through their hooks: under FSDP an untied head and the final norm are a unit of

@@ -116,6 +116,10 @@ class Llama : public torch::nn::Module {
   std::shared_ptr<Projection> output;  // null when tie_embeddings
   comm::Communicator* tp_group = nullptr;  // vocabulary-parallel embedding and head over it
   int64_t vocab_start = 0;                 // first vocabulary row this rank holds
+  // The embedding's gradient as the rows the batch looked up (models/embedding_rows.h) instead
+  // of a dense vocabulary x dim tensor: set where the weight's .grad is already a dense buffer
+  // the rows are added into (FSDP's flat gradient, llama_parallelize).
+  bool sparse_embedding_grad = false;
 
  private:
   Rope rope_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device);

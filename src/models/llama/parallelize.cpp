@@ -30,7 +30,12 @@ FSDPModule llama_parallelize(Llama& model, const DeviceMesh& mesh, FullyShardOpt
   // behind). As a unit the head is gathered while the last block computes and its gradients
   // are reduced while the blocks' backward runs.
   if (model.output) fully_shard(std::vector<torch::nn::Module*>{model.norm.get(), model.output.get()}, options);
-  return fully_shard(model, options);
+  FSDPModule sharded = fully_shard(model, options);
+  // Every parameter's .grad is now a view of its unit's flat gradient, which autograd adds into:
+  // the embedding's rows go there directly, with no dense vocabulary x dim gradient beside it
+  // (262M elements for a 128k vocabulary at dim 2048).
+  model.sparse_embedding_grad = true;
+  return sharded;
 }
 
 }  // namespace cadre
