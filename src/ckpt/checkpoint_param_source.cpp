@@ -3,28 +3,20 @@
 
 #include <set>
 
+#include "ckpt/checkpoint_fit.h"
 #include "core/error.h"
-#include "core/shape_text.h"
 
 namespace cadre {
 
 CheckpointParamSource::CheckpointParamSource(const std::string& path,
                                              const std::vector<std::pair<std::string, std::vector<int64_t>>>& parameters)
     : reader_(path) {
-  const std::string where = str("checkpoint '", reader_.dir(), "' does not fit this model: ");
-  std::set<std::string> wanted;
+  std::set<std::string> names;
   for (const auto& [name, shape] : parameters) {
-    const std::string stored = "model." + name;
-    wanted.insert(stored);
-    auto it = reader_.manifest().tensors.find(stored);
-    CADRE_CONFIG_CHECK(it != reader_.manifest().tensors.end(), where, "it has no tensor '", stored, "'");
-    CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", stored, "' is ",
-                       it->second.dtype, " ", shape_text(it->second.shape), " there and float32 ", shape_text(shape),
-                       " here (check model.* in the config)");
+    require_float32_tensor(reader_, "model." + name, shape);
+    names.insert(name);
   }
-  for (const auto& [name, record] : reader_.manifest().tensors)
-    CADRE_CONFIG_CHECK(name.rfind("model.", 0) != 0 || wanted.count(name), where, "it has tensor '", name,
-                       "' that this model lacks (check model.* in the config)");
+  require_only_model_tensors(reader_, [&](const std::string& name) { return names.count(name) > 0; });
 }
 
 void CheckpointParamSource::read(const std::string& name, int64_t start, int64_t count, float* out) const {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/checkpoint_fit.h"
 #include "ckpt/host_staging.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -225,27 +226,16 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Op
   };
   global_shapes(model.flat_params(), expected);
   global_shapes(model.frozen_flat_params(), frozen);
-  const std::string where = str("checkpoint '", reader.dir(), "' does not fit this model: ");
+  const std::string where = checkpoint_misfit(reader);
   std::vector<std::string> prefixes{"model."};
   if (optimizer) {
     check_optimizer_fits(reader, *optimizer);
     for (const OptimizerState& s : optimizer->state()) prefixes.push_back("optim." + s.name + ".");
   }
-  auto check_stored = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    auto it = reader.manifest().tensors.find(name);
-    CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor '", name, "'");
-    CADRE_CONFIG_CHECK(it->second.shape == shape && it->second.dtype == "float32", where, "tensor '", name, "' is ",
-                       it->second.dtype, " ", shape_text(it->second.shape), " there and float32 ", shape_text(shape),
-                       " here (check model.* in the config)");
-  };
   for (const auto& [name, shape] : expected)
-    for (const std::string& prefix : prefixes) check_stored(prefix + name, shape);
-  for (const auto& [name, shape] : frozen) check_stored("model." + name, shape);  // frozen: no optimizer state
-  for (const auto& [name, record] : reader.manifest().tensors) {
-    if (name.rfind("model.", 0) != 0) continue;
-    CADRE_CONFIG_CHECK(expected.count(name.substr(6)) || frozen.count(name.substr(6)), where, "it has tensor '", name,
-                       "' that this model lacks (check model.* in the config)");
-  }
+    for (const std::string& prefix : prefixes) require_float32_tensor(reader, prefix + name, shape);
+  for (const auto& [name, shape] : frozen) require_float32_tensor(reader, "model." + name, shape);  // no optimizer state
+  require_only_model_tensors(reader, [&](const std::string& name) { return expected.count(name) || frozen.count(name); });
   for (const auto& [name, t] : model.unsharded_state()) {
     auto it = reader.manifest().tensors.find("buffer." + name);
     CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor 'buffer.", name, "'");
