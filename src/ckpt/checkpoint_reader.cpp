@@ -189,12 +189,15 @@ int64_t CheckpointReader::bytes_total() const {
   return total;
 }
 
+at::ScalarType checkpoint_scalar_type(const std::string& dtype) {
+  return dtype == "float32" ? at::kFloat : dtype == "bfloat16" ? at::kBFloat16
+       : dtype == "float16" ? at::kHalf : dtype == "int64" ? at::kLong
+       : dtype == "int32" ? at::kInt : dtype == "float64" ? at::kDouble : at::kByte;
+}
+
 at::Tensor CheckpointReader::read_tensor(const std::string& name) const {
   const TensorRecord& t = tensor(name);
-  at::ScalarType type = t.dtype == "float32" ? at::kFloat : t.dtype == "bfloat16" ? at::kBFloat16
-                      : t.dtype == "float16" ? at::kHalf : t.dtype == "int64" ? at::kLong
-                      : t.dtype == "int32" ? at::kInt : t.dtype == "float64" ? at::kDouble : at::kByte;
-  at::Tensor out = at::empty(t.shape, type);
+  at::Tensor out = at::empty(t.shape, checkpoint_scalar_type(t.dtype));
   read(name, 0, t.numel(), out.data_ptr());
   return out;
 }

@@ -15,6 +15,9 @@
 
 namespace cadre {
 
+// The libtorch dtype of a manifest's dtype name (bytes for a name it does not know).
+at::ScalarType checkpoint_scalar_type(const std::string& dtype);
+
 class CheckpointReader {
  public:
   // Opens <dir>: COMMITTED and manifest.json must exist, every rank file must be there with

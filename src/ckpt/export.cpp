@@ -9,7 +9,6 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/dcp_export.h"
-#include "ckpt/safetensors.h"
 #include "ckpt/tensor_file.h"
 #include "core/error.h"
 #include "core/file_util.h"
@@ -29,11 +28,12 @@ std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_
   std::unique_ptr<StateDictAdapter> adapter = adapter_for(config);
   CADRE_CONFIG_CHECK(adapter || o.format != "hf", "model.arch '", config.model.arch,
                      "' has no Hugging Face format; export it with --format pt or dcp (its own tensor names)");
-  std::string tokenizer = o.tokenizer;
-  // An imported checkpoint carries its tokenizer; a trained one finds it beside its data.
-  if (tokenizer.empty() && fs::is_regular_file(checkpoint + "/tokenizer.model")) tokenizer = checkpoint + "/tokenizer.model";
-  if (tokenizer.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model")) tokenizer = config.data.dir + "/tokenizer.model";
-  CADRE_CONFIG_CHECK(tokenizer.empty() || fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");
+  CADRE_CONFIG_CHECK(o.tokenizer.empty() || fs::is_regular_file(o.tokenizer), "--tokenizer '", o.tokenizer,
+                     "': no such file");
+  CADRE_CONFIG_CHECK(o.format == "hf" || (o.dtype.empty() && o.max_shard_size == "50GB"),
+                     "--dtype and --max-shard-size apply to --format hf; pt and dcp keep the checkpoint's float32");
+  CADRE_CONFIG_CHECK(o.format == "hf" || o.world_size == 1, "--format ", o.format,
+                     " is written by one process; only --format hf splits its files over the ranks of `cadre run`");
 
   // Parameters, then buffers (BatchNorm statistics) under their own names.
   std::map<std::string, std::string> names;  // checkpoint tensor -> exported name
@@ -53,19 +53,23 @@ std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_
     return str("wrote ", names.size(), " tensors (", chunks, " chunks)", naming, " from ", checkpoint,
                " to ", o.out, " (.metadata, __0_0.distcp)");
   }
+  if (o.format == "hf") {
+    HfExportOptions h;
+    h.out = o.out;
+    h.dtype = o.dtype;
+    if (!h.dtype.empty()) hf_export_dtype(h.dtype);  // checked before anything is written
+    h.max_file_bytes = hf_parse_size(o.max_shard_size);
+    h.tokenizer = o.tokenizer;
+    h.rank = o.rank;
+    h.world_size = o.world_size;
+    h.agree = o.agree;
+    h.tokenizer_ids = o.tokenizer_ids;
+    return hf_export(reader, config, *adapter, names, h);
+  }
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [name, external] : names) tensors[external] = reader.read_tensor(name);
-
-  if (o.format == "pt") {
-    tensor_file_save(o.out, tensors);
-    return str("wrote ", tensors.size(), " tensors", naming, " from ", checkpoint, " to ", o.out);
-  }
-  fs::create_directories(o.out);
-  safetensors_write(o.out + "/model.safetensors", tensors, {{"format", "pt"}});
-  file_write_atomic(o.out + "/config.json", adapter->config_json(1, 2));
-  adapter->write_extras(o.out, tokenizer);
-  return str("wrote a Hugging Face folder from ", checkpoint, " to ", o.out, " (config.json, model.safetensors",
-             tokenizer.empty() ? "" : ", tokenizer.model", ")");
+  tensor_file_save(o.out, tensors);
+  return str("wrote ", tensors.size(), " tensors", naming, " from ", checkpoint, " to ", o.out);
 }
 
 }  // namespace cadre

@@ -1,5 +1,6 @@
-// Export of a trained checkpoint to the formats other tools load: a Hugging Face folder (the
-// model's config.json, model.safetensors with the format's tensor names, tokenizer files), a
+// Export of a trained checkpoint to the formats other tools load: a Hugging Face folder
+// (ckpt/hf_export.h: streamed, sharded safetensors in the dtype asked for, config.json, the
+// tokenizer files the model came with), a
 // .pt file that Python's torch.load reads, and a PyTorch distributed checkpoint directory
 // (ckpt/dcp_export.h) whose chunks are the checkpoint's own boxes. The model supplies the
 // names through its StateDictAdapter; a model without one exports its own names to .pt and
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/hf_export.h"
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
 
@@ -19,7 +21,12 @@ struct ExportOptions {
   std::string checkpoint; // a checkpoint, or a run/checkpoint directory (newest complete one)
   std::string format;     // "hf" (a folder), "pt" (one file) or "dcp" (a folder)
   std::string out;        // folder for hf and dcp, file for pt
-  std::string tokenizer;  // SentencePiece model; default: the checkpoint's own, else <data.dir>/tokenizer.model
+  std::string tokenizer;  // SentencePiece model; default: the model's origin, else <data.dir>/tokenizer.model
+  std::string dtype;      // hf: float32|bfloat16|float16; default the origin's dtype, else bfloat16
+  std::string max_shard_size = "50GB";  // hf: the largest safetensors file ("100MB" = 1e8 bytes, "100MiB")
+  int64_t rank = 0, world_size = 1;     // hf under `cadre run`: each rank writes its share of the files
+  AgreeFn agree;
+  TokenizerIds tokenizer_ids;           // bos/eos of a SentencePiece model (null: 1 and 2)
 };
 
 // The adapter of the model a checkpoint's config describes (null: the model has none).

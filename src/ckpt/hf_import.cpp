@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/model_origin.h"
 #include "ckpt/rank_writer.h"
 #include "core/error.h"
 #include "core/file_util.h"
@@ -95,6 +96,7 @@ std::string hf_import(const HfImportOptions& o, const HfImportTargetFor& target_
   auto agree = [&](bool ok) { return o.agree ? o.agree(ok) : ok; };
   const std::string partial = o.out + "/" + checkpoint_partial_name(0);
   std::string error;
+  std::vector<std::string> origin;
   if (o.rank == 0) {
     try {
       checkpoint_remove_incomplete(o.out);
@@ -135,9 +137,8 @@ std::string hf_import(const HfImportOptions& o, const HfImportTargetFor& target_
   }
   if (o.rank == 0) {
     try {
-      // The tokenizer travels with the weights, so generate and export find it.
-      const fs::path tokenizer = fs::path(o.from) / "tokenizer.model";
-      if (fs::is_regular_file(tokenizer)) fs::copy_file(tokenizer, fs::path(partial) / "tokenizer.model");
+      // The tokenizer and config travel with the weights, so generate and export find them.
+      origin = model_origin_copy(o.from, (fs::path(partial) / kOriginDir).string());
       checkpoint_commit(o.out, 0, o.world_size, 1);
     } catch (const std::exception& e) {
       error = e.what();
@@ -160,6 +161,10 @@ std::string hf_import(const HfImportOptions& o, const HfImportTargetFor& target_
                             folder.files().size(), " safetensors file(s) of ", o.from, " into ", o.out, "/",
                             checkpoint_name(0));
   if (o.world_size > 1) summary += str("; rank ", o.rank, " wrote ", bytes, " bytes");
+  if (!origin.empty()) {
+    summary += str("; kept in ", kOriginDir, "/:");
+    for (const auto& name : origin) summary += " " + name;
+  }
   if (!ignored.empty()) {
     summary += "; ignored " + std::to_string(ignored.size()) + " tensor(s) the model does not use:";
     for (const auto& name : ignored) summary += " " + name;

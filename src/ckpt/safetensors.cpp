@@ -1,4 +1,4 @@
-// safetensors serialisation.
+// safetensors serialisation: a streamed writer and a whole-file reader.
 #include "ckpt/safetensors.h"
 
 #include <ATen/ATen.h>
@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/safetensors_header.h"
@@ -15,17 +16,6 @@
 
 namespace cadre {
 namespace {
-
-const char* dtype_code(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "F32";
-    case at::kBFloat16: return "BF16";
-    case at::kHalf: return "F16";
-    case at::kLong: return "I64";
-    case at::kInt: return "I32";
-    default: return nullptr;
-  }
-}
 
 std::optional<at::ScalarType> dtype_from_code(const std::string& code) {
   if (code == "F32") return at::kFloat;
@@ -38,30 +28,65 @@ std::optional<at::ScalarType> dtype_from_code(const std::string& code) {
 
 }  // namespace
 
-void safetensors_write(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+const char* safetensors_dtype_code(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "F32";
+    case at::kBFloat16: return "BF16";
+    case at::kHalf: return "F16";
+    case at::kLong: return "I64";
+    case at::kInt: return "I32";
+    default: throw Error(str("safetensors: dtype ", t, " is not written (float32, bfloat16, float16, int64, int32)"));
+  }
+}
+
+uint64_t SafetensorsTensor::bytes() const {
+  uint64_t n = at::elementSize(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+SafetensorsWriter::SafetensorsWriter(std::string path, const std::vector<SafetensorsTensor>& tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : file_(std::move(path)) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> contiguous;
-  uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    const char* code = dtype_code(t.scalar_type());
-    CADRE_CHECK(code, "safetensors '", path, "': tensor '", name, "' has unsupported dtype ", t.scalar_type());
-    at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    uint64_t bytes = c.numel() * c.element_size();
-    header[name] = {{"dtype", code}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    contiguous.push_back(c);
+  for (const SafetensorsTensor& t : tensors) {
+    CADRE_CHECK(!header.contains(t.name), "safetensors '", file_.path(), "': tensor '", t.name, "' listed twice");
+    const uint64_t bytes = t.bytes();
+    header[t.name] = {{"dtype", safetensors_dtype_code(t.dtype)}, {"shape", t.shape},
+                      {"data_offsets", {expected_, expected_ + bytes}}};
+    expected_ += bytes;
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
-  std::string blob(8, '\0');
-  uint64_t n = text.size();
-  std::memcpy(blob.data(), &n, 8);  // little-endian host
-  blob += text;
-  blob.reserve(blob.size() + offset);
-  for (const auto& c : contiguous) blob.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-  file_write_atomic(path, blob);
+  const uint64_t n = text.size();
+  file_.write(&n, 8);  // little-endian host
+  file_.write(text.data(), text.size());
+}
+
+void SafetensorsWriter::write(const void* data, uint64_t bytes) {
+  CADRE_CHECK(written_ + bytes <= expected_, "safetensors '", file_.path(), "': ", written_ + bytes,
+              " bytes of tensor data written, its header lists ", expected_);
+  file_.write(data, bytes);
+  written_ += bytes;
+}
+
+void SafetensorsWriter::finish() {
+  CADRE_CHECK(written_ == expected_, "safetensors '", file_.path(), "': ", written_, " bytes of tensor data written, its header lists ",
+              expected_);
+  file_.commit();
+}
+
+void safetensors_write(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsTensor> list;
+  for (const auto& [name, t] : tensors) list.push_back({name, t.scalar_type(), t.sizes().vec()});
+  SafetensorsWriter writer(path, list, metadata);
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    writer.write(c.data_ptr(), c.numel() * c.element_size());
+  }
+  writer.finish();
 }
 
 std::map<std::string, at::Tensor> safetensors_read(const std::string& path) {

@@ -15,8 +15,9 @@ class StateDictAdapter {
   virtual std::string external_name(const std::string& name) const = 0;
   // The format's name -> Cadre's; "" when Cadre has no such tensor.
   virtual std::string internal_name(const std::string& external) const = 0;
-  // The format's config file (config.json for Hugging Face).
-  virtual std::string config_json(int64_t bos_id, int64_t eos_id) const = 0;
+  // The format's config file (config.json for Hugging Face): the model's description; the
+  // export adds the token ids and dtype.
+  virtual std::string config_json() const = 0;
   // Writes what else the folder needs (tokenizer files) into `dir`; `tokenizer` may be "".
   virtual void write_extras(const std::string& dir, const std::string& tokenizer) const = 0;
 };

@@ -15,6 +15,7 @@
 #include "cli/flags.h"
 #include "comm/comm.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "models/registry.h"
 
 namespace cadre {
@@ -24,6 +25,7 @@ constexpr const char* kUsage =
     "usage: cadre ckpt inspect <checkpoint|run_dir>\n"
     "       cadre ckpt verify <checkpoint|run_dir|checkpoint_dir>\n"
     "       cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]\n"
+    "                         [--dtype bfloat16|float16|float32] [--max-shard-size 50GB]\n"
     "       cadre ckpt import --from hf <hf_dir> --out <checkpoint_dir>\n";
 
 // "4x5" for the inspect listing.
@@ -102,15 +104,33 @@ int ckpt_verify(const Args& args) {
 int ckpt_export(const Args& args) {
   ExportOptions o;
   std::string run;
-  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]");
+  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]\n"
+              "                         [--dtype bfloat16|float16|float32] [--max-shard-size 50GB]\n"
+              "  hf streams the weights (64 MiB at a time) into safetensors files of at most --max-shard-size,\n"
+              "  with model.safetensors.index.json when there are several; under `cadre run` each rank writes\n"
+              "  its share of the files.");
   flags.add("--run", &run, "run directory (same as the positional argument)");
   flags.add("--format", &o.format,
             "hf: Hugging Face Llama folder; pt: one torch.load-able file; dcp: a folder torch.distributed.checkpoint "
             "loads (torch 1.13: torch.distributed._shard.checkpoint)");
   flags.add("--out", &o.out, "output folder (hf, dcp) or file (pt)");
-  flags.add("--tokenizer", &o.tokenizer, "SentencePiece model to include (default: the run's data.dir)");
+  flags.add("--tokenizer", &o.tokenizer,
+            "SentencePiece model to include (default: the tokenizer files the model came with, else the run's data.dir)");
+  flags.add("--dtype", &o.dtype, "hf: dtype of the weights written (default: the dtype the model came in, else bfloat16)");
+  flags.add("--max-shard-size", &o.max_shard_size, "hf: largest safetensors file (100MB = 10^8 bytes, 100MiB = 100 x 2^20)");
   o.checkpoint = path_argument(flags, args, run);
+  o.tokenizer_ids = [](const std::string& model) {
+    Tokenizer tokenizer(model);
+    return std::pair<int64_t, int64_t>{tokenizer.bos_id(), tokenizer.eos_id()};
+  };
+  const comm::JobEnv env = comm::JobEnv::from_env();
+  std::unique_ptr<comm::Communicator> group;
+  if (env.world_size > 1) group = std::make_unique<comm::Communicator>(env);
+  o.rank = env.rank;
+  o.world_size = env.world_size;
+  if (group) o.agree = [g = group.get()](bool ok) { return comm::all_ranks_agree(g, ok); };
   std::printf("%s\n", checkpoint_export(o, model_state_dict_adapter).c_str());
+  if (group) group->barrier();  // rank 0 hosts the store: leave together
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -40,34 +41,46 @@ std::string temporary_name_for(const std::string& path) {
 
 }  // namespace
 
-void file_write_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = temporary_name_for(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  CADRE_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temporary_name_for(path_)) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CADRE_CHECK(fd_ >= 0, "cannot create '", tmp_, "': ", std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  CADRE_CHECK(fd_ >= 0, "'", path_, "' was already committed");
+  const char* p = static_cast<const char*>(data);
   size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
+  while (off < bytes) {
+    ssize_t w = ::write(fd_, p + off, bytes - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(str("cannot write '", tmp, "': ", std::strerror(err)));
-    }
+    CADRE_CHECK(w > 0, "cannot write '", tmp_, "': ", std::strerror(errno));
     off += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(str("cannot fsync '", tmp, "': ", std::strerror(err)));
-  }
+}
+
+void AtomicFile::commit() {
+  CADRE_CHECK(fd_ >= 0, "'", path_, "' was already committed");
+  CADRE_CHECK(::fsync(fd_) == 0, "cannot fsync '", tmp_, "': ", std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(str("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err)));
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    throw Error(str("cannot rename '", tmp_, "' to '", path_, "': ", std::strerror(err)));
   }
+}
+
+void file_write_atomic(const std::string& path, const std::string& bytes) {
+  AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 namespace {

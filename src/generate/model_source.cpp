@@ -8,6 +8,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/hf_folder.h"
 #include "ckpt/hf_import.h"
+#include "ckpt/model_origin.h"
 #include "core/error.h"
 #include "core/shape_text.h"
 #include "models/registry.h"
@@ -40,7 +41,10 @@ std::unique_ptr<Model> from_checkpoint(const std::string& path, std::string& tok
                          shape_text(p.value().sizes().vec()));
       reader.read("model." + p.key(), 0, p.value().numel(), p.value().data_ptr());
     }
-    if (fs::is_regular_file(dir + "/tokenizer.model")) tokenizer = dir + "/tokenizer.model";
+    const ModelOrigin origin = model_origin_find(dir, config.train.init_from);
+    if (fs::is_regular_file(dir + "/tokenizer.model")) tokenizer = dir + "/tokenizer.model";  // imports before origin/
+    else if (!origin.dir.empty() && fs::is_regular_file(origin.dir + "/tokenizer.model"))
+      tokenizer = origin.dir + "/tokenizer.model";
     else if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
       tokenizer = config.data.dir + "/tokenizer.model";
     return model;

@@ -4,7 +4,8 @@
 // LlamaForCausalLM loads the folder and reproduces Cadre's logits (judged against its own
 // float64 run, tests/models/fp64_judge.h's rule) and Cadre's greedy tokens; a tensor-parallel
 // run's checkpoint (every matrix stored as row or column boxes of its ranks) exports the same
-// way. DCP exports of dp x tp runs, written by `cadre ckpt export --format dcp`, load with
+// way. In float32 (--dtype) and in the default bfloat16, split into files by --max-shard-size
+// and written by two ranks under `cadre run`: loaded in float32 and in bfloat16. DCP exports of dp x tp runs, written by `cadre ckpt export --format dcp`, load with
 // torch.distributed.checkpoint. safetensors reads Cadre's files of every dtype. Bad input is
 // refused with the file named.
 #include <c10/core/GradMode.h>
@@ -31,6 +32,16 @@
 #include "ckpt/tensor_file.h"
 
 namespace {
+
+cadre::ExportOptions options(const std::string& checkpoint, const std::string& format, const std::string& out,
+                            const std::string& dtype = "") {
+  cadre::ExportOptions o;
+  o.checkpoint = checkpoint;
+  o.format = format;
+  o.out = out;
+  o.dtype = dtype;
+  return o;
+}
 
 std::string str_case(bool tied, int tp) { return std::string(tied ? "tied" : "untied") + "-tp" + std::to_string(tp); }
 
@@ -67,6 +78,9 @@ class Export : public ::testing::Test {
     at::Tensor tokens = at::randint(llama.vocab_size, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
     c10::NoGradGuard no_grad;
     cadre::tensor_file_save(run + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", model.forward(tokens)}});
+    // The same from the weights a bfloat16 export holds (each rounded to nearest even).
+    for (auto& p : model.parameters()) p.copy_(p.to(at::kBFloat16).to(at::kFloat));
+    cadre::tensor_file_save(run + "/cadre_logits_bf16.pt", {{"tokens", tokens}, {"logits", model.forward(tokens)}});
     return run;
   }
 
@@ -85,9 +99,9 @@ TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
     const bool tied = c.tied;
     std::string run = train_run(str_case(c.tied, c.tp), tied, c.tp);
     std::string hf = run + "/hf", pt = run + "/model.pt";
-    cadre::checkpoint_export({run, "hf", hf, ""}, cadre::model_state_dict_adapter);
-    cadre::checkpoint_export({run, "pt", pt, ""}, cadre::model_state_dict_adapter);
-    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"})
+    cadre::checkpoint_export(options(run, "hf", hf, "float32"), cadre::model_state_dict_adapter);
+    cadre::checkpoint_export(options(run, "pt", pt), cadre::model_state_dict_adapter);
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"})
       EXPECT_TRUE(std::filesystem::exists(hf + "/" + f)) << f;
     // Cadre's greedy continuation from the exported folder, for transformers to reproduce.
     auto gen = cadre::test::run_process({CADRE_BIN, "generate", "--model", hf, "--tokenizer",
@@ -103,6 +117,23 @@ TEST_F(Export, HuggingFaceAndPtExportsReproduceCadreLogitsInPython) {
     EXPECT_NE(check.output.find("ok:"), std::string::npos) << check.output;
     std::cout << "[export] " << str_case(c.tied, c.tp) << ": " << check.output << std::flush;
   }
+  // The default dtype (a model trained here has no origin: bfloat16) in files of at most 100 kB,
+  // each of two ranks writing its share.
+  const std::string run = *dir_ / str_case(false, 1), hf = run + "/hf-bf16";
+  auto e = cadre::test::run_process({CADRE_BIN, "run", "--nproc-per-node", "2", "--", CADRE_BIN, "ckpt", "export", run,
+                                     "--format", "hf", "--out", hf, "--max-shard-size", "1.5MB"});
+  EXPECT_NE(e.exit_code, 0) << "transformers takes whole numbers only: " << e.output;
+  EXPECT_NE(e.output.find("--max-shard-size '1.5MB'"), std::string::npos) << e.output;
+  e = cadre::test::run_process({CADRE_BIN, "run", "--nproc-per-node", "2", "--", CADRE_BIN, "ckpt", "export", run,
+                                "--format", "hf", "--out", hf, "--max-shard-size", "100kB"});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("in bfloat16, 4 files with model.safetensors.index.json"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("rank 1 wrote"), std::string::npos) << e.output;
+  auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf,
+                                         run + "/model.pt", run + "/cadre_logits_bf16.pt"});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("weights bfloat16 in 4 file(s)"), std::string::npos) << check.output;
+  std::cout << "[export] bfloat16, 4 files: " << check.output << std::flush;
 }
 
 // Runs of dp x tp layouts exported as PyTorch distributed checkpoints through the CLI (`cadre
@@ -177,6 +208,6 @@ TEST(ExportErrors, MissingCheckpointAndBadFormatAreConfigErrors) {
     }
     return std::string();
   };
-  EXPECT_NE(message({dir.path(), "hf", dir / "out", ""}).find("no complete checkpoint in"), std::string::npos);
-  EXPECT_NE(message({dir.path(), "onnx", dir / "out", ""}).find("--format"), std::string::npos);
+  EXPECT_NE(message(options(dir.path(), "hf", dir / "out")).find("no complete checkpoint in"), std::string::npos);
+  EXPECT_NE(message(options(dir.path(), "onnx", dir / "out")).find("--format"), std::string::npos);
 }

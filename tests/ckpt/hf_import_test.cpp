@@ -9,7 +9,10 @@
 //   Cadre, loads in transformers with the same logits and greedy tokens;
 // - damaged folders exit 2 naming the tensor or file, and leave no checkpoint behind;
 // - train.init_from on 2 FULL_SHARD ranks starts from the imported weights (its first loss is
-//   the source model's loss on that batch), each rank reading only part of the checkpoint.
+//   the source model's loss on that batch), each rank reading only part of the checkpoint; the
+//   fine-tuned model exports with the dtype and tokenizer files the import kept (origin/);
+// - a 190M-parameter folder exports streamed, in its own dtype, bit for bit, split into files,
+//   within two chunk buffers of memory, and loads in transformers with Cadre's logits.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
@@ -85,7 +88,7 @@ class HfImport : public ::testing::Test {
 
 TEST_F(HfImport, ExportImportExportIsByteIdentical) {
   const std::string hf = path("rt-hf");
-  auto e1 = cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", hf});
+  auto e1 = cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", hf, "--dtype", "float32"});
   ASSERT_EQ(e1.exit_code, 0) << e1.output;
   for (int ranks : {1, 2}) {
     const std::string ck = path("rt-ck" + std::to_string(ranks)), again = path("rt-hf" + std::to_string(ranks));
@@ -96,9 +99,15 @@ TEST_F(HfImport, ExportImportExportIsByteIdentical) {
     cadre::CheckpointReader reader(cadre::checkpoint_locate(ck));
     EXPECT_EQ(reader.manifest().files.size(), static_cast<size_t>(ranks));
     EXPECT_TRUE(reader.verify().empty());
+    // The import kept the folder's config and tokenizer (origin/), so the export writes float32
+    // again, with the same token ids and tokenizer files.
     auto e2 = cadre_run({"ckpt", "export", ck, "--format", "hf", "--out", again});
     ASSERT_EQ(e2.exit_code, 0) << e2.output;
-    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json"}) {
+    EXPECT_NE(e2.output.find("in float32"), std::string::npos) << e2.output;
+    EXPECT_NE(e2.output.find("/origin: generation_config.json tokenizer_config.json tokenizer.model"), std::string::npos)
+        << e2.output;
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model",
+                          "tokenizer_config.json"}) {
       ASSERT_TRUE(fs::exists(again + "/" + f)) << f;
       EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(again + "/" + f)) << f << " differs after import (" << ranks
                                                                           << " rank(s))";
@@ -240,7 +249,7 @@ std::vector<RawTensor> raw_tensors(const std::string& file) {
 
 TEST_F(HfImport, DamagedFoldersExit2NamingTheTensorOrFile) {
   const std::string good = path("bad-src");
-  ASSERT_EQ(cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", good}).exit_code, 0);
+  ASSERT_EQ(cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", good, "--dtype", "float32"}).exit_code, 0);
   const std::vector<RawTensor> tensors = raw_tensors(good + "/model.safetensors");
   int case_number = 0;
   // Builds a damaged copy, imports it (in this process: the CLI maps ConfigError to exit 2, as
@@ -336,7 +345,7 @@ TEST_F(HfImport, DamagedFoldersExit2NamingTheTensorOrFile) {
 
 TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
   const std::string hf = path("ft-hf"), ck = path("ft-ck"), ft = path("ft-run");
-  ASSERT_EQ(cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", hf}).exit_code, 0);
+  ASSERT_EQ(cadre_run({"ckpt", "export", run(), "--format", "hf", "--out", hf, "--dtype", "float32"}).exit_code, 0);
   ASSERT_EQ(cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck}).exit_code, 0);
   // A config without model keys: they come from the checkpoint.
   cadre::test::write_text(path("ft.yaml"), "model:\n  arch: llama\ndata:\n  batch_size: 4\noptim:\n  lr: 0.001\n"
@@ -372,6 +381,14 @@ TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
   EXPECT_NEAR(got, want, 1e-5 * want) << "first fine-tuning loss " << got << ", the trained model's " << want;
   EXPECT_LT(got, 5.0);  // far below a fresh model's ln(512) = 6.24
   EXPECT_EQ(json::parse(read_bytes(ft + "/summary.json"))["initialised_from"], cadre::checkpoint_locate(ck));
+  // The fine-tuned model leaves with what the imported one came with: found through
+  // train.init_from, its dtype (float32) and its tokenizer files, byte for byte.
+  auto e = cadre_run({"ckpt", "export", ft, "--format", "hf", "--out", path("ft-out")});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("in float32"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("tokenizer from " + cadre::checkpoint_locate(ck) + "/origin:"), std::string::npos) << e.output;
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json", "generation_config.json"})
+    EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(path("ft-out") + "/" + f)) << f;
   // A model key that changes a shape is refused before training, naming the tensor.
   auto bad = cadre_run({"train", "--config", path("ft.yaml"), "--set", "data.dir=" + data(), "--set",
                         "run.dir=" + path("ft-bad"), "--set", "train.init_from=" + ck, "--set", "model.n_kv_heads=4"});
@@ -380,3 +397,75 @@ TEST_F(HfImport, FineTuningStartsFromTheImportedWeightsOnTwoShardedRanks) {
 }
 
 }  // namespace
+
+// A model of several hundred MB (190M parameters: 365 MiB in bfloat16, as transformers wrote
+// it, 730 MiB once imported as float32) leaves as it came: exported (default dtype: the one it
+// came in) by one process and by two ranks into files of at most 100 MB, every tensor the
+// folder's bfloat16 bits, the tokenizer files byte for byte, the index listing each tensor once;
+// the export's peak memory above its start is its two chunk buffers (64 MiB read as float32, 32
+// MiB converted) and the reader's checksum blocks (16 MiB at most), whatever the tensors' sizes
+// (the largest is 125 MiB as float32; measured: 114 MiB above the start); transformers
+// loads it in float32 and bfloat16 and reproduces Cadre's logits (tests/python/hf_export_check.py).
+TEST_F(HfImport, ALargeModelExportsStreamedInItsOwnDtypeWithinTwoChunksOfMemory) {
+  const std::string hf = path("large-hf"), ck = path("large-ck");
+  auto w = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_random_folder.py", hf, "1024",
+                                     "8", "16", "8", "4096", "32000", "150MB"}, {}, 600);
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  fs::copy_file(data() + "/tokenizer.model", hf + "/tokenizer.model");
+  cadre::test::write_text(hf + "/tokenizer_config.json", "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": false}\n");
+  cadre::test::write_text(hf + "/chat_template.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}\n");
+  auto imp = cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck});
+  ASSERT_EQ(imp.exit_code, 0) << imp.output;
+
+  const std::string one = path("large-out1"), two = path("large-out2");
+  auto e1 = cadre_run({"ckpt", "export", ck, "--format", "hf", "--out", one});
+  ASSERT_EQ(e1.exit_code, 0) << e1.output;
+  auto e2 = cadre_run({"run", "--nproc-per-node", "2", "--", CADRE_BIN, "ckpt", "export", ck, "--format", "hf", "--out", two,
+                       "--max-shard-size", "100MB"});
+  ASSERT_EQ(e2.exit_code, 0) << e2.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(e1.output, m, std::regex(R"(peak RSS (\d+) MiB \((\d+) MiB before the first tensor\))")))
+      << e1.output;
+  const int64_t above = std::stoll(m[1]) - std::stoll(m[2]);
+  std::printf("[export] one process: %s\n", e1.output.c_str());
+  EXPECT_LE(above, 64 + 32 + 16 + 16)
+      << "MiB above the export's start: two chunk buffers, the reader's 16 MiB of checksum blocks and 16 MiB";
+  EXPECT_NE(e1.output.find("in bfloat16, 1 file (model.safetensors)"), std::string::npos) << e1.output;
+
+  cadre::HfFolder source(hf), split(two), whole(one);
+  EXPECT_GE(split.files().size(), 4u);
+  for (const auto& f : split.files()) EXPECT_LE(fs::file_size(two + "/" + f), 100'000'000u + 64 * 1024) << f;
+  const json index = json::parse(read_bytes(two + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["weight_map"].size(), source.tensors().size());
+  for (const cadre::HfFolder* out : {&split, &whole}) {
+    ASSERT_EQ(out->tensors().size(), source.tensors().size());
+    for (const auto& [name, t] : source.tensors()) {
+      const cadre::HfTensor& got = out->tensors().at(name);
+      EXPECT_EQ(got.dtype, "BF16") << name;
+      ASSERT_EQ(got.shape, t.shape) << name;
+      at::Tensor a = at::empty(t.shape, at::kFloat), b = at::empty(t.shape, at::kFloat);
+      source.read_float32(t, a.data_ptr<float>());
+      out->read_float32(got, b.data_ptr<float>());
+      EXPECT_TRUE(at::equal(a, b)) << name << " differs from the folder's bfloat16 value";
+    }
+  }
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"}) {
+    EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(one + "/" + f)) << f;
+    EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(two + "/" + f)) << f;
+  }
+  const json config = json::parse(read_bytes(two + "/config.json"));
+  EXPECT_EQ(config["dtype"], "bfloat16");
+  EXPECT_EQ(config["torch_dtype"], "bfloat16");
+
+  // Cadre's logits from the import, for transformers to reproduce from the export.
+  cadre::InferenceModel model = cadre::inference_model_load(ck, "", false);
+  at::Tensor tokens = at::arange(2 * 16, at::kLong).reshape({2, 16}).mul(977).remainder(32000);
+  {
+    c10::NoGradGuard no_grad;
+    cadre::tensor_file_save(two + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", llama_of(model).forward(tokens)}});
+  }
+  auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", two, "-",
+                                         two + "/cadre_logits.pt"}, {}, 600);
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  std::printf("[export] 2 ranks, 100MB files: %s", check.output.c_str());
+}

@@ -128,7 +128,7 @@ std::string LlamaHfAdapter::internal_name(const std::string& external) const {
   return translate(external, false);
 }
 
-std::string LlamaHfAdapter::config_json(int64_t bos_id, int64_t eos_id) const {
+std::string LlamaHfAdapter::config_json() const {
   const LlamaConfig& m = config_;
   nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
                       {"model_type", "llama"},
@@ -142,10 +142,7 @@ std::string LlamaHfAdapter::config_json(int64_t bos_id, int64_t eos_id) const {
                       {"rms_norm_eps", m.norm_eps},
                       {"tie_word_embeddings", m.tie_embeddings},
                       {"hidden_act", "silu"},
-                      {"initializer_range", m.init_std},
-                      {"bos_token_id", bos_id},
-                      {"eos_token_id", eos_id},
-                      {"torch_dtype", "float32"}};
+                      {"initializer_range", m.init_std}};
   rope_to_hf(m, j);
   return j.dump(2) + "\n";
 }

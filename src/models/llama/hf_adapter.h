@@ -25,7 +25,7 @@ class LlamaHfAdapter : public StateDictAdapter {
   explicit LlamaHfAdapter(LlamaConfig config) : config_(config) {}
   std::string external_name(const std::string& name) const override;
   std::string internal_name(const std::string& external) const override;
-  std::string config_json(int64_t bos_id, int64_t eos_id) const override;
+  std::string config_json() const override;
   void write_extras(const std::string& dir, const std::string& tokenizer) const override;
 
  private:
