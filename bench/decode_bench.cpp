@@ -60,10 +60,10 @@ int main(int argc, char** argv) {
   at::set_num_threads(static_cast<int>(threads));
   cadre::cpu_block_cache::install();  // as `cadre serve` and `cadre generate` run
   try {
-  cadre::InferenceModel m = cadre::inference_model_load(model_path, "", /*need_tokenizer=*/false);
+  cadre::InferenceModel m = cadre::inference_model_open(model_path, "", /*need_tokenizer=*/false);
   const int64_t most = *std::max_element(streams.begin(), streams.end());
   std::unique_ptr<cadre::Decoder> decoder_ptr =
-      m.lm().decoder({most, prompt_len + tokens, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
+      m.decoder({most, prompt_len + tokens, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat});
   cadre::Decoder& decoder = *decoder_ptr;
   const int64_t V = decoder.vocab_size();
   for (int64_t B : streams) {

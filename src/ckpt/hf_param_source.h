@@ -25,6 +25,7 @@ class HfParamSource : public ParamSource {
   uint64_t bytes_read() const { return folder_.bytes_read(); }
   uint64_t bytes_total() const { return bytes_total_; }  // of every tensor the model reads
   const Config& config() const { return target_.config; }
+  const HfFolder& folder() const { return folder_; }
 
  private:
   HfFolder folder_;

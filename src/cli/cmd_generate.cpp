@@ -12,6 +12,7 @@
 #include "core/cpu_block_cache.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/sysinfo.h"
 #include "data/tokenizer.h"
 #include "generate/generator.h"
 #include "generate/model_source.h"
@@ -22,7 +23,7 @@
 namespace cadre {
 
 int cmd_generate(const Args& args) {
-  std::string model, prompt, tokenizer_path, dtype = "float32", device_name = "cpu";
+  std::string model, prompt, tokenizer_path, dtype, device_name = "cpu";
   int64_t max_tokens = 128, top_k = 0, threads = 2, seed = -1;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
   bool greedy = false, ignore_eos = false, json_out = false, quiet = false;
@@ -41,7 +42,7 @@ int cmd_generate(const Args& args) {
   flags.add("--ignore-eos", &ignore_eos, "keep going past the end-of-sequence token");
   flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
   flags.add("--threads", &threads, "compute threads (default 2)");
-  flags.add("--dtype", &dtype, "weights: float32 (the trained values) or bfloat16 (half the memory traffic)");
+  flags.add("--dtype", &dtype, "weights: float32 or bfloat16 (half the memory traffic); default the dtype they are stored in");
   flags.add("--device", &device_name, "cpu (default), cuda (the GPU LOCAL_RANK picks) or auto (cuda when usable)");
   flags.add("--json", &json_out, "print one JSON object (tokens, text, timings) instead of streaming text");
   flags.add("--quiet", &quiet, "no statistics line on stderr");
@@ -55,17 +56,21 @@ int cmd_generate(const Args& args) {
   CADRE_CONFIG_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1]");
   CADRE_CONFIG_CHECK(repetition_penalty > 0, "--repetition-penalty must be > 0");
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
-  CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
+  CADRE_CONFIG_CHECK(dtype.empty() || dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '",
+                     dtype, "'");
 
   const c10::Device device = device_select(device_name, "--device");
   cpu_block_cache::install();  // decode steps reuse their large blocks
   at::set_num_threads(static_cast<int>(threads));
-  InferenceModel m = inference_model_load(model, tokenizer_path);
+  const int64_t rss_before = process_rss_bytes();
+  InferenceModel m = inference_model_open(model, tokenizer_path);
+  if (dtype.empty()) dtype = m.stored_dtype;
   Tokenizer tokenizer(m.tokenizer);
   CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
                      tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
-  std::unique_ptr<Decoder> decoder_ptr = m.lm().decoder({1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
+  std::unique_ptr<Decoder> decoder_ptr = m.decoder({1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   Decoder& decoder = *decoder_ptr;
+  const int64_t load_peak = process_peak_rss_bytes();  // loading is done: the weights are the decoder's
 
   std::vector<int> ids = {tokenizer.bos_id()};
   const auto text_ids = tokenizer.encode(prompt);
@@ -103,7 +108,11 @@ int cmd_generate(const Args& args) {
                         {"prefill_s", stats.prefill_s},
                         {"decode_s", stats.decode_s},
                         {"decode_tokens_per_s", rate},
-                        {"device", device_describe(device)}};
+                        {"device", device_describe(device)},
+                        {"dtype", dtype},
+                        {"weight_bytes", decoder.weight_bytes()},
+                        {"rss_before_load_bytes", rss_before},
+                        {"peak_rss_after_load_bytes", load_peak}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -112,10 +121,11 @@ int cmd_generate(const Args& args) {
   if (!quiet)
     std::fprintf(stderr,
                  "generate: %s; %lld prompt tokens in %.3f s, %lld tokens generated (%s), %.1f tokens/s decoding "
-                 "(%s weights on %s, %s kernels, %lld threads, seed %llu)\n",
+                 "(%s weights on %s, %.1f MB, peak RSS %.1f MB after loading, %s kernels, %lld threads, seed %llu)\n",
                  m.source.c_str(), static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
                  static_cast<long long>(stats.generated_tokens), finish_reason(finish), rate, dtype.c_str(),
-                 device_describe(device).c_str(), device.is_cpu() ? batch_invariant_linear_isa() : "tensor-op",
+                 device_describe(device).c_str(), decoder.weight_bytes() / 1e6, load_peak / 1e6,
+                 device.is_cpu() ? batch_invariant_linear_isa() : "tensor-op",
                  static_cast<long long>(threads),
                  static_cast<unsigned long long>(params.sampling.seed));
   return 0;

@@ -19,6 +19,7 @@
 #include "core/cpu_block_cache.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/sysinfo.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
 #include "generate/model_source.h"
@@ -32,7 +33,7 @@
 namespace cadre {
 
 int cmd_serve(const Args& args) {
-  std::string model, tokenizer_path, chat_template = "llama2", dtype = "float32", model_name;
+  std::string model, tokenizer_path, chat_template = "llama2", dtype, model_name;
   std::string device_name = "cpu";
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
@@ -69,7 +70,7 @@ int cmd_serve(const Args& args) {
             "seconds one write of an answer may wait for a client that does not read; then its request is "
             "cancelled (default 30)");
   flags.add("--threads", &threads, "compute threads (default 2)");
-  flags.add("--dtype", &dtype, "weights: float32 (default) or bfloat16");
+  flags.add("--dtype", &dtype, "weights: float32 or bfloat16; default the dtype they are stored in (bfloat16 files: bfloat16)");
   flags.add("--device", &device_name, "cpu (default), cuda (the GPU LOCAL_RANK picks) or auto (cuda when usable)");
   flags.add("--drain-timeout", &drain_timeout, "seconds SIGTERM waits for requests in flight (default 60)");
   auto rest = flags.parse(args);
@@ -95,7 +96,8 @@ int cmd_serve(const Args& args) {
     CADRE_CONFIG_CHECK(seconds > 0 && seconds <= 86400, flag, " must be in (0, 86400] seconds, got ", seconds);
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
   CADRE_CONFIG_CHECK(drain_timeout > 0, "--drain-timeout must be > 0");
-  CADRE_CONFIG_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '", dtype, "'");
+  CADRE_CONFIG_CHECK(dtype.empty() || dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '",
+                     dtype, "'");
   if (http.api_key.empty())
     if (const char* key = std::getenv("CADRE_API_KEY")) http.api_key = key;
 
@@ -110,7 +112,8 @@ int cmd_serve(const Args& args) {
   const c10::Device device = device_select(device_name, "--device");
   cpu_block_cache::install();  // decode steps reuse their large blocks
   at::set_num_threads(static_cast<int>(threads));
-  InferenceModel m = inference_model_load(model, tokenizer_path);
+  InferenceModel m = inference_model_open(model, tokenizer_path);
+  if (dtype.empty()) dtype = m.stored_dtype;
   Tokenizer tokenizer(m.tokenizer);
   CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
                      tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
@@ -118,7 +121,7 @@ int cmd_serve(const Args& args) {
                      " (the model's max_seq_len)");
   ChatTemplate chat = ChatTemplate::load(chat_template);
   std::unique_ptr<Decoder> decoder =
-      m.lm().decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
+      m.decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   m.model.reset();  // the decoder holds its own (packed) copy of the weights
   ServeMetrics metrics;
   Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
@@ -133,7 +136,8 @@ int cmd_serve(const Args& args) {
   server.bind();
   log::info(str("serve: ", m.source, " as '", http.model_name, "' on http://", http.host, ":", server.bound_port(),
                 " (max batch ", max_batch, ", queue ", max_queue, ", context ", decoder->max_len(), ", ", dtype,
-                " weights on ", device_describe(device), " ", decoder->weight_bytes() / 1e6, " MB, KV cache ", decoder->cache_bytes() / 1e6, " MB, ",
+                " weights on ", device_describe(device), " ", decoder->weight_bytes() / 1e6, " MB, KV cache ", decoder->cache_bytes() / 1e6, " MB, resident ",
+                process_rss_bytes() / 1e6, " MB, ",
                 batch_invariant_linear_isa(), " kernels, ", threads, " threads", http.api_key.empty() ? "" : ", API key required",
                 ")"));
   std::printf("listening on http://%s:%d\n", http.host.c_str(), server.bound_port());

@@ -1,16 +1,22 @@
-// Loading a language model for inference from a checkpoint or a Hugging Face folder.
+// Opening a language model for inference from a checkpoint or a Hugging Face folder.
 #include "generate/model_source.h"
+
+#include <c10/core/GradMode.h>
+
+#include <ATen/ATen.h>
 
 #include <filesystem>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_error.h"
-#include "ckpt/checkpoint_reader.h"
+#include "ckpt/checkpoint_param_source.h"
 #include "ckpt/hf_folder.h"
 #include "ckpt/hf_import.h"
+#include "ckpt/hf_param_source.h"
+#include "ckpt/manifest.h"
 #include "ckpt/model_origin.h"
 #include "core/error.h"
-#include "core/shape_text.h"
+#include "core/file_util.h"
 #include "models/registry.h"
 
 namespace fs = std::filesystem;
@@ -18,36 +24,34 @@ namespace fs = std::filesystem;
 namespace cadre {
 namespace {
 
-std::unique_ptr<Model> from_hf(const std::string& path, std::string& tokenizer) {
-  HfFolder folder(path);
-  HfImportTarget target = model_hf_import_target(folder.config_json(), path + "/config.json");
-  std::unique_ptr<Model> model = model_build_causal_lm(target.config, "Hugging Face folder '" + path + "'");
-  auto params = model->module().named_parameters();
-  for (const HfPlannedTensor& t : hf_plan(folder, target)) folder.read_float32(*t.source, params[t.name].data_ptr<float>());
-  if (fs::is_regular_file(path + "/tokenizer.model")) tokenizer = path + "/tokenizer.model";
-  return model;
+void open_hf(const std::string& path, InferenceModel& out) {
+  const std::string config_json = file_read(path + "/config.json");
+  HfImportTarget target = model_hf_import_target(config_json, path + "/config.json");
+  out.model = model_build_causal_lm(target.config, "Hugging Face folder '" + path + "'", /*deferred=*/true);
+  auto source = std::make_shared<HfParamSource>(path, std::move(target));
+  bool all_bf16 = true;
+  for (const auto& [name, t] : source->folder().tensors()) all_bf16 = all_bf16 && t.dtype == "BF16";
+  out.stored_dtype = all_bf16 ? "bfloat16" : "float32";
+  out.weights = std::move(source);
+  if (fs::is_regular_file(path + "/tokenizer.model")) out.tokenizer = path + "/tokenizer.model";
 }
 
-std::unique_ptr<Model> from_checkpoint(const std::string& path, std::string& tokenizer) {
+void open_checkpoint(const std::string& path, InferenceModel& out) {
   const std::string dir = checkpoint_locate(path);
   try {
-    CheckpointReader reader(dir);
-    Config config = config_parse(reader.manifest().config_yaml, dir + "/" + kManifestFile, {});
-    std::unique_ptr<Model> model = model_build_causal_lm(config, "checkpoint '" + dir + "'");
-    for (auto& p : model->module().named_parameters()) {
-      const TensorRecord& t = reader.tensor("model." + p.key());
-      CADRE_CONFIG_CHECK(t.dtype == "float32" && t.shape == p.value().sizes().vec(), "checkpoint '", dir, "': tensor 'model.",
-                         p.key(), "' is ", t.dtype, " ", shape_text(t.shape), ", its config needs float32 ",
-                         shape_text(p.value().sizes().vec()));
-      reader.read("model." + p.key(), 0, p.value().numel(), p.value().data_ptr());
-    }
+    const CheckpointManifest manifest = manifest_parse(file_read(dir + "/" + kManifestFile), dir);
+    Config config = config_parse(manifest.config_yaml, dir + "/" + kManifestFile, {});
+    out.model = model_build_causal_lm(config, "checkpoint '" + dir + "'", /*deferred=*/true);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
+    for (const auto& p : out.model->module().named_parameters()) parameters.push_back({p.key(), p.value().sizes().vec()});
+    out.weights = std::make_shared<CheckpointParamSource>(dir, parameters);
     const ModelOrigin origin = model_origin_find(dir, config.train.init_from);
-    if (fs::is_regular_file(dir + "/tokenizer.model")) tokenizer = dir + "/tokenizer.model";  // imports before origin/
+    out.stored_dtype = model_origin_dtype(origin.dir) == "bfloat16" ? "bfloat16" : "float32";
+    if (fs::is_regular_file(dir + "/tokenizer.model")) out.tokenizer = dir + "/tokenizer.model";  // imports before origin/
     else if (!origin.dir.empty() && fs::is_regular_file(origin.dir + "/tokenizer.model"))
-      tokenizer = origin.dir + "/tokenizer.model";
+      out.tokenizer = origin.dir + "/tokenizer.model";
     else if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
-      tokenizer = config.data.dir + "/tokenizer.model";
-    return model;
+      out.tokenizer = config.data.dir + "/tokenizer.model";
   } catch (const CheckpointError& e) {
     throw ConfigError(e.what());  // a damaged checkpoint is bad input here: nothing was started
   }
@@ -55,12 +59,13 @@ std::unique_ptr<Model> from_checkpoint(const std::string& path, std::string& tok
 
 }  // namespace
 
-InferenceModel inference_model_load(const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
+InferenceModel inference_model_open(const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
   CADRE_CONFIG_CHECK(fs::is_directory(path), "--model '", path,
                      "' is not a directory (a checkpoint, a run directory or a Hugging Face folder)");
   InferenceModel out;
   const bool hf = hf_folder_detect(path);
-  out.model = hf ? from_hf(path, out.tokenizer) : from_checkpoint(path, out.tokenizer);
+  if (hf) open_hf(path, out);
+  else open_checkpoint(path, out);
   out.model->module().eval();
   out.source = std::string(hf ? "Hugging Face folder " : "checkpoint ") + path;
   if (!tokenizer.empty()) {
@@ -72,6 +77,20 @@ InferenceModel inference_model_load(const std::string& path, const std::string& 
   fs::path p = fs::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   out.name = p.filename().string();
+  return out;
+}
+
+InferenceModel inference_model_load(const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
+  InferenceModel out = inference_model_open(path, tokenizer, need_tokenizer);
+  c10::NoGradGuard no_grad;
+  try {
+    for (auto& p : out.model->module().named_parameters()) {
+      p.value().set_data(at::empty(p.value().sizes(), at::kFloat));
+      out.weights->read(p.key(), 0, p.value().numel(), p.value().data_ptr<float>());
+    }
+  } catch (const CheckpointError& e) {
+    throw ConfigError(e.what());
+  }
   return out;
 }
 

@@ -91,7 +91,10 @@ class CausalLm {
   virtual int64_t max_seq_len() const = 0;
   // A decoder with its own copy of the weights (packed for decoding), so the model can be
   // freed once it is built. Error for options the model cannot meet (max_len beyond max_seq_len).
-  virtual std::unique_ptr<Decoder> decoder(const DecodeOptions& options) const = 0;
+  // `weights` null: from the model's parameters; else read from it (a checkpoint or folder, in
+  // the decode dtype as it is read), and the model may be built without storage (deferred).
+  virtual std::unique_ptr<Decoder> decoder(const DecodeOptions& options, const ParamSource* weights) const = 0;
+  std::unique_ptr<Decoder> decoder(const DecodeOptions& options) const { return decoder(options, nullptr); }
 };
 
 // One micro-batch on one rank, as activation_bytes sees it.

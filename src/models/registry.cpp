@@ -34,9 +34,9 @@ std::unique_ptr<Model> model_build(const Config& config, bool deferred) {
   return std::make_unique<ResnetModel>(resnet_config(config.model));
 }
 
-std::unique_ptr<Model> model_build_causal_lm(Config& config, const std::string& source) {
+std::unique_ptr<Model> model_build_causal_lm(Config& config, const std::string& source, bool deferred) {
   model_config_resolve(config);
-  std::unique_ptr<Model> model = model_build(config);
+  std::unique_ptr<Model> model = model_build(config, deferred);
   CADRE_CONFIG_CHECK(model->causal_lm() != nullptr, source, " holds a ", config.model.arch,
                      " model; generate and serve run Llama models");
   return model;

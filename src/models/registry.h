@@ -29,8 +29,9 @@ std::unique_ptr<Model> model_build(const Config& config, bool deferred = false);
 
 // The model config.model describes, for text generation: as model_build, after
 // model_config_resolve, and ConfigError ("<source> holds a resnet model; ...") when it has
-// no CausalLm side. Its weights are not initialised: the caller loads trained ones.
-std::unique_ptr<Model> model_build_causal_lm(Config& config, const std::string& source);
+// no CausalLm side. Its weights are not initialised: the caller loads trained ones (deferred:
+// it has no storage either, for a decoder that reads its weights itself).
+std::unique_ptr<Model> model_build_causal_lm(Config& config, const std::string& source, bool deferred = false);
 
 // Its Hugging Face adapter, or null when it has none.
 std::unique_ptr<StateDictAdapter> model_state_dict_adapter(const Config& config);

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/sysinfo.h"
 #include "obs/prometheus_text.h"
 
 namespace cadre {
@@ -92,6 +93,8 @@ std::string ServeMetrics::text() const {
       {"cadre_serve_queue_depth", "gauge", "Requests waiting for a decoding slot.", static_cast<double>(queued_)},
       {"cadre_serve_active_sequences", "gauge", "Sequences being decoded.", static_cast<double>(active_)},
       {"cadre_serve_decode_steps_total", "counter", "Decoding steps run.", static_cast<double>(steps_)},
+      {"process_resident_memory_bytes", "gauge", "Resident memory of the server process (VmRSS).",
+       static_cast<double>(process_rss_bytes())},
   };
   for (const auto& [name, type, help, value] : singles) out += family_header(name, type, help) + sample_line(name, {}, value);
   const std::vector<std::tuple<const char*, const char*, const Histogram*>> histograms = {

@@ -137,7 +137,7 @@ void expect_export_loads_in_transformers(const std::string& ck, const std::strin
   EXPECT_EQ(config["rope_scaling"]["original_max_position_embeddings"], 64) << config.dump();
   cadre::tensor_file_save(hf + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", logits}});
   auto gen = cadre_run({"generate", "--model", hf, "--tokenizer", tokenizer, "--prompt", prompt, "--greedy",
-                        "--ignore-eos", "--max-tokens", "24", "--json", "--quiet"});
+                        "--ignore-eos", "--max-tokens", "24", "--json", "--quiet", "--dtype", "float32"});
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   std::ofstream(hf + "/cadre_greedy.json") << json::parse(gen.output.substr(gen.output.find('{'))).dump();
   auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", hf, pt,
@@ -201,7 +201,7 @@ TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreed
                               ref.at("greedy_tokens").data_ptr<int64_t>() + ref.at("greedy_tokens").numel());
     for (const std::string& model : {variant == "f16_tied" ? hf : ck}) {
       auto gen = cadre_run({"generate", "--model", model, "--tokenizer", data() + "/tokenizer.model", "--prompt", prompt,
-                            "--greedy", "--ignore-eos", "--max-tokens", "24", "--json", "--quiet"});
+                            "--greedy", "--ignore-eos", "--max-tokens", "24", "--json", "--quiet", "--dtype", "float32"});
       ASSERT_EQ(gen.exit_code, 0) << gen.output;
       const json out = json::parse(gen.output.substr(gen.output.find('{')));
       EXPECT_EQ(out["prompt_tokens"].get<std::vector<int>>(), ids);
@@ -468,4 +468,23 @@ TEST_F(HfImport, ALargeModelExportsStreamedInItsOwnDtypeWithinTwoChunksOfMemory)
                                          two + "/cadre_logits.pt"}, {}, 600);
   EXPECT_EQ(check.exit_code, 0) << check.output;
   std::printf("[export] 2 ranks, 100MB files: %s", check.output.c_str());
+
+  // Loaded for inference, the folder and its import (origin bfloat16) decode in bfloat16 by
+  // default and loading holds the weights once in bfloat16 (plus the reader's 16 MiB chunk and
+  // 32 MiB of slack), never a float32 copy (float32 on request: twice the weights).
+  const double MiB = 1 << 20;
+  for (const auto& [model, dtype] : std::vector<std::pair<std::string, std::string>>{{hf, ""}, {ck, ""}, {hf, "float32"}}) {
+    std::vector<std::string> args = {"generate", "--model", model, "--prompt", "The", "--max-tokens", "2", "--json", "--quiet"};
+    if (!dtype.empty()) args.insert(args.end(), {"--dtype", dtype});
+    auto gen = cadre_run(args);
+    ASSERT_EQ(gen.exit_code, 0) << gen.output;
+    const json out = json::parse(gen.output.substr(gen.output.find('{')));
+    const double weights = out["weight_bytes"].get<double>() / MiB;
+    const double held = (out["peak_rss_after_load_bytes"].get<double>() - out["rss_before_load_bytes"].get<double>()) / MiB;
+    std::printf("[load] %s --dtype %s: weights %.1f MiB, peak above the start %.1f MiB\n", model.c_str(),
+                out["dtype"].get<std::string>().c_str(), weights, held);
+    EXPECT_EQ(out["dtype"], dtype.empty() ? "bfloat16" : dtype) << model;
+    EXPECT_NEAR(weights, (dtype.empty() ? 2.0 : 4.0) * 191382528 / MiB, 1.0) << "every weight once";
+    EXPECT_LE(held, weights + 16 + 32) << model;
+  }
 }

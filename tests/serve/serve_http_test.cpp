@@ -365,6 +365,10 @@ TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
                            "cadre_serve_time_to_first_token_seconds_count 2", "cadre_serve_queue_depth 0",
                            "cadre_serve_generated_tokens_total 8"})
     EXPECT_NE(m->body.find(name), std::string::npos) << name << "\n" << m->body;
+  // The server's resident memory: its own /proc/self/status VmRSS, at least its weights.
+  const double rss = s.metric("process_resident_memory_bytes");
+  EXPECT_GT(rss, 0.6e6) << "the tiny model's float32 weights alone are 0.66 MB\n" << m->body;
+  EXPECT_LT(rss, 4e9) << m->body;
 }
 
 }  // namespace

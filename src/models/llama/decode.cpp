@@ -11,17 +11,10 @@
 
 #include "core/error.h"
 #include "models/batch_invariant_linear.h"
+#include "models/llama/decoder_weights.h"
 
 namespace cadre {
 namespace {
-
-at::Tensor packed(const std::vector<at::Tensor>& parts, at::ScalarType dtype) {
-  std::vector<at::Tensor> detached;
-  for (const auto& p : parts) detached.push_back(p.detach().to(at::kFloat));
-  return at::cat(detached, 0).to(dtype).contiguous();
-}
-
-at::Tensor vector_of(const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous().clone(); }
 
 // RMSNorm of each row of x [R, dim] into out, as the training forward computes it:
 // x * rsqrt(mean(x^2) + eps), then times the weight.
@@ -53,7 +46,8 @@ void rope_in_place(float* x, const float* cos, const float* sin, int64_t hd) {
 
 }  // namespace
 
-LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options) : config_(model.config()), options_(options) {
+LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options, const ParamSource* weights)
+    : config_(model.config()), options_(options) {
   const LlamaConfig& c = config_;
   if (options_.max_len <= 0) options_.max_len = c.max_seq_len;
   CADRE_CHECK(options_.slots >= 1, "decoder: slots must be >= 1");
@@ -63,23 +57,21 @@ LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options) : config_(
               "decoder: weights must be float32 or bfloat16");
   head_dim_ = c.dim / c.n_heads;
   CADRE_CHECK(head_dim_ <= 1024, "decoder: head_dim ", head_dim_, " is above 1024");
-  c10::NoGradGuard no_grad;
-  const at::ScalarType wt = options_.weight_dtype;
-  embedding_ = vector_of(model.tok_embeddings->weight);
-  norm_ = vector_of(model.norm->weight);
-  head_ = model.output ? packed({model.output->weight}, wt) : embedding_.to(wt).contiguous();
+  LlamaDecoderWeights w = llama_decoder_weights(model, weights, options_.weight_dtype, c10::Device(c10::kCPU));
+  weight_bytes_ = w.bytes();
+  embedding_ = w.embedding;
+  norm_ = w.norm;
+  head_ = w.head;
   rope_cos_ = model.rope_cos().contiguous();
   rope_sin_ = model.rope_sin().contiguous();
-  for (const auto& block : model.layers->blocks) {
+  for (auto& from : w.layers) {
     Layer l;
-    l.attention_norm = vector_of(block->attention_norm->weight);
-    l.ffn_norm = vector_of(block->ffn_norm->weight);
-    const auto& a = *block->attention;
-    l.wqkv = packed({a.wq->weight, a.wk->weight, a.wv->weight}, wt);
-    l.wo = packed({a.wo->weight}, wt);
-    const auto& f = *block->feed_forward;
-    l.w13 = packed({f.w1->weight, f.w3->weight}, wt);
-    l.w2 = packed({f.w2->weight}, wt);
+    l.attention_norm = from.attention_norm;
+    l.ffn_norm = from.ffn_norm;
+    l.wqkv = from.wqkv;
+    l.wo = from.wo;
+    l.w13 = from.w13;
+    l.w2 = from.w2;
     l.k_cache = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_}, at::kFloat);
     l.v_cache = at::zeros_like(l.k_cache);
     layers_.push_back(std::move(l));
@@ -92,11 +84,7 @@ void LlamaDecoder::reset(int64_t slot) {
   lengths_[static_cast<size_t>(slot)] = 0;
 }
 
-int64_t LlamaDecoder::weight_bytes() const {
-  int64_t bytes = head_.nbytes();
-  for (const auto& l : layers_) bytes += l.wqkv.nbytes() + l.wo.nbytes() + l.w13.nbytes() + l.w2.nbytes();
-  return bytes;
-}
+int64_t LlamaDecoder::weight_bytes() const { return weight_bytes_; }
 
 int64_t LlamaDecoder::cache_bytes() const {
   int64_t bytes = 0;
@@ -154,8 +142,7 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
     positions[static_cast<size_t>(r)] = len++;
   }
   at::Tensor h = at::empty({R, D}, at::kFloat), x = at::empty({R, D}, at::kFloat);
-  for (int64_t r = 0; r < R; ++r)
-    std::copy_n(embedding_.data_ptr<float>() + rows[static_cast<size_t>(r)].token * D, D, h.data_ptr<float>() + r * D);
+  for (int64_t r = 0; r < R; ++r) h[r].copy_(embedding_[rows[static_cast<size_t>(r)].token]);  // widened when bf16
   const int64_t width = (H + 2 * KV) * hd;
   at::Tensor qkv = at::empty({R, width}, at::kFloat), att = at::empty({R, H * hd}, at::kFloat);
   at::Tensor proj = at::empty({R, D}, at::kFloat), gate_up = at::empty({R, 2 * F}, at::kFloat);

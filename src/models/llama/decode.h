@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/param_source.h"
 #include "models/llama/model.h"
 #include "models/model.h"
 
@@ -20,8 +21,9 @@ namespace cadre {
 
 class LlamaDecoder : public Decoder {
  public:
-  // Copies the weights it needs (packed: q, k and v in one matrix, gate and up in another).
-  LlamaDecoder(const Llama& model, DecodeOptions options);
+  // Copies the weights it needs (packed: q, k and v in one matrix, gate and up in another), from
+  // the model's parameters, or from `weights` when given (the model may then be deferred).
+  LlamaDecoder(const Llama& model, DecodeOptions options, const ParamSource* weights = nullptr);
 
   at::Tensor forward(const std::vector<DecodeRow>& rows) override;
   void reset(int64_t slot) override;
@@ -44,8 +46,8 @@ class LlamaDecoder : public Decoder {
 
   LlamaConfig config_;
   DecodeOptions options_;
-  int64_t head_dim_ = 0;
-  at::Tensor embedding_, norm_, head_;  // embedding float32; head weight_dtype
+  int64_t head_dim_ = 0, weight_bytes_ = 0;
+  at::Tensor embedding_, norm_, head_;  // embedding and head weight_dtype (one tensor when tied)
   at::Tensor rope_cos_, rope_sin_;      // [max_seq_len, head_dim] float32
   std::vector<Layer> layers_;
   std::vector<int64_t> lengths_;

@@ -12,21 +12,12 @@
 #include <utility>
 
 #include "core/error.h"
+#include "models/llama/decoder_weights.h"
 
 namespace cadre {
 namespace {
 
 using at::indexing::Slice;
-
-at::Tensor packed_on(const std::vector<at::Tensor>& parts, at::ScalarType dtype, const c10::Device& device) {
-  std::vector<at::Tensor> detached;
-  for (const auto& p : parts) detached.push_back(p.detach().to(at::kFloat));
-  return at::cat(detached, 0).to(device, dtype).contiguous();
-}
-
-at::Tensor vector_on(const at::Tensor& t, const c10::Device& device) {
-  return t.detach().to(device, at::kFloat).contiguous().clone();
-}
 
 // Appends `values` to `packed`; returns where they start.
 int64_t append(std::vector<int64_t>& packed, const std::vector<int64_t>& values) {
@@ -46,7 +37,7 @@ at::Tensor packed_to(const std::vector<int64_t>& packed, const c10::Device& devi
 
 }  // namespace
 
-LlamaDeviceDecoder::LlamaDeviceDecoder(const Llama& model, DecodeOptions options)
+LlamaDeviceDecoder::LlamaDeviceDecoder(const Llama& model, DecodeOptions options, const ParamSource* weights)
     : config_(model.config()), options_(options) {
   const LlamaConfig& c = config_;
   const c10::Device device = options_.device;
@@ -57,23 +48,21 @@ LlamaDeviceDecoder::LlamaDeviceDecoder(const Llama& model, DecodeOptions options
   CADRE_CHECK(options_.weight_dtype == at::kFloat || options_.weight_dtype == at::kBFloat16,
               "decoder: weights must be float32 or bfloat16");
   head_dim_ = c.dim / c.n_heads;
-  c10::NoGradGuard no_grad;
-  const at::ScalarType wt = options_.weight_dtype;
-  embedding_ = vector_on(model.tok_embeddings->weight, device);
-  norm_ = vector_on(model.norm->weight, device);
-  head_ = model.output ? packed_on({model.output->weight}, wt, device) : embedding_.to(wt).contiguous();
+  LlamaDecoderWeights w = llama_decoder_weights(model, weights, options_.weight_dtype, device);
+  weight_bytes_ = w.bytes();
+  embedding_ = w.embedding;
+  norm_ = w.norm;
+  head_ = w.head;
   rope_cos_ = model.rope_cos().to(device).contiguous();
   rope_sin_ = model.rope_sin().to(device).contiguous();
-  for (const auto& block : model.layers->blocks) {
+  for (auto& from : w.layers) {
     Layer l;
-    l.attention_norm = vector_on(block->attention_norm->weight, device);
-    l.ffn_norm = vector_on(block->ffn_norm->weight, device);
-    const auto& a = *block->attention;
-    l.wqkv = packed_on({a.wq->weight, a.wk->weight, a.wv->weight}, wt, device);
-    l.wo = packed_on({a.wo->weight}, wt, device);
-    const auto& f = *block->feed_forward;
-    l.w13 = packed_on({f.w1->weight, f.w3->weight}, wt, device);
-    l.w2 = packed_on({f.w2->weight}, wt, device);
+    l.attention_norm = from.attention_norm;
+    l.ffn_norm = from.ffn_norm;
+    l.wqkv = from.wqkv;
+    l.wo = from.wo;
+    l.w13 = from.w13;
+    l.w2 = from.w2;
     l.k_cache = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_},
                           at::TensorOptions().dtype(at::kFloat).device(device));
     l.v_cache = at::zeros_like(l.k_cache);
@@ -87,11 +76,7 @@ void LlamaDeviceDecoder::reset(int64_t slot) {
   lengths_[static_cast<size_t>(slot)] = 0;
 }
 
-int64_t LlamaDeviceDecoder::weight_bytes() const {
-  int64_t bytes = head_.nbytes();
-  for (const auto& l : layers_) bytes += l.wqkv.nbytes() + l.wo.nbytes() + l.w13.nbytes() + l.w2.nbytes();
-  return bytes;
-}
+int64_t LlamaDeviceDecoder::weight_bytes() const { return weight_bytes_; }
 
 int64_t LlamaDeviceDecoder::cache_bytes() const {
   int64_t bytes = 0;
@@ -196,7 +181,7 @@ at::Tensor LlamaDeviceDecoder::forward(const std::vector<DecodeRow>& rows) {
   const StepIndex index = step_index(positions, slots, tokens, wanted);
   const at::Tensor &pos_t = index.positions, &slot_t = index.slots;
   const at::Tensor cos = rope_cos_.index_select(0, pos_t).unsqueeze(1), sin = rope_sin_.index_select(0, pos_t).unsqueeze(1);
-  at::Tensor h = embedding_.index_select(0, index.tokens);  // [R, D]
+  at::Tensor h = embedding_.index_select(0, index.tokens).to(at::kFloat);  // [R, D]
   for (Layer& layer : layers_) {
     const at::Tensor qkv = linear(rms_norm(h, layer.attention_norm), layer.wqkv);
     const at::Tensor q = rope(qkv.narrow(1, 0, H * hd).view({R, H, hd}), cos, sin);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/param_source.h"
 #include "models/llama/model.h"
 #include "models/model.h"
 
@@ -20,8 +21,9 @@ namespace cadre {
 
 class LlamaDeviceDecoder : public Decoder {
  public:
-  // Copies the weights it needs to options.device (packed as LlamaDecoder packs them).
-  LlamaDeviceDecoder(const Llama& model, DecodeOptions options);
+  // Copies the weights it needs to options.device (packed as LlamaDecoder packs them), from the
+  // model's parameters or from `weights` when given.
+  LlamaDeviceDecoder(const Llama& model, DecodeOptions options, const ParamSource* weights = nullptr);
 
   at::Tensor forward(const std::vector<DecodeRow>& rows) override;  // logits on the CPU
   void reset(int64_t slot) override;
@@ -58,8 +60,8 @@ class LlamaDeviceDecoder : public Decoder {
 
   LlamaConfig config_;
   DecodeOptions options_;
-  int64_t head_dim_ = 0;
-  at::Tensor embedding_, norm_, head_;  // on the device; embedding float32, head weight_dtype
+  int64_t head_dim_ = 0, weight_bytes_ = 0;
+  at::Tensor embedding_, norm_, head_;  // on the device; embedding and head weight_dtype (one when tied)
   at::Tensor rope_cos_, rope_sin_;      // [max_seq_len, head_dim] float32, on the device
   std::vector<Layer> layers_;
   std::vector<int64_t> lengths_;

@@ -41,9 +41,9 @@ std::string LlamaModel::describe() const {
 
 int64_t LlamaModel::param_count() const { return llama_param_count(config_); }
 
-std::unique_ptr<Decoder> LlamaModel::decoder(const DecodeOptions& options) const {
-  if (options.device.is_cpu()) return std::make_unique<LlamaDecoder>(*llama_, options);
-  return std::make_unique<LlamaDeviceDecoder>(*llama_, options);
+std::unique_ptr<Decoder> LlamaModel::decoder(const DecodeOptions& options, const ParamSource* weights) const {
+  if (options.device.is_cpu()) return std::make_unique<LlamaDecoder>(*llama_, options, weights);
+  return std::make_unique<LlamaDeviceDecoder>(*llama_, options, weights);
 }
 
 int64_t LlamaModel::activation_bytes(const ActivationShape& shape) const {

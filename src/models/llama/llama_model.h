@@ -32,7 +32,8 @@ class LlamaModel : public Model, public CausalLm {
 
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.max_seq_len; }
-  std::unique_ptr<Decoder> decoder(const DecodeOptions& options) const override;
+  using CausalLm::decoder;
+  std::unique_ptr<Decoder> decoder(const DecodeOptions& options, const ParamSource* weights) const override;
 
  private:
   LlamaConfig config_;
