@@ -33,7 +33,7 @@
 namespace cadre {
 
 int cmd_serve(const Args& args) {
-  std::string model, tokenizer_path, chat_template = "llama2", dtype, model_name;
+  std::string model, tokenizer_path, chat_template = "llama2", dtype, model_name, trusted_proxies;
   std::string device_name = "cpu";
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
@@ -60,7 +60,10 @@ int cmd_serve(const Args& args) {
             "open connections; more are answered 503 with Retry-After at once (default 256)");
   flags.add("--max-connections-per-client", &max_per_client,
             "open connections from one client address; more are answered 429 with Retry-After at once "
-            "(default 64; 0: no such cap, e.g. behind a proxy)");
+            "(default 64; 0: no such cap). Behind --trusted-proxies: requests in flight per client");
+  flags.add("--trusted-proxies", &trusted_proxies,
+            "addresses or CIDR ranges of load balancers (10.0.0.0/8,::1): their connections are not capped per "
+            "address, and each request counts under the client its X-Forwarded-For names");
   flags.add("--header-timeout", &http.header_timeout_s,
             "seconds a request's head may take to arrive, from the connect or, on a kept-alive connection, its first byte (default 30; then 408)");
   flags.add("--body-timeout", &http.body_timeout_s, "seconds a request's body may take to arrive (default 60; then 408)");
@@ -89,6 +92,7 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(max_connections >= 1 && max_connections <= 65536, "--max-connections must be in 1..65536");
   CADRE_CONFIG_CHECK(max_per_client >= 0 && max_per_client <= 65536,
                      "--max-connections-per-client must be in 0..65536 (0: no cap per client)");
+  http.trusted_proxies = http::TrustedProxies::parse(trusted_proxies, "--trusted-proxies");
   for (const auto& [flag, seconds] : {std::pair<const char*, double>{"--header-timeout", http.header_timeout_s},
                                       {"--body-timeout", http.body_timeout_s},
                                       {"--idle-timeout", http.idle_timeout_s},

@@ -22,6 +22,7 @@ constexpr size_t kLingerBytes = size_t{4} << 20;
 class Connection {
  public:
   Connection(int fd, const ConnectionContext& c) : fd_(fd), c_(c), parser_(c.limits.parser), accepted_(Clock::now()) {}
+  ~Connection() { release_slot(); }
 
   // Serves requests until the connection should close; true when the client may still be
   // sending (the close must linger).
@@ -34,6 +35,11 @@ class Connection {
   Clock::time_point deadline() const;
   void answer_error(int status, const std::string& message, const Request* request);
   bool handle(const Request& request);
+  // Behind a trusted proxy: the place of the client the request stands for, taken when its
+  // head is complete (a body that never arrives holds it, as a connection would); false (and
+  // 429 answered) when that client is at its cap.
+  bool take_slot(const Request& head);
+  void release_slot();
 
   int fd_;
   const ConnectionContext& c_;
@@ -41,6 +47,7 @@ class Connection {
   std::string buffer_;  // received, not yet parsed
   size_t parsed_ = 0;
   bool first_ = true;
+  std::string slot_;  // the client whose place this request holds ("" none)
   Clock::time_point accepted_, idle_since_, head_since_, body_since_;
 };
 
@@ -81,7 +88,10 @@ Connection::Read Connection::read_request() {
     const bool was_started = parser_.started(), was_head = parser_.head_done();
     parsed_ += parser_.feed(std::string_view(buffer_).substr(parsed_));
     if (!was_started && parser_.started()) head_since_ = Clock::now();
-    if (!was_head && parser_.head_done()) body_since_ = Clock::now();
+    if (!was_head && parser_.head_done()) {
+      body_since_ = Clock::now();
+      if (!take_slot(parser_.request())) return Read::Failed;
+    }
     if (parser_.state() == RequestParser::State::Complete) return Read::Request;
     if (parser_.state() == RequestParser::State::Failed) {
       answer_error(parser_.error_status(), parser_.error_message(), nullptr);
@@ -105,11 +115,32 @@ Connection::Read Connection::read_request() {
   }
 }
 
+bool Connection::take_slot(const Request& head) {
+  if (!c_.clients) return true;
+  std::vector<std::string> forwarded;
+  for (const auto& [key, value] : head.headers)
+    if (equals_ignore_case(key, "X-Forwarded-For")) forwarded.push_back(value);
+  const std::string client = c_.limits.trusted_proxies.client_of(c_.peer, forwarded);
+  if (!c_.clients->acquire(client)) {
+    answer_error(429, "client " + client + " has " + std::to_string(c_.limits.max_connections_per_client) +
+                          " requests open, the limit per client; retry later", &head);
+    return false;
+  }
+  slot_ = client;
+  return true;
+}
+
+void Connection::release_slot() {
+  if (slot_.empty()) return;
+  c_.clients->release(slot_);
+  slot_.clear();
+}
+
 void Connection::answer_error(int status, const std::string& message, const Request* request) {
   Response r(fd_, false, false, true, c_.limits.send_timeout_s);
   const std::string body = c_.errors.body ? c_.errors.body(status, message, request) : message + "\n";
   Headers extra;
-  if (status == 503) extra.emplace_back("Retry-After", "1");
+  if (status == 503 || status == 429) extra.emplace_back("Retry-After", "1");
   r.send(status, c_.errors.content_type, body, extra);
   if (c_.errors.answered) c_.errors.answered(status, request);
 }
@@ -148,7 +179,9 @@ bool Connection::run() {
     if (r == Read::Failed) return true;
     if (r == Read::Closed) return false;
     const Request request = parser_.take_request();
-    if (!handle(request)) return parsed_ < buffer_.size();
+    const bool next = handle(request);
+    release_slot();
+    if (!next) return parsed_ < buffer_.size();
     first_ = false;
   }
 }

@@ -14,6 +14,8 @@ struct ConnectionContext {
   const Server::Handler& handler;
   const ErrorPage& errors;
   int stop_fd;  // readable once the server stops
+  std::string peer;              // the connection's address
+  ClientSlots* clients;          // set when the peer is a trusted proxy: each request takes a slot
 };
 
 // Serves `fd` until it closes; closes it.

@@ -49,7 +49,7 @@ struct Refused {
 
 }  // namespace
 
-class Server::Impl {
+class Server::Impl : public ClientSlots {
  public:
   Impl(ServerLimits l, Handler h, ErrorPage e) : limits(l), handler(std::move(h)), errors(std::move(e)) {
     stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -61,12 +61,15 @@ class Server::Impl {
   }
 
   void accept_ready();
-  void start_connection(int fd, const std::string& client);
+  // A proxy's connection is counted only in `connections`: its requests take places per client.
+  void start_connection(int fd, const std::string& client, bool proxy);
   void refuse(int fd, const std::string& answer, int status);
   void drop_refused(bool all);
   int poll_timeout_ms() const;
   std::string refusal(int status, const std::string& message) const;
   void connection_ended(const std::string& client);
+  bool acquire(const std::string& client) override;
+  void release(const std::string& client) override;
 
   ServerLimits limits;
   Handler handler;
@@ -96,17 +99,34 @@ void Server::Impl::connection_ended(const std::string& client) {
   ended.notify_all();
 }
 
+bool Server::Impl::acquire(const std::string& client) {
+  std::lock_guard<std::mutex> lock(mutex);
+  int& mine = per_client[client];
+  if (limits.max_connections_per_client > 0 && mine >= limits.max_connections_per_client) {
+    if (mine == 0) per_client.erase(client);
+    return false;
+  }
+  ++mine;
+  return true;
+}
+
+void Server::Impl::release(const std::string& client) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = per_client.find(client);
+  if (it != per_client.end() && --it->second == 0) per_client.erase(it);
+}
+
 // Called with a place already counted for the connection (see accept_ready).
-void Server::Impl::start_connection(int fd, const std::string& client) {
+void Server::Impl::start_connection(int fd, const std::string& client, bool proxy) {
   try {
-    std::thread([this, fd, client] {
-      serve_connection(fd, ConnectionContext{limits, handler, errors, stop_fd});
-      connection_ended(client);
+    std::thread([this, fd, client, proxy] {
+      serve_connection(fd, ConnectionContext{limits, handler, errors, stop_fd, client, proxy ? this : nullptr});
+      connection_ended(proxy ? "" : client);
     }).detach();
   } catch (const std::system_error& e) {
     // No thread to be had: the client is told, as over the cap.
     log::warn(std::string("http: cannot start a connection thread: ") + e.what());
-    connection_ended(client);
+    connection_ended(proxy ? "" : client);
     refuse(fd, server_full, 503);
   }
 }
@@ -170,23 +190,24 @@ void Server::Impl::accept_ready() {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     const std::string client = address_of(peer);
+    const bool proxy = limits.trusted_proxies.contains(client);
     int refused_with = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
       int& mine = per_client[client];
       if (connections >= limits.max_connections) {
         refused_with = 503;
-      } else if (limits.max_connections_per_client > 0 && mine >= limits.max_connections_per_client) {
+      } else if (!proxy && limits.max_connections_per_client > 0 && mine >= limits.max_connections_per_client) {
         refused_with = 429;
       } else {
         ++connections;
-        ++mine;
+        if (!proxy) ++mine;
       }
       if (mine == 0) per_client.erase(client);
     }
     if (refused_with == 503) refuse(fd, server_full, 503);
     else if (refused_with == 429) refuse(fd, client_full, 429);
-    else start_connection(fd, client);
+    else start_connection(fd, client, proxy);
   }
 }
 

@@ -1,7 +1,8 @@
 // Cadre's HTTP/1.1 server: a listening socket, one thread per connection under a cap, and
 // deadlines on everything a client controls. A connection over the cap is answered 503 with
 // Retry-After by the accepting thread itself (no thread is started for it), one over the cap per
-// client address 429 with Retry-After; a request's head
+// client address 429 with Retry-After (the client behind a trusted proxy: its requests in
+// flight count under the X-Forwarded-For address, http/trusted_proxies.h); a request's head
 // must arrive within the header timeout (slowloris), its body within the body timeout, the next
 // request on a kept-alive connection within the idle timeout, and each write of an answer
 // within the send timeout. Requests on one connection are answered in order (pipelining).
@@ -16,6 +17,7 @@
 #include "http/request.h"
 #include "http/request_parser.h"
 #include "http/response.h"
+#include "http/trusted_proxies.h"
 
 namespace cadre::http {
 
@@ -27,6 +29,17 @@ struct ServerLimits {
   double send_timeout_s = 30;    // each write of an answer
   int max_connections = 256;
   int max_connections_per_client = 64;  // by client address (429 beyond it); 0: no such cap
+  // Peers whose X-Forwarded-For names the client: their connections are not capped per address;
+  // each request counts, while it runs, under the client it stands for.
+  TrustedProxies trusted_proxies;
+};
+
+// Places per client, taken for a request from a trusted proxy once its head has arrived.
+class ClientSlots {
+ public:
+  virtual ~ClientSlots() = default;
+  virtual bool acquire(const std::string& client) = 0;  // false: the client is at its cap
+  virtual void release(const std::string& client) = 0;
 };
 
 struct ErrorPage {

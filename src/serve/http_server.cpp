@@ -310,6 +310,7 @@ http::ServerLimits server_limits(const HttpOptions& o) {
   l.send_timeout_s = o.send_timeout_s;
   l.max_connections = o.max_connections;
   l.max_connections_per_client = o.max_connections_per_client;
+  l.trusted_proxies = o.trusted_proxies;
   return l;
 }
 

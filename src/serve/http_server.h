@@ -18,6 +18,7 @@
 #include <string>
 
 #include "data/tokenizer.h"
+#include "http/trusted_proxies.h"
 #include "serve/chat_template.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
@@ -36,6 +37,7 @@ struct HttpOptions {
   double header_timeout_s = 30, body_timeout_s = 60, idle_timeout_s = 30, send_timeout_s = 30;
   int max_connections = 256;
   int max_connections_per_client = 64;  // 0: none
+  http::TrustedProxies trusted_proxies;  // whose X-Forwarded-For names the client the cap counts
   std::string model_name;
   int64_t vocab_size = 0;
 };

@@ -3,6 +3,7 @@
 // client that does not read, a client's disconnect seen by the handler, a throwing handler,
 // and stop() with idle connections open. Deadlines are short here (a fraction of a second);
 // every wait of the test itself is bounded, and nothing asserts how fast anything was.
+#include "core/error.h"
 #include "http/server.h"
 
 #include <arpa/inet.h>
@@ -201,6 +202,93 @@ TEST(HttpServer, ConnectionsOverTheCapOfOneClientAddressGet429AndOthersAreServed
   Client other(s.port(), 0, "127.0.0.1");
   other.send("GET /d HTTP/1.1\r\n\r\n");
   EXPECT_TRUE(other.read_until("GET /d")) << other.got();
+}
+
+TEST(TrustedProxies, TheClientIsTheRightmostAddressNotATrustedProxy) {
+  const TrustedProxies t = TrustedProxies::parse("10.0.0.0/8, 127.0.0.2,::1,192.168.1.0/25", "--trusted-proxies");
+  EXPECT_TRUE(t.contains("10.200.3.4"));
+  EXPECT_TRUE(t.contains("192.168.1.127"));
+  EXPECT_FALSE(t.contains("192.168.1.128"));
+  EXPECT_FALSE(t.contains("11.0.0.1"));
+  EXPECT_TRUE(t.contains("::1"));
+  EXPECT_FALSE(t.contains("::2"));
+  EXPECT_FALSE(t.contains("not an address"));
+  // An untrusted peer's header is never read.
+  EXPECT_EQ(t.client_of("8.8.8.8", {"1.1.1.1"}), "8.8.8.8");
+  // Through one proxy; through two (the balancer appended the client, an inner proxy the balancer).
+  EXPECT_EQ(t.client_of("127.0.0.2", {"203.0.113.7"}), "203.0.113.7");
+  EXPECT_EQ(t.client_of("127.0.0.2", {"203.0.113.7, 10.1.2.3"}), "203.0.113.7");
+  // What a client wrote itself, left of the address the trusted proxy appended, is not believed.
+  EXPECT_EQ(t.client_of("127.0.0.2", {"6.6.6.6, 203.0.113.7"}), "203.0.113.7");
+  // Several header fields are one list, in order; an entry that is not an address ends the trust.
+  EXPECT_EQ(t.client_of("127.0.0.2", {"6.6.6.6", "203.0.113.8"}), "203.0.113.8");
+  EXPECT_EQ(t.client_of("127.0.0.2", {"unknown, 10.0.0.9"}), "10.0.0.9");
+  EXPECT_EQ(t.client_of("127.0.0.2", {"garbage"}), "127.0.0.2");
+  EXPECT_EQ(t.client_of("127.0.0.2", {}), "127.0.0.2");
+  EXPECT_EQ(t.client_of("::1", {"2001:db8::1"}), "2001:db8::1");
+  for (const char* bad : {"10.0.0.0/33", "::1/129", "example.com", "10.0.0.1/", "1.2.3.4,,5.6.7.8", "10.0.0.0/-1"}) {
+    try {
+      TrustedProxies::parse(bad, "--trusted-proxies");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const cadre::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--trusted-proxies"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(TrustedProxies::parse("", "--trusted-proxies").empty());
+}
+
+// Behind a trusted proxy the cap counts the client each request stands for, while it runs (a
+// request whose body has not arrived holds its place): a proxy's connections are not capped by
+// its own address, a client over its cap gets 429 on its request, others go on.
+TEST(HttpServer, BehindATrustedProxyTheCapCountsTheForwardedClient) {
+  ServerLimits l = fast_limits();
+  l.max_connections = 20;
+  l.max_connections_per_client = 2;
+  l.header_timeout_s = 60;
+  l.body_timeout_s = 60;
+  l.trusted_proxies = TrustedProxies::parse("127.0.0.3", "test");
+  TestServer s(l, echo);
+  auto forwarded = [](const std::string& client, const std::string& path) {
+    return "POST " + path + " HTTP/1.1\r\nX-Forwarded-For: " + client + "\r\nContent-Length: 2\r\n\r\n";
+  };
+  // Two requests of client A in flight (heads read: the server asked for their bodies with 100
+  // Continue, after taking their places; bodies not sent): A is at its cap.
+  Client a1(s.port(), 0, "127.0.0.3"), a2(s.port(), 0, "127.0.0.3");
+  for (Client* a : {&a1, &a2}) {
+    ASSERT_TRUE(a->send("POST /" + std::string(a == &a1 ? "a1" : "a2") +
+                        " HTTP/1.1\r\nX-Forwarded-For: 198.51.100.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"));
+    ASSERT_TRUE(a->read_until("HTTP/1.1 100 Continue\r\n\r\n")) << a->got();
+  }
+  // Connections from the proxy's own address beyond the cap are served, each for its client.
+  std::vector<std::unique_ptr<Client>> others;
+  for (int k = 0; k < 5; ++k) {
+    others.push_back(std::make_unique<Client>(s.port(), 0, "127.0.0.3"));
+    ASSERT_TRUE(others.back()->send(forwarded("198.51.100." + std::to_string(10 + k), "/b") + "ok"));
+  }
+  for (auto& c : others) EXPECT_TRUE(c->read_until("POST /b ok")) << c->got();
+  // A third request of A: 429, though its connection is new and the proxy's.
+  Client a3(s.port(), 0, "127.0.0.3");
+  a3.send(forwarded("198.51.100.1", "/a3") + "ok");
+  ASSERT_TRUE(a3.read_to_eof());
+  EXPECT_EQ(a3.got().rfind("HTTP/1.1 429", 0), 0u) << a3.got();
+  EXPECT_NE(a3.got().find("client 198.51.100.1 has 2 requests open"), std::string::npos) << a3.got();
+  EXPECT_NE(a3.got().find("Retry-After: 1\r\n"), std::string::npos) << a3.got();
+  // A's requests end: its places come back.
+  ASSERT_TRUE(a1.send("ok"));
+  ASSERT_TRUE(a1.read_until("POST /a1 ok"));
+  Client a4(s.port(), 0, "127.0.0.3");
+  a4.send(forwarded("198.51.100.1", "/a4") + "ok");
+  EXPECT_TRUE(a4.read_until("POST /a4 ok")) << a4.got();
+  // A peer that is not a trusted proxy is counted by its own address, whatever it forwards.
+  Client d1(s.port(), 0, "127.0.0.4"), d2(s.port(), 0, "127.0.0.4");
+  ASSERT_TRUE(d1.send(forwarded("198.51.100.50", "/d") + "ok"));
+  ASSERT_TRUE(d1.read_until("POST /d ok"));
+  ASSERT_TRUE(d2.send(forwarded("198.51.100.51", "/d") + "ok"));
+  ASSERT_TRUE(d2.read_until("POST /d ok"));
+  Client d3(s.port(), 0, "127.0.0.4");
+  d3.send(forwarded("198.51.100.52", "/d") + "ok");
+  ASSERT_TRUE(d3.read_to_eof());
+  EXPECT_EQ(d3.got().rfind("HTTP/1.1 429", 0), 0u) << d3.got();
 }
 
 TEST(HttpServer, SlowHeadsAndBodiesGet408AndSilentConnectionsClose) {

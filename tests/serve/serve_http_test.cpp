@@ -70,7 +70,7 @@ class RawStream {
  public:
   // rcvbuf > 0: this socket's receive buffer (set before connecting, which also turns off the
   // kernel's growing of it), so that an unread response backs up into the server.
-  RawStream(int port, const std::string& path, const std::string& body, int rcvbuf = 0) {
+  RawStream(int port, const std::string& path, const std::string& body, int rcvbuf = 0, const std::string& headers = "") {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     if (rcvbuf > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     sockaddr_in addr{};
@@ -78,8 +78,8 @@ class RawStream {
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect failed");
-    const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                                headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     if (send(fd_, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
       throw std::runtime_error("send failed");
   }
@@ -345,6 +345,37 @@ TEST_F(ServeHttp, CudaWithoutAVisibleGpuIsRefusedAtStartNamingTheFlag) {
                                     {"CUDA_VISIBLE_DEVICES="}, 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--device: cuda was asked for, but"), std::string::npos) << r.output;
+}
+
+// Behind a load balancer every client arrives from its address: with it trusted
+// (--trusted-proxies), 100 streaming clients at once through that one address are all served
+// under the default cap of 64 per client, each counted as the client its X-Forwarded-For names.
+// Untrusted, the same 100 are one client: the 65th connection is refused 429.
+TEST_F(ServeHttp, HundredStreamingClientsThroughOneTrustedProxyAreServed) {
+  for (bool trusted : {true, false}) {
+    SCOPED_TRACE(trusted ? "trusted proxy" : "no trusted proxy");
+    std::vector<std::string> extra = {"--max-queue", "128"};
+    if (trusted) extra.insert(extra.end(), {"--trusted-proxies", "127.0.0.1"});
+    Server s(extra);
+    std::vector<std::unique_ptr<RawStream>> streams;
+    for (int k = 0; k < 100; ++k)
+      streams.push_back(std::make_unique<RawStream>(s.port, "/v1/completions", long_completion(4, true), 0,
+                                                    "X-Forwarded-For: 198.51.100." + std::to_string(k) + "\r\n"));
+    int done = 0, refused = 0;
+    for (auto& stream : streams) {
+      stream->read_until(trusted ? "data: [DONE]" : "\r\n\r\n", 120);
+      if (stream->received().find("data: [DONE]") != std::string::npos) ++done;
+      if (stream->received().rfind("HTTP/1.1 429", 0) == 0) ++refused;
+    }
+    if (trusted) {
+      EXPECT_EQ(done, 100);
+      EXPECT_EQ(refused, 0);
+    } else {
+      EXPECT_EQ(refused, 36) << "connections 65..100 from 127.0.0.1";
+      for (int k = 64; k < 100; ++k)
+        EXPECT_EQ(streams[size_t(k)]->received().rfind("HTTP/1.1 429", 0), 0u) << k << ": " << streams[size_t(k)]->received();
+    }
+  }
 }
 
 TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
