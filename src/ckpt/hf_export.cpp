@@ -133,35 +133,51 @@ const char* dtype_name(at::ScalarType t) {
   return t == at::kBFloat16 ? "bfloat16" : t == at::kHalf ? "float16" : "float32";
 }
 
-// The lead's files: config.json, generation_config.json, the tokenizer; stale weights files
-// of an earlier export removed. Returns what it says about the tokenizer.
-std::string write_metadata(const CheckpointReader& reader, const Config& config, const StateDictAdapter& adapter,
-                           const std::vector<HfShardFile>& files, const std::vector<std::string>& names,
-                           int64_t parameters, at::ScalarType dtype, const ModelOrigin& origin, const HfExportOptions& o) {
-  if (files.size() > 1) file_write_atomic(o.out + "/model.safetensors.index.json", hf_index_json(files, names, parameters));
-  for (const auto& entry : fs::directory_iterator(o.out)) {
+// Removes weights files of an earlier export into the folder that this one did not write.
+void remove_stale_weights(const std::string& out, const std::vector<HfShardFile>& files) {
+  for (const auto& entry : fs::directory_iterator(out)) {
     const std::string f = entry.path().filename().string();
     const bool written = f == "model.safetensors.index.json" ? files.size() > 1
                          : std::any_of(files.begin(), files.end(), [&](const HfShardFile& x) { return x.name == f; });
     if (hf_is_weights_file(f) && !written) fs::remove(entry.path());
   }
-  // The tokenizer: --tokenizer, else the origin's files, else a SentencePiece model beside the
-  // checkpoint (an import before origins) or its training data.
-  std::string spm = o.tokenizer, said;
-  std::vector<std::string> skip = {"config.json"};
-  if (spm.empty() && !model_origin_has_tokenizer(origin.dir)) {
-    if (fs::is_regular_file(reader.dir() + "/tokenizer.model")) spm = reader.dir() + "/tokenizer.model";
-    else if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
-      spm = config.data.dir + "/tokenizer.model";
-  }
+}
+
+// A SentencePiece model to ship: --tokenizer; else, when the origin has no tokenizer, the one
+// beside the checkpoint (an import made before origins) or its training data; "" for none.
+std::string sentencepiece_to_ship(const CheckpointReader& reader, const Config& config, const ModelOrigin& origin,
+                                  const HfExportOptions& o) {
+  if (!o.tokenizer.empty() || model_origin_has_tokenizer(origin.dir)) return o.tokenizer;
+  if (fs::is_regular_file(reader.dir() + "/tokenizer.model")) return reader.dir() + "/tokenizer.model";
+  if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
+    return config.data.dir + "/tokenizer.model";
+  return "";
+}
+
+// generation_config.json, unless the origin's was copied: the token ids config.json has.
+void write_generation_config(const std::string& out, const nlohmann::json& cfg) {
+  nlohmann::json gen = {{"_from_model_config", true}};
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (cfg.contains(key)) gen[key] = cfg[key];
+  file_write_atomic(out + "/generation_config.json", gen.dump(2) + "\n");
+}
+
+// The lead's files: config.json, generation_config.json, the tokenizer (the origin's files, or a
+// SentencePiece model); stale weights files removed. Returns what it says about the tokenizer.
+std::string write_metadata(const CheckpointReader& reader, const Config& config, const StateDictAdapter& adapter,
+                           const std::vector<HfShardFile>& files, const std::vector<std::string>& names,
+                           int64_t parameters, at::ScalarType dtype, const ModelOrigin& origin, const HfExportOptions& o) {
+  if (files.size() > 1) file_write_atomic(o.out + "/model.safetensors.index.json", hf_index_json(files, names, parameters));
+  remove_stale_weights(o.out, files);
+  const std::string spm = sentencepiece_to_ship(reader, config, origin, o);
+  std::vector<std::string> skip = {"config.json"};  // written from the model below
   if (!spm.empty())
     for (const auto& f : model_origin_files())
       if (f != "generation_config.json") skip.push_back(f);
-  const std::vector<std::string> copied = origin.dir.empty() ? std::vector<std::string>{} : model_origin_copy(origin.dir, o.out, skip);
+  const std::vector<std::string> copied =
+      origin.dir.empty() ? std::vector<std::string>{} : model_origin_copy(origin.dir, o.out, skip);
   nlohmann::json cfg = nlohmann::json::parse(adapter.config_json());
-  const nlohmann::json source = origin.dir.empty() || !fs::is_regular_file(origin.dir + "/config.json")
-                                    ? nlohmann::json::object()
-                                    : nlohmann::json::parse(file_read(origin.dir + "/config.json"), nullptr, false);
+  std::string said;
   if (!spm.empty()) {
     adapter.write_extras(o.out, spm);
     const auto [bos, eos] = o.tokenizer_ids ? o.tokenizer_ids(spm) : std::pair<int64_t, int64_t>{1, 2};
@@ -169,6 +185,10 @@ std::string write_metadata(const CheckpointReader& reader, const Config& config,
     cfg["eos_token_id"] = eos;
     said = str("tokenizer.model from ", spm);
   } else {
+    const std::string source_path = origin.dir + "/config.json";
+    const nlohmann::json source = origin.dir.empty() || !fs::is_regular_file(source_path)
+                                      ? nlohmann::json::object()
+                                      : nlohmann::json::parse(file_read(source_path), nullptr, /*allow_exceptions=*/false);
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
       if (source.is_object() && source.contains(key)) cfg[key] = source[key];
     said = copied.empty() ? "no tokenizer: the folder holds the model only (pass --tokenizer to add a SentencePiece model)"
@@ -179,13 +199,7 @@ std::string write_metadata(const CheckpointReader& reader, const Config& config,
   cfg["dtype"] = dtype_name(dtype);
   cfg["torch_dtype"] = dtype_name(dtype);
   file_write_atomic(o.out + "/config.json", cfg.dump(2) + "\n");
-  if (!fs::is_regular_file(o.out + "/generation_config.json") ||
-      std::find(copied.begin(), copied.end(), "generation_config.json") == copied.end()) {
-    nlohmann::json gen = {{"_from_model_config", true}};
-    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-      if (cfg.contains(key)) gen[key] = cfg[key];
-    file_write_atomic(o.out + "/generation_config.json", gen.dump(2) + "\n");
-  }
+  if (std::find(copied.begin(), copied.end(), "generation_config.json") == copied.end()) write_generation_config(o.out, cfg);
   return said;
 }
 

@@ -35,6 +35,21 @@ std::string dims_text(const std::vector<int64_t>& shape) {
   return s.empty() ? "scalar" : s;
 }
 
+// The ranks of `cadre run` sharing an import or export (one process alone: no group).
+struct JobRanks {
+  comm::JobEnv env = comm::JobEnv::from_env();
+  std::unique_ptr<comm::Communicator> group =
+      env.world_size > 1 ? std::make_unique<comm::Communicator>(env) : nullptr;
+
+  AgreeFn agree() const {
+    if (!group) return nullptr;
+    return [g = group.get()](bool ok) { return comm::all_ranks_agree(g, ok); };
+  }
+  void leave() const {
+    if (group) group->barrier();  // rank 0 hosts the store: leave together
+  }
+};
+
 // The one positional argument (the path); --run is accepted for older scripts.
 std::string path_argument(Flags& flags, const Args& args, std::string& run) {
   auto rest = flags.parse(args);
@@ -123,14 +138,12 @@ int ckpt_export(const Args& args) {
     Tokenizer tokenizer(model);
     return std::pair<int64_t, int64_t>{tokenizer.bos_id(), tokenizer.eos_id()};
   };
-  const comm::JobEnv env = comm::JobEnv::from_env();
-  std::unique_ptr<comm::Communicator> group;
-  if (env.world_size > 1) group = std::make_unique<comm::Communicator>(env);
-  o.rank = env.rank;
-  o.world_size = env.world_size;
-  if (group) o.agree = [g = group.get()](bool ok) { return comm::all_ranks_agree(g, ok); };
+  JobRanks ranks;
+  o.rank = ranks.env.rank;
+  o.world_size = ranks.env.world_size;
+  o.agree = ranks.agree();
   std::printf("%s\n", checkpoint_export(o, model_state_dict_adapter).c_str());
-  if (group) group->barrier();  // rank 0 hosts the store: leave together
+  ranks.leave();
   return 0;
 }
 
@@ -148,14 +161,12 @@ int ckpt_import(const Args& args) {
   CADRE_CONFIG_CHECK(format == "hf", "--from must be hf (a Hugging Face folder), got '", format, "'\n", flags.usage());
   CADRE_CONFIG_CHECK(rest.size() == 1, "expected one Hugging Face folder\n", flags.usage());
   o.from = rest[0];
-  const comm::JobEnv env = comm::JobEnv::from_env();
-  std::unique_ptr<comm::Communicator> group;
-  if (env.world_size > 1) group = std::make_unique<comm::Communicator>(env);
-  o.rank = env.rank;
-  o.world_size = env.world_size;
-  if (group) o.agree = [g = group.get()](bool ok) { return comm::all_ranks_agree(g, ok); };
+  JobRanks ranks;
+  o.rank = ranks.env.rank;
+  o.world_size = ranks.env.world_size;
+  o.agree = ranks.agree();
   std::printf("%s\n", hf_import(o, model_hf_import_target).c_str());
-  if (group) group->barrier();  // rank 0 hosts the store: leave together
+  ranks.leave();
   return 0;
 }
 

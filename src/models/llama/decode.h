@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/param_source.h"
+#include "models/llama/decoder_weights.h"
 #include "models/llama/model.h"
 #include "models/model.h"
 
@@ -36,10 +37,8 @@ class LlamaDecoder : public Decoder {
   int64_t cache_bytes() const override;
 
  private:
-  struct Layer {
-    at::Tensor attention_norm, ffn_norm;  // float32 [dim]
-    at::Tensor wqkv, wo, w13, w2;         // weight_dtype
-    at::Tensor k_cache, v_cache;          // float32 [slots, n_kv_heads, max_len, head_dim]
+  struct Layer : LlamaDecoderWeights::Layer {
+    at::Tensor k_cache, v_cache;  // float32 [slots, n_kv_heads, max_len, head_dim]
   };
   void attention(const Layer& layer, const std::vector<DecodeRow>& rows, const std::vector<int64_t>& positions,
                  const at::Tensor& qkv, at::Tensor& out) const;

@@ -55,18 +55,10 @@ LlamaDeviceDecoder::LlamaDeviceDecoder(const Llama& model, DecodeOptions options
   head_ = w.head;
   rope_cos_ = model.rope_cos().to(device).contiguous();
   rope_sin_ = model.rope_sin().to(device).contiguous();
-  for (auto& from : w.layers) {
-    Layer l;
-    l.attention_norm = from.attention_norm;
-    l.ffn_norm = from.ffn_norm;
-    l.wqkv = from.wqkv;
-    l.wo = from.wo;
-    l.w13 = from.w13;
-    l.w2 = from.w2;
-    l.k_cache = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_},
-                          at::TensorOptions().dtype(at::kFloat).device(device));
-    l.v_cache = at::zeros_like(l.k_cache);
-    layers_.push_back(std::move(l));
+  for (auto& weights_of_layer : w.layers) {
+    at::Tensor k = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_},
+                             at::TensorOptions().dtype(at::kFloat).device(device));
+    layers_.push_back(Layer{std::move(weights_of_layer), k, at::zeros_like(k)});
   }
   lengths_.assign(static_cast<size_t>(options_.slots), 0);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/param_source.h"
+#include "models/llama/decoder_weights.h"
 #include "models/llama/model.h"
 #include "models/model.h"
 
@@ -35,10 +36,8 @@ class LlamaDeviceDecoder : public Decoder {
   int64_t cache_bytes() const override;
 
  private:
-  struct Layer {
-    at::Tensor attention_norm, ffn_norm;  // float32 [dim]
-    at::Tensor wqkv, wo, w13, w2;         // weight_dtype
-    at::Tensor k_cache, v_cache;          // float32 [slots, n_kv_heads, max_len, head_dim]
+  struct Layer : LlamaDecoderWeights::Layer {
+    at::Tensor k_cache, v_cache;  // float32 [slots, n_kv_heads, max_len, head_dim]
   };
   at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
