@@ -381,8 +381,10 @@ TEST_F(ServeHttp, HundredStreamingClientsThroughOneTrustedProxyAreServed) {
 TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
   Server s;
   for (bool stream : {false, true}) {
+    // EOS banned: each request generates exactly its 4 tokens, whatever it samples.
     auto r = s.post("/v1/chat/completions", json{{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
-                                                 {"max_tokens", 4}, {"stream", stream}}.dump());
+                                                 {"max_tokens", 4}, {"stream", stream},
+                                                 {"logit_bias", {{std::to_string(kEos), -100}}}}.dump());
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
   }
