@@ -143,15 +143,12 @@ void remove_stale_weights(const std::string& out, const std::vector<HfShardFile>
   }
 }
 
-// A SentencePiece model to ship: --tokenizer; else, when the origin has no tokenizer, the one
-// beside the checkpoint (an import made before origins) or its training data; "" for none.
+// A SentencePiece model to ship: --tokenizer; else, when the origin has no tokenizer files, the
+// model's own (model_sentencepiece); "" for none.
 std::string sentencepiece_to_ship(const CheckpointReader& reader, const Config& config, const ModelOrigin& origin,
                                   const HfExportOptions& o) {
   if (!o.tokenizer.empty() || model_origin_has_tokenizer(origin.dir)) return o.tokenizer;
-  if (fs::is_regular_file(reader.dir() + "/tokenizer.model")) return reader.dir() + "/tokenizer.model";
-  if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
-    return config.data.dir + "/tokenizer.model";
-  return "";
+  return model_sentencepiece(reader.dir(), origin, config.data.dir);
 }
 
 // generation_config.json, unless the origin's was copied: the token ids config.json has.

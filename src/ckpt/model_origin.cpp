@@ -64,6 +64,14 @@ std::string model_origin_dtype(const std::string& origin_dir) {
   return "";
 }
 
+std::string model_sentencepiece(const std::string& checkpoint_dir, const ModelOrigin& origin, const std::string& data_dir) {
+  for (const std::string& dir : {checkpoint_dir, origin.dir, data_dir}) {
+    const fs::path path = fs::path(dir) / "tokenizer.model";
+    if (!dir.empty() && fs::is_regular_file(path)) return path.string();
+  }
+  return "";
+}
+
 bool model_origin_has_tokenizer(const std::string& origin_dir) {
   return !origin_dir.empty() && (fs::is_regular_file(fs::path(origin_dir) / "tokenizer.json") ||
                                  fs::is_regular_file(fs::path(origin_dir) / "tokenizer.model"));

@@ -47,11 +47,7 @@ void open_checkpoint(const std::string& path, InferenceModel& out) {
     out.weights = std::make_shared<CheckpointParamSource>(dir, parameters);
     const ModelOrigin origin = model_origin_find(dir, config.train.init_from);
     out.stored_dtype = model_origin_dtype(origin.dir) == "bfloat16" ? "bfloat16" : "float32";
-    if (fs::is_regular_file(dir + "/tokenizer.model")) out.tokenizer = dir + "/tokenizer.model";  // imports before origin/
-    else if (!origin.dir.empty() && fs::is_regular_file(origin.dir + "/tokenizer.model"))
-      out.tokenizer = origin.dir + "/tokenizer.model";
-    else if (!config.data.dir.empty() && fs::is_regular_file(config.data.dir + "/tokenizer.model"))
-      out.tokenizer = config.data.dir + "/tokenizer.model";
+    out.tokenizer = model_sentencepiece(dir, origin, config.data.dir);
   } catch (const CheckpointError& e) {
     throw ConfigError(e.what());  // a damaged checkpoint is bad input here: nothing was started
   }

@@ -67,9 +67,11 @@ class Server::Impl : public ClientSlots {
   void drop_refused(bool all);
   int poll_timeout_ms() const;
   std::string refusal(int status, const std::string& message) const;
-  void connection_ended(const std::string& client);
+  // `counted`: the connection held a place of its address (every peer's but a trusted proxy's).
+  void connection_ended(const std::string& client, bool counted);
   bool acquire(const std::string& client) override;
   void release(const std::string& client) override;
+  void drop_place(const std::string& client);  // caller holds mutex
 
   ServerLimits limits;
   Handler handler;
@@ -91,12 +93,17 @@ std::string Server::Impl::refusal(int status, const std::string& message) const 
          "\r\nConnection: close\r\n\r\n" + body;
 }
 
-void Server::Impl::connection_ended(const std::string& client) {
+void Server::Impl::connection_ended(const std::string& client, bool counted) {
+  // One critical section: the destructor may go as soon as `connections` reaches 0.
   std::lock_guard<std::mutex> lock(mutex);
   --connections;
+  if (counted) drop_place(client);
+  ended.notify_all();
+}
+
+void Server::Impl::drop_place(const std::string& client) {
   auto it = per_client.find(client);
   if (it != per_client.end() && --it->second == 0) per_client.erase(it);
-  ended.notify_all();
 }
 
 bool Server::Impl::acquire(const std::string& client) {
@@ -112,8 +119,7 @@ bool Server::Impl::acquire(const std::string& client) {
 
 void Server::Impl::release(const std::string& client) {
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = per_client.find(client);
-  if (it != per_client.end() && --it->second == 0) per_client.erase(it);
+  drop_place(client);
 }
 
 // Called with a place already counted for the connection (see accept_ready).
@@ -121,12 +127,12 @@ void Server::Impl::start_connection(int fd, const std::string& client, bool prox
   try {
     std::thread([this, fd, client, proxy] {
       serve_connection(fd, ConnectionContext{limits, handler, errors, stop_fd, client, proxy ? this : nullptr});
-      connection_ended(proxy ? "" : client);
+      connection_ended(client, !proxy);
     }).detach();
   } catch (const std::system_error& e) {
     // No thread to be had: the client is told, as over the cap.
     log::warn(std::string("http: cannot start a connection thread: ") + e.what());
-    connection_ended(proxy ? "" : client);
+    connection_ended(client, !proxy);
     refuse(fd, server_full, 503);
   }
 }
