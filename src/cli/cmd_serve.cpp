@@ -27,6 +27,7 @@
 #include "models/model.h"
 #include "serve/chat_template.h"
 #include "serve/http_server.h"
+#include "serve/kv_cache_budget.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 
@@ -34,7 +35,7 @@ namespace cadre {
 
 int cmd_serve(const Args& args) {
   std::string model, tokenizer_path, chat_template = "llama2", dtype, model_name, trusted_proxies;
-  std::string device_name = "cpu";
+  std::string device_name = "cpu", kv_cache_memory;
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
   int64_t max_body_kib = 1024, max_header_kib = 32, max_connections = 256, max_per_client = 64;
@@ -53,6 +54,10 @@ int cmd_serve(const Args& args) {
   flags.add("--max-queue", &max_queue, "requests waiting for a slot before 429 (default 64)");
   flags.add("--context", &context, "tokens per sequence, prompt included (default: the model's max_seq_len)");
   flags.add("--step-tokens", &step_tokens, "prompt tokens taken in per decoding step (default 256)");
+  flags.add("--kv-cache-memory", &kv_cache_memory,
+            "most memory the KV cache may take, allocated as sequences grow: bytes (8GiB, 500MB) or a fraction of the "
+            "available memory (0.5); default --max-batch x --context, capped at half of what is available. A request "
+            "that can never fit gets 400, one that fits later waits");
   flags.add("--max-body-kib", &max_body_kib, "largest request body in KiB (default 1024; larger: 413)");
   flags.add("--max-header-kib", &max_header_kib,
             "largest request line and header fields together in KiB (default 32; larger: 431)");
@@ -102,6 +107,7 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(drain_timeout > 0, "--drain-timeout must be > 0");
   CADRE_CONFIG_CHECK(dtype.empty() || dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '",
                      dtype, "'");
+  if (!kv_cache_memory.empty()) kv_cache_memory_bytes(kv_cache_memory, machine_available_bytes());  // checked before loading
   if (http.api_key.empty())
     if (const char* key = std::getenv("CADRE_API_KEY")) http.api_key = key;
 
@@ -127,8 +133,11 @@ int cmd_serve(const Args& args) {
   std::unique_ptr<Decoder> decoder =
       m.decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   m.model.reset();  // the decoder holds its own (packed) copy of the weights
+  const KvCacheBudget kv_budget = kv_cache_budget(kv_cache_memory, *decoder, machine_available_bytes());
   ServeMetrics metrics;
-  Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms}, metrics);
+  metrics.set_kv_cache_budget(kv_budget.bytes);
+  Scheduler scheduler(*decoder, tokenizer, {max_batch, max_queue, step_tokens, threads, batch_wait_ms, kv_budget.tokens},
+                      metrics);
   http.port = static_cast<int>(port);
   http.max_body_bytes = max_body_kib * 1024;
   http.max_header_bytes = max_header_kib * 1024;
@@ -140,8 +149,8 @@ int cmd_serve(const Args& args) {
   server.bind();
   log::info(str("serve: ", m.source, " as '", http.model_name, "' on http://", http.host, ":", server.bound_port(),
                 " (max batch ", max_batch, ", queue ", max_queue, ", context ", decoder->max_len(), ", ", dtype,
-                " weights on ", device_describe(device), " ", decoder->weight_bytes() / 1e6, " MB, KV cache ", decoder->cache_bytes() / 1e6, " MB, resident ",
-                process_rss_bytes() / 1e6, " MB, ",
+                " weights on ", device_describe(device), " ", decoder->weight_bytes() / 1e6, " MB, KV cache ",
+                kv_cache_description(kv_budget, *decoder), ", resident ", process_rss_bytes() / 1e6, " MB, ",
                 batch_invariant_linear_isa(), " kernels, ", threads, " threads", http.api_key.empty() ? "" : ", API key required",
                 ")"));
   std::printf("listening on http://%s:%d\n", http.host.c_str(), server.bound_port());

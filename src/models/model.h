@@ -77,9 +77,16 @@ class Decoder {
   virtual int64_t slots() const = 0;
   virtual int64_t max_len() const = 0;
   virtual int64_t vocab_size() const = 0;
-  // Bytes of weights one decode step reads, and of the caches.
+  // Bytes of weights one decode step reads.
   virtual int64_t weight_bytes() const = 0;
+  // The KV cache: bytes held now, and the most held at once since the decoder was built.
   virtual int64_t cache_bytes() const = 0;
+  virtual int64_t cache_peak_bytes() const = 0;
+  // Bytes one cached position of one slot takes, and the positions a slot's cache grows by at a
+  // time: a slot at length n holds ceil(n / block) blocks. A decoder that allocates every slot's
+  // whole context up front reports max_len() as its block.
+  virtual int64_t cache_bytes_per_token() const = 0;
+  virtual int64_t cache_block_tokens() const = 0;
 };
 
 // What text generation needs from a language model before decoding: its limits, and a

@@ -68,6 +68,23 @@ void ServeMetrics::set_queue(int64_t queued, int64_t active) {
   active_ = active;
 }
 
+void ServeMetrics::set_kv_cache_budget(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kv_budget_bytes_ = bytes;
+}
+
+void ServeMetrics::set_kv_cache(int64_t bytes, int64_t peak_bytes, int64_t reserved_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kv_bytes_ = bytes;
+  kv_peak_bytes_ = peak_bytes;
+  kv_reserved_bytes_ = reserved_bytes;
+}
+
+void ServeMetrics::waited_for_kv_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++kv_waits_;
+}
+
 std::string ServeMetrics::text() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto now = Clock::now();
@@ -93,6 +110,15 @@ std::string ServeMetrics::text() const {
       {"cadre_serve_queue_depth", "gauge", "Requests waiting for a decoding slot.", static_cast<double>(queued_)},
       {"cadre_serve_active_sequences", "gauge", "Sequences being decoded.", static_cast<double>(active_)},
       {"cadre_serve_decode_steps_total", "counter", "Decoding steps run.", static_cast<double>(steps_)},
+      {"cadre_serve_kv_cache_bytes", "gauge", "KV cache held by the running sequences.", static_cast<double>(kv_bytes_)},
+      {"cadre_serve_kv_cache_peak_bytes", "gauge", "The most KV cache held at once since the start.",
+       static_cast<double>(kv_peak_bytes_)},
+      {"cadre_serve_kv_cache_reserved_bytes", "gauge",
+       "KV cache the running sequences may come to hold (prompt + max_tokens each).", static_cast<double>(kv_reserved_bytes_)},
+      {"cadre_serve_kv_cache_budget_bytes", "gauge", "The KV-cache budget (--kv-cache-memory); 0: none.",
+       static_cast<double>(kv_budget_bytes_)},
+      {"cadre_serve_kv_cache_waits_total", "counter", "Requests that waited for KV-cache budget while slots were free.",
+       static_cast<double>(kv_waits_)},
       {"process_resident_memory_bytes", "gauge", "Resident memory of the server process (VmRSS).",
        static_cast<double>(process_rss_bytes())},
   };

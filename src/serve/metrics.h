@@ -38,6 +38,11 @@ class ServeMetrics {
   void cancelled();
   void rejected(const std::string& reason);
   void set_queue(int64_t queued, int64_t active);
+  // The KV cache: its budget (0: none), what it holds now and at most so far, and what the
+  // running sequences reserved of the budget.
+  void set_kv_cache_budget(int64_t bytes);
+  void set_kv_cache(int64_t bytes, int64_t peak_bytes, int64_t reserved_bytes);
+  void waited_for_kv_cache();  // a request found slots free but not the cache
   std::string text() const;
 
  private:
@@ -47,6 +52,8 @@ class ServeMetrics {
   std::map<std::string, uint64_t> rejected_;
   uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0, steps_ = 0;
   int64_t queued_ = 0, active_ = 0;
+  int64_t kv_budget_bytes_ = 0, kv_bytes_ = 0, kv_peak_bytes_ = 0, kv_reserved_bytes_ = 0;
+  uint64_t kv_waits_ = 0;
   Histogram ttft_, duration_, batch_;
   mutable std::deque<std::pair<Clock::time_point, int64_t>> recent_;  // (step time, tokens)
 };

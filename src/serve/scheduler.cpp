@@ -60,6 +60,7 @@ Scheduler::Scheduler(Decoder& decoder, const Tokenizer& tokenizer, SchedulerOpti
     : decoder_(decoder), tokenizer_(tokenizer), options_(options), metrics_(metrics) {
   CADRE_CHECK(options_.max_batch == decoder_.slots(), "scheduler: max_batch ", options_.max_batch, " != decoder slots ",
               decoder_.slots());
+  CADRE_CHECK(options_.kv_cache_tokens >= 0, "scheduler: a KV-cache budget of ", options_.kv_cache_tokens, " tokens");
   for (int64_t s = options_.max_batch - 1; s >= 0; --s) free_slots_.push_back(s);
   thread_ = std::thread([this] { loop(); });
 }
@@ -81,6 +82,11 @@ std::shared_ptr<RequestState> Scheduler::submit(std::vector<int> prompt, Generat
   CADRE_CHECK(!prompt.empty() && static_cast<int64_t>(prompt.size()) < decoder_.max_len(), "scheduler: a prompt of ",
               prompt.size(), " tokens does not fit a context of ", decoder_.max_len());
   if (draining_) throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
+  const int64_t per_sequence = reservation(prompt, params), budget = options_.kv_cache_tokens;
+  if (budget > 0 && n * per_sequence > budget) {
+    metrics_.rejected("kv_cache_budget");
+    throw kv_cache_budget_error(prompt, params, n, per_sequence);
+  }
   auto state = std::make_shared<RequestState>();
   state->prompt_ = std::move(prompt);
   state->params_ = std::move(params);
@@ -109,6 +115,26 @@ void Scheduler::drain() {
   cv_.notify_all();  // a batching wait ends at once: nothing more will join the batch
 }
 
+int64_t Scheduler::reservation(const std::vector<int>& prompt, const GenerationParams& params) const {
+  const int64_t block = decoder_.cache_block_tokens();
+  const int64_t most = std::min(static_cast<int64_t>(prompt.size()) + std::max<int64_t>(params.max_tokens, 1),
+                                decoder_.max_len());
+  return (most + block - 1) / block * block;
+}
+
+ApiError Scheduler::kv_cache_budget_error(const std::vector<int>& prompt, const GenerationParams& params, int64_t n,
+                                          int64_t per_sequence) const {
+  const int64_t block = decoder_.cache_block_tokens(), budget = options_.kv_cache_tokens;
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  const int64_t room = std::min(budget / n / block * block, decoder_.max_len()) - prompt_tokens;  // max_tokens that fits
+  std::string message = str("This request needs KV cache for ", n * per_sequence, " tokens (", n == 1 ? "" : str(n, " x "),
+                            prompt_tokens, " in the prompt + ", params.max_tokens, " max_tokens, in blocks of ", block,
+                            "), more than this server's KV-cache budget of ", budget, " tokens (--kv-cache-memory). ");
+  message += room > 0 ? str("Set max_tokens to at most ", room, n > 1 ? " or lower n" : "", ".")
+                      : str("The prompt alone does not fit", n > 1 ? " n times; lower n or shorten it." : "; shorten it.");
+  return ApiError(400, message, "max_tokens", "kv_cache_budget_exceeded");
+}
+
 int64_t Scheduler::queued_sequences() const {
   int64_t n = 0;
   for (const auto& r : queue_) n += r->n_;
@@ -130,12 +156,20 @@ void Scheduler::admit() {
       continue;
     }
     if (static_cast<int64_t>(free_slots_.size()) < r->n_) break;  // first come, first served
+    const int64_t per_sequence = reservation(r->prompt_, r->params_);
+    if (options_.kv_cache_tokens > 0 && reserved_tokens_ + r->n_ * per_sequence > options_.kv_cache_tokens) {
+      if (!r->waited_for_cache_) metrics_.waited_for_kv_cache();  // slots were free; the cache was not
+      r->waited_for_cache_ = true;
+      break;
+    }
     queue_.pop_front();
     for (int64_t choice = 0; choice < r->n_; ++choice) {
       Running run;
       run.request = r;
       run.choice = choice;
       run.slot = free_slots_.back();
+      run.reserved_tokens = per_sequence;
+      reserved_tokens_ += per_sequence;
       free_slots_.pop_back();
       decoder_.reset(run.slot);
       run.sequence = std::make_unique<Sequence>(tokenizer_, r->prompt_, r->params_, decoder_.max_len(),
@@ -144,6 +178,31 @@ void Scheduler::admit() {
     }
     metrics_.tokens(r->prompt_tokens(), 0);
   }
+  held_back_ = !queue_.empty();
+}
+
+void Scheduler::release(Running& run) {
+  decoder_.reset(run.slot);  // frees its cache blocks now, not when the slot is next taken
+  free_slots_.push_back(run.slot);
+  reserved_tokens_ -= run.reserved_tokens;
+  run.reserved_tokens = 0;
+}
+
+void Scheduler::publish_state() {
+  metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
+  metrics_.set_kv_cache(decoder_.cache_bytes(), decoder_.cache_peak_bytes(),
+                        reserved_tokens_ * decoder_.cache_bytes_per_token());
+}
+
+void Scheduler::retire_finished() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::remove_if(running_.begin(), running_.end(), [&](Running& r) {
+    if (!r.sequence->finished()) return false;
+    release(r);
+    return true;
+  });
+  running_.erase(it, running_.end());
+  publish_state();
 }
 
 void Scheduler::drop_cancelled() {
@@ -151,7 +210,7 @@ void Scheduler::drop_cancelled() {
   std::vector<std::shared_ptr<RequestState>> gone;
   auto it = std::remove_if(running_.begin(), running_.end(), [&](Running& r) {
     if (!r.request->cancelled()) return false;
-    free_slots_.push_back(r.slot);
+    release(r);
     if (std::find(gone.begin(), gone.end(), r.request) == gone.end()) gone.push_back(r.request);
     return true;
   });
@@ -195,6 +254,7 @@ void Scheduler::step() {
   // once, and must find it counted.
   metrics_.tokens(0, static_cast<int64_t>(sampled.size()));
   metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()));
+  std::vector<std::pair<std::shared_ptr<RequestState>, SequenceEvent>> events;
   for (size_t k = 0; k < sampled.size(); ++k) {
     Running& r = running_[sampled[k]];
     StepResult result = r.sequence->accept(logits.data_ptr<float>() + static_cast<int64_t>(k) * vocab, vocab);
@@ -202,8 +262,14 @@ void Scheduler::step() {
       r.request->first_token_ = true;
       metrics_.first_token(std::chrono::duration<double>(now - r.request->submitted_).count());
     }
-    const bool finished = result.finish != Finish::None;
-    r.request->push({r.choice, std::move(result)}, finished);
+    events.emplace_back(r.request, SequenceEvent{r.choice, std::move(result)});
+  }
+  // Finished sequences give back their slots and cache before their clients hear of the end, so
+  // a client that reads /metrics next finds them returned.
+  retire_finished();
+  for (auto& [request, event] : events) {
+    const bool finished = event.step.finish != Finish::None;
+    request->push(std::move(event), finished);
   }
   // The batch's size changes as requests come and go, and with it the blocks a step takes:
   // every 64 steps those no step took since the last trim go back to the system.
@@ -217,14 +283,16 @@ void Scheduler::loop() {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
       if (stopping_) return;
-      if (running_.empty() && options_.batch_wait_ms > 0) {
+      // Only an idle server's first requests wait for a batch: requests left queued by the last
+      // admission (no slots or cache then) already waited, and start as soon as there is room.
+      if (running_.empty() && options_.batch_wait_ms > 0 && !held_back_) {
         const auto until = Clock::now() + std::chrono::milliseconds(options_.batch_wait_ms);
         cv_.wait_until(lock, until,
                        [&] { return stopping_ || draining_ || queued_sequences() >= options_.max_batch; });
         if (stopping_) return;
       }
       admit();
-      metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
+      publish_state();
     }
     drop_cancelled();
     try {
@@ -235,20 +303,11 @@ void Scheduler::loop() {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto& r : running_) {
         r.request->fail(str("decoding failed: ", e.what()));
-        free_slots_.push_back(r.slot);
+        release(r);
       }
       running_.clear();
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = std::remove_if(running_.begin(), running_.end(), [&](Running& r) {
-        if (!r.sequence->finished()) return false;
-        free_slots_.push_back(r.slot);
-        return true;
-      });
-      running_.erase(it, running_.end());
-      metrics_.set_queue(static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()));
-    }
+    retire_finished();
     cv_.notify_all();  // wait_idle()
   }
 }

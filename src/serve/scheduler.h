@@ -1,5 +1,6 @@
 // Continuous batching: requests wait in a bounded queue; a request starts as soon as there
-// are free decoding slots for all its choices, joins the next decoding step and leaves the
+// are free decoding slots for all its choices and room in the KV-cache budget for the most
+// each can hold (prompt + max_tokens, in the decoder's blocks), joins the next decoding step and leaves the
 // batch when it finishes, between steps, without waiting for the others. Each step feeds the
 // decoder one token per running sequence plus chunks of new prompts (prefill), all in one
 // forward. Because the decoder computes every row with batch-independent shapes and every
@@ -21,6 +22,7 @@
 #include "data/tokenizer.h"
 #include "generate/sequence.h"
 #include "models/model.h"
+#include "serve/api_error.h"
 #include "serve/metrics.h"
 
 namespace cadre {
@@ -35,6 +37,9 @@ struct SchedulerOptions {
   // delay, as Triton's max_queue_delay; a drain ends it at once. 0 (default): decode as soon
   // as anything is queued.
   int64_t batch_wait_ms = 0;
+  // Cached positions all sequences together may hold (a whole number of the decoder's blocks);
+  // 0: no budget beyond the slots. A request needing more than all of it is refused (400).
+  int64_t kv_cache_tokens = 0;
 };
 
 struct SequenceEvent {
@@ -69,6 +74,7 @@ class RequestState {
   uint64_t seed_ = 0;
   std::chrono::steady_clock::time_point submitted_;
   bool first_token_ = false;
+  bool waited_for_cache_ = false;  // counted once in the metrics
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -86,7 +92,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request of n sequences (n <= max_batch; the prompt must leave room for at least
-  // one token). Null when the queue is full; ApiError(503) once draining.
+  // one token). Null when the queue is full; ApiError(503) once draining; ApiError(400) when
+  // its n sequences of prompt + max_tokens could never fit the KV-cache budget.
   std::shared_ptr<RequestState> submit(std::vector<int> prompt, GenerationParams params, int64_t n, uint64_t seed);
   // From now on submit() refuses; what is queued or running still completes (a batching wait
   // ends at once).
@@ -101,10 +108,18 @@ class Scheduler {
   struct Running {
     std::shared_ptr<RequestState> request;
     int64_t choice = 0, slot = 0;
+    int64_t reserved_tokens = 0;  // of the KV-cache budget
     std::unique_ptr<Sequence> sequence;
   };
   void loop();
   void admit();       // queued requests into free slots (caller holds mutex_)
+  // Cache positions one sequence of the request may come to hold, in whole blocks.
+  int64_t reservation(const std::vector<int>& prompt, const GenerationParams& params) const;
+  ApiError kv_cache_budget_error(const std::vector<int>& prompt, const GenerationParams& params, int64_t n,
+                                 int64_t per_sequence) const;
+  void release(Running& run);  // its slot, cache blocks and reservation (caller holds mutex_)
+  void publish_state();        // queue and cache gauges (caller holds mutex_)
+  void retire_finished();  // sequences that finished leave the batch
   void drop_cancelled();
   void step();
   int64_t queued_sequences() const;  // caller holds mutex_
@@ -118,6 +133,8 @@ class Scheduler {
   std::deque<std::shared_ptr<RequestState>> queue_;
   std::vector<Running> running_;
   std::vector<int64_t> free_slots_;
+  int64_t reserved_tokens_ = 0;  // of options_.kv_cache_tokens, by the running sequences
+  bool held_back_ = false;       // the last admission left requests queued
   bool stopping_ = false;
   std::atomic<bool> draining_{false};
   int64_t steps_ = 0;

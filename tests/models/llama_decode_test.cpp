@@ -15,6 +15,9 @@
 //   bound relative to the largest logit, and the same greedy tokens.
 // - Bit for bit: a prompt fed in one call or token by token; a sequence decoded alone or in
 //   one forward with other sequences at other positions; the AVX-512 and the portable kernels.
+// - The cache grows in blocks as sequences do and is freed at reset; positions past a block
+//   boundary still match the training forward, and a bf16 cache keeps every bit-for-bit
+//   property.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
@@ -187,11 +190,13 @@ TEST(LlamaDecodeDevice, Bf16WeightsTakeTheSameBytesAndStayCloseToTheBatchInvaria
   cadre::LlamaDeviceDecoder device(model, {1, 0, at::kBFloat16, c10::Device(c10::kCPU)});
   cadre::LlamaDecoder reference(model, {1, 0, at::kBFloat16});
   EXPECT_EQ(device.weight_bytes(), reference.weight_bytes());
-  EXPECT_EQ(device.cache_bytes(), reference.cache_bytes());
-  // Both use the same bf16-rounded weights; the tensor path also rounds each matrix's input
-  // to bf16 (what a GPU's bf16 matmul takes): 2^-9 relative per element, once for each of the
-  // 9 matrices a token passes (4 per layer, the head), so even all aligned under 9 x 2^-9 =
-  // 1.8e-2 of the largest logit; measured 4.8e-3.
+  EXPECT_EQ(device.cache_bytes_per_token(), reference.cache_bytes_per_token());
+  EXPECT_EQ(device.cache_bytes(), 96 * device.cache_bytes_per_token()) << "the device's cache is allocated up front";
+  EXPECT_EQ(reference.cache_bytes(), 0) << "the CPU's cache grows with the sequences";
+  // Both use the same bf16-rounded weights and bf16 caches; the tensor path also rounds each
+  // matrix's input to bf16 (what a GPU's bf16 matmul takes): 2^-9 relative per element, once
+  // for each of the 9 matrices a token passes (4 per layer, the head), so even all aligned
+  // under 9 x 2^-9 = 1.8e-2 of the largest logit; measured 4.8e-3.
   const at::Tensor tokens = random_tokens(300, 40, 9);
   const at::Tensor got = decode_all(device, 0, tokens, 5), want = decode_all(reference, 0, tokens, 1);
   double worst = 0;
@@ -252,6 +257,77 @@ TEST(BatchInvariantLinear, DotsOfOneVectorWithManyRowsEqualOneDotEach) {
     const double bound = double(n) * std::ldexp(1.0, -24) * magnitudes.max().item<double>();
     for (int64_t j = 0; j < 11; ++j) EXPECT_NEAR(dots[static_cast<size_t>(j)], exact[j].item<double>(), bound) << j;
   }
+}
+
+// Blocks of 256 positions: a slot holds ceil(length / 256) of them, all layers' keys and values
+// in each, and gives them back when reset; the peak is remembered.
+TEST(LlamaDecodeCache, GrowsInBlocksAsSequencesGrowAndIsFreedAtReset) {
+  at::set_num_threads(2);
+  cadre::LlamaConfig config = small_config(false, 2);
+  config.max_seq_len = 600;
+  cadre::Llama model(config);
+  model.init_weights(21);
+  cadre::LlamaDecoder decoder(model, {3, 0, at::kFloat});
+  const int64_t per_token = 2 * 2 * 2 * 16 * 4;  // (key, value) x layers x kv heads x head_dim x float32
+  ASSERT_EQ(decoder.cache_bytes_per_token(), per_token);
+  ASSERT_EQ(decoder.cache_block_tokens(), 256);
+  EXPECT_EQ(decoder.cache_bytes(), 0) << "nothing is allocated before a sequence needs it";
+  const at::Tensor tokens = random_tokens(300, 300, 8);
+  at::Tensor full;
+  {
+    c10::NoGradGuard no_grad;
+    full = model.forward(tokens.unsqueeze(0)).squeeze(0);
+  }
+  // Across the boundary at 256 the logits still follow the training forward.
+  const at::Tensor stepwise = decode_all(decoder, 0, tokens, 1);
+  for (int64_t t = 250; t < 300; ++t) EXPECT_LT(relative_error(stepwise[t], full[t]), 1e-5) << "position " << t;
+  EXPECT_EQ(decoder.cache_bytes(), 2 * 256 * per_token) << "300 positions: two blocks";
+  EXPECT_TRUE(at::equal(decode_all(decoder, 0, tokens, 300), stepwise)) << "a prompt in one call crosses the boundary too";
+  decode_all(decoder, 1, tokens.narrow(0, 0, 10), 10);
+  EXPECT_EQ(decoder.cache_bytes(), 3 * 256 * per_token);
+  decoder.reset(0);
+  EXPECT_EQ(decoder.cache_bytes(), 1 * 256 * per_token) << "a reset slot gives its blocks back";
+  EXPECT_EQ(decoder.cache_peak_bytes(), 3 * 256 * per_token);
+  decoder.reset(1);
+  EXPECT_EQ(decoder.cache_bytes(), 0);
+  // A context shorter than a block is one block of the context's length.
+  cadre::LlamaDecoder short_context(model, {2, 40, at::kFloat});
+  EXPECT_EQ(short_context.cache_block_tokens(), 40);
+}
+
+// A bf16 cache (the default with bf16 weights: half the bytes) keeps decoding bit-for-bit
+// batch-invariant and chunk-invariant, and stays close to the float32 decoder: bf16 rounds
+// the 9 matrices a token passes (4 per layer, the head), the embedding, and each layer's cached
+// key and value (4 more), 2^-9 relative each: 14 x 2^-9 = 2.7e-2 of the largest logit even all
+// aligned.
+TEST(LlamaDecodeCache, ABf16CacheKeepsEveryBitForBitProperty) {
+  at::set_num_threads(2);
+  cadre::LlamaConfig config = small_config(false, 2);
+  config.max_seq_len = 300;
+  cadre::Llama model(config);
+  model.init_weights(22);
+  cadre::LlamaDecoder bf16(model, {4, 0, at::kBFloat16}), fp32(model, {1, 0, at::kFloat});
+  EXPECT_EQ(2 * bf16.cache_bytes_per_token(), fp32.cache_bytes_per_token());
+  const at::Tensor tokens = random_tokens(300, 280, 13);
+  const at::Tensor alone = decode_all(bf16, 0, tokens, 1);
+  EXPECT_TRUE(at::equal(decode_all(bf16, 2, tokens, 280), alone)) << "one call";
+  EXPECT_TRUE(at::equal(decode_all(bf16, 3, tokens, 7), alone)) << "chunks of 7";
+  // Beside another sequence at other positions, in the same calls.
+  bf16.reset(1);
+  bf16.reset(2);
+  std::vector<at::Tensor> got;
+  for (int64_t t = 0; t < tokens.size(0); ++t) {
+    std::vector<cadre::DecodeRow> rows = {{2, tokens[tokens.size(0) - 1 - t].item<int64_t>(), true},
+                                          {1, tokens[t].item<int64_t>(), true}};
+    got.push_back(bf16.forward(rows)[1]);
+  }
+  EXPECT_TRUE(at::equal(at::stack(got), alone)) << "batched";
+  const at::Tensor reference = decode_all(fp32, 0, tokens, 1);
+  double worst = 0;
+  for (int64_t t = 0; t < tokens.size(0); ++t) worst = std::max(worst, relative_error(alone[t], reference[t]));
+  std::printf("bf16 weights and cache against float32: max relative error over %lld positions: %.2e\n",
+              static_cast<long long>(tokens.size(0)), worst);
+  EXPECT_LT(worst, 2.8e-2);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // trained: bad requests get OpenAI-shaped 4xx answers and the server stays up; the API key;
 // a full queue answers 429; a client that disconnects frees its slot; SIGTERM drains the
 // requests in flight (503 for new ones meanwhile) and ends a batching wait; the batching wait
-// counts sequences; /metrics passes promtool. (The OpenAI client and the 32-client load
+// counts sequences; a KV-cache budget queues what fits later and refuses what never fits,
+// with the same tokens as without one, and a thousand slots take no cache memory until used;
+// /metrics passes promtool. (The OpenAI client and the 32-client load
 // test are pytest tests in python/ beside this file.)
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -402,6 +404,87 @@ TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
   const double rss = s.metric("process_resident_memory_bytes");
   EXPECT_GT(rss, 0.6e6) << "the tiny model's float32 weights alone are 0.66 MB\n" << m->body;
   EXPECT_LT(rss, 4e9) << m->body;
+}
+
+// A completion of `prompt` that runs for exactly max_tokens (EOS banned), greedy.
+std::string greedy_completion(const std::string& prompt, int max_tokens) {
+  return json{{"model", kModel}, {"prompt", prompt}, {"max_tokens", max_tokens},
+              {"logit_bias", {{std::to_string(kEos), -100}}}, {"temperature", 0}}
+      .dump();
+}
+
+// Three requests sent together (a batching wait holds the first step until all are queued).
+std::vector<std::string> three_texts(const Server& s) {
+  const std::vector<std::string> prompts = {"The state of the Union", "Once upon a time", "In the beginning"};
+  std::vector<std::future<httplib::Result>> answers;
+  for (const auto& p : prompts)
+    answers.push_back(std::async(std::launch::async, [&s, p] { return s.post("/v1/completions", greedy_completion(p, 200)); }));
+  std::vector<std::string> texts;
+  for (auto& a : answers) {
+    auto r = a.get();
+    if (!r || r->status != 200)
+      throw std::runtime_error("a request failed: " + (r ? r->body : httplib::to_string(r.error())) + "\nserver output:\n" +
+                               s.process->output());
+    texts.push_back(json::parse(r->body)["choices"][0]["text"]);
+  }
+  return texts;
+}
+
+// The tiny model's cache: (key, value) x 2 layers x 2 kv heads x head_dim 16 x float32 = 512
+// bytes a token, blocks of 256 tokens (128 KiB). A budget of 256 KiB holds two blocks: two of
+// the three requests (each ~6 prompt tokens + 200) run, the third waits for one of them
+// (counted once, at the step that admits the first two), and the tokens are those of a server
+// without a budget. A request whose prompt + max_tokens takes three blocks is refused.
+TEST_F(ServeHttp, TheKvCacheBudgetQueuesWhatFitsLaterAndRefusesWhatNeverFits) {
+  const std::vector<std::string> batching = {"--max-batch", "3", "--batch-wait-ms", "600000"};
+  std::vector<std::string> unbudgeted;
+  {
+    Server s(batching);
+    unbudgeted = three_texts(s);
+    EXPECT_EQ(s.metric("cadre_serve_kv_cache_waits_total"), 0);
+    EXPECT_EQ(s.metric("cadre_serve_kv_cache_peak_bytes"), 3 * 256 * 512);
+  }
+  std::vector<std::string> flags = batching;
+  flags.insert(flags.end(), {"--kv-cache-memory", "256KiB"});
+  Server s(flags);
+  EXPECT_NE(s.process->output().find("= 512 tokens of 512 bytes"), std::string::npos) << s.process->output();
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_budget_bytes"), 262144);
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_bytes"), 0) << "nothing is allocated before a request";
+  EXPECT_EQ(three_texts(s), unbudgeted) << "the budget changed the tokens";
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_waits_total"), 1) << "the third request did not wait for the cache";
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_peak_bytes"), 262144) << "the cache held more than its budget, or less than "
+                                                                    "two requests at once";
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_bytes"), 0) << "finished sequences keep their blocks";
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_reserved_bytes"), 0);
+  // Never fits: 3 blocks for one sequence, or a chat without max_tokens (the rest of the 1024-token
+  // context). The message names the budget and the max_tokens that would fit.
+  auto r = s.post("/v1/completions", greedy_completion("The state of the Union", 600));
+  expect_error(r, 400, "max_tokens", "600 tokens");
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "kv_cache_budget_exceeded") << r->body;
+  EXPECT_NE(r->body.find("KV-cache budget of 512 tokens (--kv-cache-memory)"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("Set max_tokens to at most"), std::string::npos) << r->body;
+  r = s.post("/v1/chat/completions",
+             json{{"model", kModel}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}}}.dump());
+  expect_error(r, 400, "max_tokens", "chat without max_tokens");
+  EXPECT_NE(s.client().Get("/metrics")->body.find("cadre_serve_requests_rejected_total{reason=\"kv_cache_budget\"} 2"),
+            std::string::npos);
+  // Still serving, the same tokens (a batching wait: three requests again).
+  EXPECT_EQ(three_texts(s), unbudgeted);
+}
+
+// A thousand slots of the whole 1024-token context would be 512 MiB of float32 cache up front;
+// the cache grows with the tokens held, so the server starts at its usual size.
+TEST_F(ServeHttp, AThousandSlotsTakeNoCacheMemoryUntilUsed) {
+  Server s({"--max-batch", "1024"});
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_bytes"), 0);
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_budget_bytes"), 1024.0 * 1024 * 512);
+  const double rss = s.metric("process_resident_memory_bytes");
+  EXPECT_GT(rss, 0);
+  EXPECT_LT(rss, 400e6) << "512 MiB of cache would put the server above 537 MB";
+  auto r = s.post("/v1/completions", long_completion(3, false));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(s.metric("cadre_serve_kv_cache_peak_bytes"), 256 * 512) << "one request: one block";
 }
 
 }  // namespace

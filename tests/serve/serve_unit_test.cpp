@@ -1,6 +1,6 @@
 // The server's pieces without a server: OpenAI request parsing (defaults, types, ranges,
 // refused fields named), chat templates rendered to token ids, response and chunk shapes,
-// and the Prometheus histogram.
+// the Prometheus histogram, and the KV-cache budget (--kv-cache-memory) in the decoder's blocks.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,7 +8,10 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "models/llama/decode.h"
+#include "models/llama/model.h"
 #include "serve/chat_template.h"
+#include "serve/kv_cache_budget.h"
 #include "serve/metrics.h"
 #include "serve/openai_request.h"
 #include "serve/openai_response.h"
@@ -191,6 +194,56 @@ TEST(ServeMetrics, HistogramBucketsAreCumulative) {
   EXPECT_NE(text.find("x_bucket{le=\"1\"} 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("x_bucket{le=\"+Inf\"} 4\n"), std::string::npos) << text;
   EXPECT_NE(text.find("x_count 4\n"), std::string::npos) << text;
+}
+
+TEST(KvCacheBudget, BytesUnitsAndFractionsAreReadAsDocumented) {
+  EXPECT_EQ(cadre::kv_cache_memory_bytes("8GiB", 0), int64_t{8} << 30);
+  EXPECT_EQ(cadre::kv_cache_memory_bytes("500MB", 0), 500'000'000);
+  EXPECT_EQ(cadre::kv_cache_memory_bytes("256kib", 0), 256 * 1024);
+  EXPECT_EQ(cadre::kv_cache_memory_bytes("1073741824", 0), int64_t{1} << 30);
+  EXPECT_EQ(cadre::kv_cache_memory_bytes("0.5", 1000), 500) << "a fraction of the available memory";
+  EXPECT_EQ(cadre::kv_cache_memory_bytes("1.0", 1000), 1000);
+  for (const char* bad : {"", "0", "0.0", "1.5", "-1", "abc", "8 GiB", "1e9", "5XB", "99999999999999999GiB"}) {
+    try {
+      cadre::kv_cache_memory_bytes(bad, 1000);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const cadre::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--kv-cache-memory"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The budget in whole blocks of the decoder: the default is every slot's whole context unless
+// that is more than half of what is available; a budget under one block is refused.
+TEST(KvCacheBudget, TheBudgetIsWholeBlocksAndTheDefaultIsCappedAtHalfTheAvailableMemory) {
+  cadre::LlamaConfig c;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 300;
+  c.multiple_of = 32;
+  c.max_seq_len = 1024;
+  cadre::Llama model(c);
+  cadre::LlamaDecoder decoder(model, {8, 0, at::kFloat});
+  const int64_t per_token = decoder.cache_bytes_per_token(), whole = 8 * 1024;
+  ASSERT_EQ(per_token, 512);
+  const int64_t plenty = int64_t{1} << 40;
+  auto budget = cadre::kv_cache_budget("", decoder, plenty);
+  EXPECT_EQ(budget.tokens, whole);
+  EXPECT_EQ(budget.bytes, whole * per_token);
+  budget = cadre::kv_cache_budget("", decoder, 2 * 1000 * per_token);  // half: 1000 tokens, 3 whole blocks
+  EXPECT_EQ(budget.tokens, 768);
+  EXPECT_NE(budget.origin.find("capped at half"), std::string::npos) << budget.origin;
+  EXPECT_EQ(cadre::kv_cache_budget("256KiB", decoder, plenty).tokens, 512);
+  EXPECT_EQ(cadre::kv_cache_budget("300KiB", decoder, plenty).tokens, 512) << "rounded down to whole blocks";
+  EXPECT_EQ(cadre::kv_cache_budget("1TiB", decoder, plenty).tokens, whole) << "never more than the slots can hold";
+  try {
+    cadre::kv_cache_budget("100KiB", decoder, plenty);
+    ADD_FAILURE() << "a budget under one block was accepted";
+  } catch (const cadre::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("less than one cache block (256 tokens"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

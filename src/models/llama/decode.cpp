@@ -1,5 +1,5 @@
 // The cached forward: per-row norms, rotary and SwiGLU, batch-invariant matrices, and
-// attention per (row, head) over the row's own slot.
+// attention per (row, head) over the row's own slot, whose cache grows in blocks.
 #include "models/llama/decode.h"
 
 #include <ATen/ATen.h>
@@ -56,6 +56,7 @@ LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options, const Para
   CADRE_CHECK(options_.weight_dtype == at::kFloat || options_.weight_dtype == at::kBFloat16,
               "decoder: weights must be float32 or bfloat16");
   head_dim_ = c.dim / c.n_heads;
+  block_tokens_ = std::min(kCacheBlockTokens, options_.max_len);
   CADRE_CHECK(head_dim_ <= 1024, "decoder: head_dim ", head_dim_, " is above 1024");
   LlamaDecoderWeights w = llama_decoder_weights(model, weights, options_.weight_dtype, c10::Device(c10::kCPU));
   weight_bytes_ = w.bytes();
@@ -64,54 +65,102 @@ LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options, const Para
   head_ = w.head;
   rope_cos_ = model.rope_cos().contiguous();
   rope_sin_ = model.rope_sin().contiguous();
-  for (auto& weights_of_layer : w.layers) {
-    at::Tensor k = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_}, at::kFloat);
-    layers_.push_back(Layer{std::move(weights_of_layer), k, at::zeros_like(k)});
-  }
+  for (auto& weights_of_layer : w.layers) layers_.push_back(std::move(weights_of_layer));
   lengths_.assign(static_cast<size_t>(options_.slots), 0);
+  blocks_.resize(static_cast<size_t>(options_.slots));
 }
 
 void LlamaDecoder::reset(int64_t slot) {
   CADRE_CHECK(slot >= 0 && slot < options_.slots, "decoder: no slot ", slot);
   lengths_[static_cast<size_t>(slot)] = 0;
+  auto& blocks = blocks_[static_cast<size_t>(slot)];
+  blocks_held_ -= static_cast<int64_t>(blocks.size());
+  blocks.clear();
 }
 
 int64_t LlamaDecoder::weight_bytes() const { return weight_bytes_; }
 
-int64_t LlamaDecoder::cache_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& l : layers_) bytes += l.k_cache.nbytes() + l.v_cache.nbytes();
-  return bytes;
+int64_t LlamaDecoder::cache_bytes_per_token() const {
+  return 2 * config_.n_layers * config_.n_kv_heads * head_dim_ * static_cast<int64_t>(c10::elementSize(options_.weight_dtype));
 }
 
-void LlamaDecoder::attention(const Layer& layer, const std::vector<DecodeRow>& rows,
-                             const std::vector<int64_t>& positions, const at::Tensor& qkv, at::Tensor& out) const {
+void LlamaDecoder::grow_caches(const std::vector<int64_t>& lengths) {
+  for (size_t slot = 0; slot < blocks_.size(); ++slot) {
+    const int64_t needed = (lengths[slot] + block_tokens_ - 1) / block_tokens_;
+    while (static_cast<int64_t>(blocks_[slot].size()) < needed) {
+      // Not zeroed: attention reads only positions that were written.
+      blocks_[slot].push_back(at::empty({config_.n_layers, 2, config_.n_kv_heads, block_tokens_, head_dim_},
+                                        options_.weight_dtype));
+      peak_blocks_held_ = std::max(peak_blocks_held_, ++blocks_held_);
+    }
+  }
+}
+
+int64_t LlamaDecoder::cache_offset(int64_t layer, int which, int64_t g, int64_t pos) const {
+  return (((layer * 2 + which) * config_.n_kv_heads + g) * block_tokens_ + pos % block_tokens_) * head_dim_;
+}
+
+void LlamaDecoder::write_cache(int64_t slot, int64_t layer, int which, int64_t g, int64_t pos, const float* from) {
+  const at::Tensor& block = blocks_[static_cast<size_t>(slot)][static_cast<size_t>(pos / block_tokens_)];
+  const int64_t at = cache_offset(layer, which, g, pos);
+  if (options_.weight_dtype == at::kFloat) {
+    std::copy_n(from, head_dim_, block.data_ptr<float>() + at);
+  } else {
+    at::BFloat16* to = block.data_ptr<at::BFloat16>() + at;
+    for (int64_t i = 0; i < head_dim_; ++i) to[i] = at::BFloat16(from[i]);  // round to nearest even
+  }
+}
+
+namespace {
+
+// `count` cached rows of head_dim floats starting at `at` in a block, as float32: the block's
+// own memory, or bf16 rows widened (exactly) into `scratch`.
+const float* float_rows(const at::Tensor& block, int64_t at, int64_t count, int64_t hd, std::vector<float>& scratch) {
+  if (block.scalar_type() == at::kFloat) return block.data_ptr<float>() + at;
+  const at::BFloat16* from = block.data_ptr<at::BFloat16>() + at;
+  for (int64_t i = 0; i < count * hd; ++i) scratch[static_cast<size_t>(i)] = static_cast<float>(from[i]);
+  return scratch.data();
+}
+
+}  // namespace
+
+void LlamaDecoder::attention(int64_t layer, const std::vector<DecodeRow>& rows, const std::vector<int64_t>& positions,
+                             const at::Tensor& qkv, at::Tensor& out) const {
   const int64_t R = static_cast<int64_t>(rows.size()), H = config_.n_heads, KV = config_.n_kv_heads, hd = head_dim_;
-  const int64_t rep = H / KV, L = options_.max_len, width = qkv.size(1);
+  const int64_t rep = H / KV, width = qkv.size(1), B = block_tokens_;
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
   int64_t longest = 0;
   for (int64_t p : positions) longest = std::max(longest, p + 1);
   // Small pieces of work stay on one thread: a task costs ~4 * positions * hd flops.
   const int64_t grain = std::max<int64_t>(1, 65536 / (4 * longest * hd));
   at::parallel_for(0, R * H, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(static_cast<size_t>(hd)), p(static_cast<size_t>(longest));
+    std::vector<float> q(static_cast<size_t>(hd)), p(static_cast<size_t>(longest)), scratch(static_cast<size_t>(B * hd));
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t r = task / H, h = task % H, g = h / rep, n = positions[static_cast<size_t>(r)] + 1;
+      const auto& blocks = blocks_[static_cast<size_t>(rows[static_cast<size_t>(r)].slot)];
       const float* qr = qkv.data_ptr<float>() + r * width + h * hd;
       for (int64_t i = 0; i < hd; ++i) q[i] = qr[i] * scale;  // q scaled first, as in training
-      const int64_t base = (rows[static_cast<size_t>(r)].slot * KV + g) * L * hd;
-      const float* K = layer.k_cache.data_ptr<float>() + base;
-      const float* V = layer.v_cache.data_ptr<float>() + base;
-      batch_invariant_dots(q.data(), K, n, hd, p.data());
+      // Each position's score is its own dot product, so splitting them by block changes no bit.
+      for (int64_t first = 0; first < n; first += B) {
+        const int64_t count = std::min(B, n - first);
+        const at::Tensor& block = blocks[static_cast<size_t>(first / B)];
+        batch_invariant_dots(q.data(), float_rows(block, cache_offset(layer, 0, g, 0), count, hd, scratch), count, hd,
+                             p.data() + first);
+      }
       const float top = *std::max_element(p.begin(), p.begin() + n);
       float sum = 0;
       for (int64_t t = 0; t < n; ++t) sum += (p[t] = std::exp(p[t] - top));
       float* o = out.data_ptr<float>() + r * H * hd + h * hd;
       std::fill(o, o + hd, 0.0f);
-      for (int64_t t = 0; t < n; ++t) {
-        const float w = p[t] / sum;
-        const float* v = V + t * hd;
-        for (int64_t i = 0; i < hd; ++i) o[i] += w * v[i];
+      for (int64_t first = 0; first < n; first += B) {
+        const int64_t count = std::min(B, n - first);
+        const at::Tensor& block = blocks[static_cast<size_t>(first / B)];
+        const float* V = float_rows(block, cache_offset(layer, 1, g, 0), count, hd, scratch);
+        for (int64_t t = 0; t < count; ++t) {
+          const float w = p[first + t] / sum;
+          const float* v = V + t * hd;
+          for (int64_t i = 0; i < hd; ++i) o[i] += w * v[i];
+        }
       }
     }
   });
@@ -121,6 +170,7 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
   const LlamaConfig& c = config_;
   const int64_t R = static_cast<int64_t>(rows.size()), D = c.dim, H = c.n_heads, KV = c.n_kv_heads, hd = head_dim_;
   const int64_t F = layers_.empty() ? 0 : layers_[0].w2.size(1), L = options_.max_len;
+  const int64_t n_layers = static_cast<int64_t>(layers_.size());
   if (R == 0) return at::empty({0, c.vocab_size}, at::kFloat);
   // Positions: each slot's rows continue its cache in order.
   std::vector<int64_t> positions(static_cast<size_t>(R)), next = lengths_;
@@ -133,13 +183,15 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
     CADRE_CHECK(len < L, "decoder: slot ", row.slot, " is full (", L, " positions)");
     positions[static_cast<size_t>(r)] = len++;
   }
+  grow_caches(next);
   at::Tensor h = at::empty({R, D}, at::kFloat), x = at::empty({R, D}, at::kFloat);
   for (int64_t r = 0; r < R; ++r) h[r].copy_(embedding_[rows[static_cast<size_t>(r)].token]);  // widened when bf16
   const int64_t width = (H + 2 * KV) * hd;
   at::Tensor qkv = at::empty({R, width}, at::kFloat), att = at::empty({R, H * hd}, at::kFloat);
   at::Tensor proj = at::empty({R, D}, at::kFloat), gate_up = at::empty({R, 2 * F}, at::kFloat);
   at::Tensor act = at::empty({R, F}, at::kFloat);
-  for (Layer& layer : layers_) {
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const Layer& layer = layers_[static_cast<size_t>(l)];
     rms_norm_rows(h, layer.attention_norm, c.norm_eps, x);
     batch_invariant_linear_out(x, layer.wqkv, qkv);
     for (int64_t r = 0; r < R; ++r) {
@@ -149,12 +201,11 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
       float* row = qkv.data_ptr<float>() + r * width;
       for (int64_t head = 0; head < H + KV; ++head) rope_in_place(row + head * hd, cos, sin, hd);
       for (int64_t g = 0; g < KV; ++g) {
-        const int64_t at_pos = ((slot * KV + g) * L + pos) * hd;
-        std::copy_n(row + (H + g) * hd, hd, layer.k_cache.data_ptr<float>() + at_pos);
-        std::copy_n(row + (H + KV + g) * hd, hd, layer.v_cache.data_ptr<float>() + at_pos);
+        write_cache(slot, l, 0, g, pos, row + (H + g) * hd);
+        write_cache(slot, l, 1, g, pos, row + (H + KV + g) * hd);
       }
     }
-    attention(layer, rows, positions, qkv, att);
+    attention(l, rows, positions, qkv, att);
     batch_invariant_linear_out(att, layer.wo, proj);
     h.add_(proj);
     rms_norm_rows(h, layer.ffn_norm, c.norm_eps, x);

@@ -6,6 +6,10 @@
 // bits alone or batched, and whether its prompt came in one call or token by token. The
 // training forward (models/llama/model.h) is untouched: with float32 weights these logits
 // equal its logits to float32 rounding (tested to 1e-5).
+// The KV cache is kept in the weights' dtype and grows with each slot in blocks of
+// kCacheBlockTokens positions (fewer when the context is shorter; all layers' keys and values
+// in one allocation), freed when the slot is reset: memory follows the tokens held, not
+// slots x context.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,22 +38,34 @@ class LlamaDecoder : public Decoder {
   int64_t vocab_size() const override { return config_.vocab_size; }
   const LlamaConfig& config() const { return config_; }
   int64_t weight_bytes() const override;
-  int64_t cache_bytes() const override;
+  int64_t cache_bytes() const override { return blocks_held_ * block_bytes(); }
+  int64_t cache_peak_bytes() const override { return peak_blocks_held_ * block_bytes(); }
+  int64_t cache_bytes_per_token() const override;
+  int64_t cache_block_tokens() const override { return block_tokens_; }
+
+  static constexpr int64_t kCacheBlockTokens = 256;
 
  private:
-  struct Layer : LlamaDecoderWeights::Layer {
-    at::Tensor k_cache, v_cache;  // float32 [slots, n_kv_heads, max_len, head_dim]
-  };
-  void attention(const Layer& layer, const std::vector<DecodeRow>& rows, const std::vector<int64_t>& positions,
+  using Layer = LlamaDecoderWeights::Layer;
+  int64_t block_bytes() const { return block_tokens_ * cache_bytes_per_token(); }
+  void grow_caches(const std::vector<int64_t>& lengths);  // blocks for every position up to lengths[slot]
+  // Where position `pos` of `slot` keeps layer `layer`'s key (which 0) or value (1) of kv head g.
+  int64_t cache_offset(int64_t layer, int which, int64_t g, int64_t pos) const;
+  void write_cache(int64_t slot, int64_t layer, int which, int64_t g, int64_t pos, const float* from);
+  void attention(int64_t layer, const std::vector<DecodeRow>& rows, const std::vector<int64_t>& positions,
                  const at::Tensor& qkv, at::Tensor& out) const;
 
   LlamaConfig config_;
   DecodeOptions options_;
-  int64_t head_dim_ = 0, weight_bytes_ = 0;
+  int64_t head_dim_ = 0, weight_bytes_ = 0, block_tokens_ = 0;
   at::Tensor embedding_, norm_, head_;  // embedding and head weight_dtype (one tensor when tied)
   at::Tensor rope_cos_, rope_sin_;      // [max_seq_len, head_dim] float32
   std::vector<Layer> layers_;
   std::vector<int64_t> lengths_;
+  // Per slot, its cache blocks: [n_layers, 2 (key, value), n_kv_heads, block_tokens_, head_dim]
+  // each, in the weight dtype.
+  std::vector<std::vector<at::Tensor>> blocks_;
+  int64_t blocks_held_ = 0, peak_blocks_held_ = 0;
 };
 
 }  // namespace cadre

@@ -56,8 +56,10 @@ LlamaDeviceDecoder::LlamaDeviceDecoder(const Llama& model, DecodeOptions options
   rope_cos_ = model.rope_cos().to(device).contiguous();
   rope_sin_ = model.rope_sin().to(device).contiguous();
   for (auto& weights_of_layer : w.layers) {
+    // Zeros, not empty: attention multiplies the masked (future) positions' values by a weight
+    // of 0, and 0 x NaN would be NaN.
     at::Tensor k = at::zeros({options_.slots, c.n_kv_heads, options_.max_len, head_dim_},
-                             at::TensorOptions().dtype(at::kFloat).device(device));
+                             at::TensorOptions().dtype(options_.weight_dtype).device(device));
     layers_.push_back(Layer{std::move(weights_of_layer), k, at::zeros_like(k)});
   }
   lengths_.assign(static_cast<size_t>(options_.slots), 0);
@@ -74,6 +76,10 @@ int64_t LlamaDeviceDecoder::cache_bytes() const {
   int64_t bytes = 0;
   for (const auto& l : layers_) bytes += l.k_cache.nbytes() + l.v_cache.nbytes();
   return bytes;
+}
+
+int64_t LlamaDeviceDecoder::cache_bytes_per_token() const {
+  return 2 * config_.n_layers * config_.n_kv_heads * head_dim_ * static_cast<int64_t>(c10::elementSize(options_.weight_dtype));
 }
 
 // x [R, in] float32 times weight [out, in] in the weights' dtype (bf16 tensor cores on a GPU),
@@ -141,7 +147,8 @@ at::Tensor LlamaDeviceDecoder::attention(const Layer& layer, const StepIndex& in
   const double scale = 1.0 / std::sqrt(double(hd));
   for (const StepIndex::SlotRows& group : index.groups) {
     const at::Tensor qs = q.index_select(0, group.rows).transpose(0, 1) * scale;  // [H, m, hd], scaled first as in training
-    at::Tensor k = layer.k_cache[group.slot].narrow(1, 0, group.n), v = layer.v_cache[group.slot].narrow(1, 0, group.n);
+    at::Tensor k = layer.k_cache[group.slot].narrow(1, 0, group.n).to(at::kFloat);
+    at::Tensor v = layer.v_cache[group.slot].narrow(1, 0, group.n).to(at::kFloat);
     k = k.repeat_interleave(H / KV, 0);  // [H, n, hd]
     v = v.repeat_interleave(H / KV, 0);
     const at::Tensor scores = at::matmul(qs, k.transpose(1, 2)).masked_fill(group.future, -INFINITY);  // [H, m, n]
@@ -180,8 +187,8 @@ at::Tensor LlamaDeviceDecoder::forward(const std::vector<DecodeRow>& rows) {
     const at::Tensor k = rope(qkv.narrow(1, H * hd, KV * hd).view({R, KV, hd}), cos, sin);
     const at::Tensor v = qkv.narrow(1, (H + KV) * hd, KV * hd).view({R, KV, hd});
     // Every row's key and value go in first, so later rows of a slot see earlier ones.
-    layer.k_cache.index_put_({slot_t, Slice(), pos_t}, k);
-    layer.v_cache.index_put_({slot_t, Slice(), pos_t}, v);
+    layer.k_cache.index_put_({slot_t, Slice(), pos_t}, k.to(layer.k_cache.scalar_type()));
+    layer.v_cache.index_put_({slot_t, Slice(), pos_t}, v.to(layer.v_cache.scalar_type()));
     h = h + linear(attention(layer, index, q).reshape({R, H * hd}), layer.wo);
     const at::Tensor gate_up = linear(rms_norm(h, layer.ffn_norm), layer.w13);
     const int64_t F = gate_up.size(1) / 2;

@@ -33,11 +33,14 @@ class LlamaDeviceDecoder : public Decoder {
   int64_t max_len() const override { return options_.max_len; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t weight_bytes() const override;
-  int64_t cache_bytes() const override;
+  int64_t cache_bytes() const override;  // allocated up front: every slot's whole context
+  int64_t cache_peak_bytes() const override { return cache_bytes(); }
+  int64_t cache_bytes_per_token() const override;
+  int64_t cache_block_tokens() const override { return options_.max_len; }
 
  private:
   struct Layer : LlamaDecoderWeights::Layer {
-    at::Tensor k_cache, v_cache;  // float32 [slots, n_kv_heads, max_len, head_dim]
+    at::Tensor k_cache, v_cache;  // weight dtype [slots, n_kv_heads, max_len, head_dim]
   };
   at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
