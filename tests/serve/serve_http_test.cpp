@@ -390,6 +390,12 @@ TEST_F(ServeHttp, MetricsAreValidPrometheusText) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
   }
+  // A stream is counted once its last byte is written, which its client can read first: wait
+  // for the count (an event, with a deadline), then check the text.
+  const std::string both_counted = "cadre_serve_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2";
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (s.client().Get("/metrics")->body.find(both_counted) == std::string::npos && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto m = s.client().Get("/metrics");
   ASSERT_TRUE(m);
   cadre::test::TempDir dir("serve-metrics");

@@ -20,7 +20,10 @@
 // factor and the largest of the variants is the yardstick. Were the distances independent
 // half-normal draws (a pessimistic model), the run under test would exceed 4 times the largest
 // of n variants with probability 16% for n = 1, 3.7% for 2, 1.1% for 3, 0.4% for 4 (simulated):
-// where the runs branch (ResNet) the caller takes 4 variants; elsewhere the spread is a few ulps
+// where the runs branch (ResNet) the draws are not independent but fall into families a fixed
+// distance apart, and a family no variant reaches breaks that model (4 variants: a Zen 4 put
+// FULL_SHARD 6.5x past the farthest), so the caller takes every other order of its micro-batches
+// (23 of 4), the largest distance any one-rank order reaches; elsewhere the spread is a few ulps
 // and the floor decides. A run perturbed in a way no variant is (a clipping factor an ulp off in
 // every gradient at once) can leave the spread: compare runs whose differences are of one kind. kUlpsPerStep = 4: two orders can agree
 // exactly (then spread is 0), and each step's logged loss is itself a float32 sum over

@@ -136,7 +136,7 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
 // a run lands in depends on the CPU's kernels: a fixed 1e-4 held on one machine (4.4e-6 by step
 // 8) and failed on a Zen 4 at 2.7e-4 (issue #47). So steps 3 to 8 are judged against the order
 // spread of the same machine and run (support/order_spread.h): one rank adding the same 4
-// micro-batches in 4 other orders lands in those families too. That bound is loose (4.4e-3 to
+// micro-batches in every other order (23) lands in those families too. That bound is loose (4.4e-3 to
 // 2.9e-2 relative under those choices) and steps 1 and 2 are the sharp check; it still catches
 // momentum 0.85 instead of 0.9 in the ranks alone (1.4e-2 relative at step 5, where OpenBLAS's
 // Haswell kernels give a bound of 6.8e-3; measured).
