@@ -44,6 +44,7 @@ import urllib.request
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from big_model_start import JEMALLOC, ensure_jemalloc  # noqa: E402
+from hf_export import summary, timed  # noqa: E402
 from train_throughput import ensure_dataset, peer_python, run  # noqa: E402
 
 SHAPE = dict(dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192)
@@ -149,21 +150,11 @@ def peer_sitting(folder, B, tokens):
     env = dict(os.environ, OMP_NUM_THREADS="2")
     if os.path.exists(JEMALLOC):
         env["LD_PRELOAD"] = JEMALLOC
-    cmd = [peer_python(), "-c", PEER, folder, str(B), str(tokens), str(PROMPT_LEN), str(vocab_of(folder))]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.stderr.write(out[-4000:])
-        raise SystemExit("the peer failed")
+    _, peak, out = timed([peer_python(), "-c", PEER, folder, str(B), str(tokens), str(PROMPT_LEN), str(vocab_of(folder))],
+                         env)
     r = json.loads(out.strip().splitlines()[-1])
-    return dict(tokens_per_s=r["tokens_per_s"], peak_rss_mib=usage.ru_maxrss / 1024, warmup_s=r["warmup_s"],
+    return dict(tokens_per_s=r["tokens_per_s"], peak_rss_mib=peak / 2**20, warmup_s=r["warmup_s"],
                 versions=r["versions"])
-
-
-def summary(rows, key):
-    values = [r[key] for r in rows]
-    return dict(median=statistics.median(values), min=min(values), max=max(values))
 
 
 def main():
