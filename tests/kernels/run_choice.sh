@@ -52,9 +52,29 @@ openblas_core() {
   "$@" OPENBLAS_VERBOSE=2 /usr/bin/python3 -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 |
     grep -m1 -i 'core' || true
 }
+# The float32 kernels of an OpenBLAS 0.3.21 core, by name: a core that takes another's rounds as
+# that one does. Zen takes Haswell's sgemm/sgemv/sdot/saxpy kernels and sgemm blocking (P, Q);
+# they differ in copy and beta routines, which move or scale values exactly, and in how threads
+# split M and N, never K. (Cooperlake is not SkylakeX's: its sgemm Q, the K block, is 320, not 448.)
+float32_kernels() {
+  local core=${1,,}
+  core=${core#core: }
+  case $core in
+    zen) echo haswell ;;
+    *) echo "$core" ;;
+  esac
+}
 if [[ $name == OPENBLAS_CORETYPE ]]; then
   core=$(openblas_core "${run_env[@]}")
   echo "kernels: $setting: OpenBLAS says: ${core:-nothing}"
+  if [[ -n $value && $core != *"not found"* ]]; then
+    own=$(openblas_core env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+    if [[ -n $core && $(float32_kernels "$core") == $(float32_kernels "$own") ]]; then
+      echo "kernels: $setting has the float32 kernels of '$own', which this CPU runs unset" \
+        "(the rest of the suite): not run again"
+      exit 77
+    fi
+  fi
   if [[ $core == *"not found"* ]]; then
     # This OpenBLAS cannot force that kernel (0.3.21's list of names stops short of Cooperlake)
     # and falls back to the one it detects: the choice is what the CPU runs unset, or not to be had.

@@ -178,8 +178,10 @@ class NetFault : public ::testing::Test {
   }
 
   // Loss per step of a fault-free run at this world size resumed from the faulted run's own
-  // checkpoint of `step` (copied: a fresh run directory holding only that checkpoint).
-  Losses resumed_reference(int world, int64_t step) {
+  // checkpoint of `step` (copied: a fresh run directory holding only that checkpoint), up to
+  // step `last` (train.stop_at: the schedule still that of steps_; a segment that ended early
+  // needs no reference to the end, which took most of a 300-step test's time).
+  Losses resumed_reference(int world, int64_t step, int64_t last) {
     std::string name = "reference-" + std::to_string(world) + "-from-" + std::to_string(step);
     std::string from = run_dir_ + "/checkpoints/step-" + step_digits(step);
     std::filesystem::create_directories(dir_ / (name + "/checkpoints"));
@@ -189,6 +191,7 @@ class NetFault : public ::testing::Test {
                                      dir_ / (name + "-logs"), "--"};
     auto train = train_args(data_dir_, dir_ / name, steps_, Timeouts{}.comm_s, shape_);
     argv.insert(argv.end(), train.begin(), train.end());
+    if (last < steps_) argv.insert(argv.end(), {"--set", "train.stop_at=" + std::to_string(last)});
     auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 300);
     if (r.exit_code != 0) throw std::runtime_error("reference run " + name + " failed:\n" + r.output);
     if (r.output.find("train: resumed from") == std::string::npos)
@@ -432,7 +435,8 @@ class NetFault : public ::testing::Test {
       const Segment& s = segments()[i];
       ASSERT_GT(s.world_size, 0) << "segment " << i;
       const int world = static_cast<int>(s.world_size);
-      const Losses ref = s.first_step() == 1 ? reference(world, steps_) : resumed_reference(world, s.first_step() - 1);
+      const Losses ref = s.first_step() == 1 ? reference(world, steps_)
+                                             : resumed_reference(world, s.first_step() - 1, s.last_step());
       double max_diff = 0;
       for (const auto& r : s.steps) {
         ASSERT_TRUE(ref.count(r.step)) << "segment " << i << ": the reference has no step " << r.step;

@@ -151,6 +151,45 @@ inline std::vector<RankResult> run_ranks(int n, const std::vector<std::string>& 
   return results;
 }
 
+// Runs independent commands (no job: the harness's own environment), at most `parallel` at a
+// time, each started as soon as one ends; waits for all. A command past `limit` is killed and
+// reported (exit 128 + 9). For one-rank runs of one thread each: the machine's cores, not one.
+inline std::vector<RankResult> run_each(const std::vector<std::vector<std::string>>& commands, int parallel,
+                                        std::chrono::seconds limit = std::chrono::seconds{600}) {
+  const std::string tag = "/tmp/cadre_test_" + std::to_string(getpid()) + "_each";
+  std::vector<RankResult> results(commands.size());
+  std::vector<std::chrono::steady_clock::time_point> started(commands.size());
+  ChildGuard guard;
+  guard.pids.assign(commands.size(), 0);
+  size_t next = 0, done = 0;
+  int running = 0;
+  auto log = [&](size_t i) { return tag + std::to_string(i) + ".log"; };
+  while (done < commands.size()) {
+    for (; running < std::max(parallel, 1) && next < commands.size(); ++next, ++running) {
+      started[next] = std::chrono::steady_clock::now();
+      guard.pids[next] = spawn(commands[next], base_environment({}), log(next));
+    }
+    for (size_t i = 0; i < next; ++i) {
+      if (guard.pids[i] <= 0) continue;
+      int status = 0;
+      const bool late = std::chrono::steady_clock::now() - started[i] > limit;
+      if (late) kill(guard.pids[i], SIGKILL);
+      if (waitpid(guard.pids[i], &status, late ? 0 : WNOHANG) != guard.pids[i]) continue;
+      results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      std::ifstream in(log(i));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      results[i].output = ss.str() + (late ? "\n[test harness: still running at the time limit, killed]" : "");
+      std::remove(log(i).c_str());
+      guard.pids[i] = 0;
+      --running;
+      ++done;
+    }
+    if (done < commands.size()) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling, not timing
+  }
+  return results;
+}
+
 inline std::string describe(const std::vector<RankResult>& results) {
   std::string s;
   for (size_t r = 0; r < results.size(); ++r)
