@@ -87,6 +87,7 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
     m.kind = j.value("kind", std::string("tokens"));  // manifests before images had no kind
     if (m.kind == "tokens") {
       m.tokenizer = j.at("tokenizer").get<std::string>();
+      m.tokenizer_identity = j.value("tokenizer_identity", std::string());
       m.vocab_size = json_int(j.at("vocab_size"), "vocab_size");
       m.seq_len = json_int(j.at("seq_len"), "seq_len");
       const int64_t width = json_int(j.at("token_bytes"), "token_bytes");
@@ -133,6 +134,7 @@ void manifest_write(const std::string& dir, const DatasetManifest& m) {
     j.update({{"tokenizer", m.tokenizer}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
               {"token_bytes", m.token_bytes}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id},
               {"documents", m.documents}, {"tokens", m.tokens}});
+    if (!m.tokenizer_identity.empty()) j["tokenizer_identity"] = m.tokenizer_identity;
   }
   j["train"] = shards_to_json(m.train);
   j["val"] = shards_to_json(m.val);

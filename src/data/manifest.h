@@ -19,6 +19,9 @@ struct DatasetManifest {
   std::string kind = "tokens";  // "tokens" (token shards), "images" (image shards) or "encoded_images"
   // tokens:
   std::string tokenizer;   // relative path of the SentencePiece model
+  // "sha256:..." of that model when the data was prepared (data/tokenizer_identity.h); "" in
+  // manifests written before it was kept.
+  std::string tokenizer_identity;
   int64_t vocab_size = 0;
   int64_t seq_len = 0;     // every sample holds seq_len + 1 tokens
   uint32_t token_bytes = 2;

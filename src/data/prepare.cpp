@@ -17,6 +17,7 @@
 #include "data/permutation.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_identity.h"
 
 namespace fs = std::filesystem;
 
@@ -179,6 +180,7 @@ DatasetManifest dataset_prepare(const PrepareOptions& opt) {
 
   DatasetManifest m;
   m.tokenizer = "tokenizer.model";
+  m.tokenizer_identity = tokenizer_identity(tokenizer_path);
   m.vocab_size = tokenizer.vocab_size();
   m.seq_len = opt.seq_len;
   m.token_bytes = m.vocab_size <= 65536 ? 2 : 4;

@@ -23,6 +23,7 @@
 #include "obs/flight_recorder.h"
 #include "optim/make_optimizer.h"
 #include "rdzv/membership.h"
+#include "train/data_tokenizer_check.h"
 #include "train/freeze.h"
 #include "train/init_from.h"
 #include "train/memory_check.h"
@@ -53,7 +54,7 @@ int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
 
 // Inputs the config points at must agree with it before any work starts (exit code 2). A run
 // that only loads (train.steps 0) needs no data, but data it is given must fit.
-void check_inputs(const Config& c, const Model& model) {
+void check_inputs(const Config& c, const Model& model, bool lead) {
   if (c.train.steps == 0 && c.data.dir.empty()) return;
   CADRE_CONFIG_CHECK(!c.data.dir.empty(), "data.dir is not set (a directory written by `cadre data prepare`)");
   CADRE_CONFIG_CHECK(fs::is_directory(c.data.dir), "data.dir '", c.data.dir, "' is not a directory");
@@ -64,6 +65,7 @@ void check_inputs(const Config& c, const Model& model) {
   } catch (const ConfigError& e) {
     throw ConfigError(str("data.dir '", c.data.dir, "': ", e.what()));
   }
+  check_data_tokenizer(c, m, lead);  // fine-tuning: the model's own token ids
 }
 
 void set_threads(int64_t threads) {
@@ -85,7 +87,7 @@ void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::
   r.device = device_select(r.c.train.device, "train.device");
   cpu_block_cache::install();  // before the model: steps reuse their large blocks
   r.model = model_build(r.c, /*deferred=*/true);  // shapes only, where the model can: made in shards
-  check_inputs(r.c, *r.model);
+  check_inputs(r.c, *r.model, r.env.rank == 0);
   CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,
                      " does not divide WORLD_SIZE=", r.env.world_size,
                      " (data parallelism runs over WORLD_SIZE / tp_size)");

@@ -1,7 +1,7 @@
 // `cadre train` end to end, as a user runs it: bad input exits 2 naming the key or file before
 // any work; a tiny model learns; runs are deterministic; gradient accumulation matches a
 // larger batch; bf16 mixed precision trains; the checkpoint loads in Python; an output nobody
-// reads does not kill it.
+// reads does not kill it; fine-tuning refuses data prepared with another tokenizer.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/file_util.h"
 #include "support/tiny_dataset.h"
 #include "support/process.h"
 
@@ -201,4 +202,60 @@ TEST_F(TrainCli, CheckpointExportsToAFileTorchLoadReads) {
     EXPECT_EQ(r.exit_code, 0) << python << ": " << r.output;
     EXPECT_NE(r.output.find("ok"), std::string::npos) << python << ": " << r.output;
   }
+}
+
+// Fine-tuning's data must carry the model's own token ids: data prepared with a fresh
+// tokenizer (whose vocabulary fits the model's, so nothing else would notice) is refused with
+// exit 2 naming both files, from a checkpoint and from an exported folder; data prepared with
+// the model's tokenizer (`--tokenizer`) trains; a folder with only tokenizer.json is refused
+// (data prepare cannot use it yet) and one with no tokenizer warns and trains.
+TEST_F(TrainCli, FineTuningRefusesDataPreparedWithAnotherTokenizer) {
+  ASSERT_EQ(train("tok-base", {"train.steps=2"}).exit_code, 0);
+  const std::string own = *dir_ / "data/tokenizer.model";
+  auto prepare = [&](const std::string& name, int64_t vocab, const std::string& tokenizer) {
+    cadre::PrepareOptions opt;
+    opt.inputs = {*dir_ / "text"};
+    opt.out = *dir_ / name;
+    opt.vocab_size = vocab;
+    opt.seq_len = 64;
+    opt.tokenizer = tokenizer;
+    cadre::dataset_prepare(opt);
+    return opt.out;
+  };
+  const std::string fresh = prepare("data-fresh", 400, ""), same = prepare("data-same", 0, own);
+  auto fine_tune = [&](const std::string& run, const std::string& from, const std::string& data) {
+    return train(run, {"train.steps=1", "train.init_from=" + from, "data.dir=" + data});
+  };
+  const std::string base = *dir_ / "tok-base";
+  RunResult r = fine_tune("ft-fresh", base, fresh);
+  expect_config_error(r, "was prepared with another tokenizer");
+  expect_config_error(r, fresh + "/tokenizer.model");
+  expect_config_error(r, own);
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "ft-fresh/metrics.jsonl")) << "refused before any step";
+  r = fine_tune("ft-same", base, same);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  // A manifest written before identities were kept: the data's tokenizer file decides.
+  const std::string manifest_path = fresh + "/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(cadre::file_read(manifest_path));
+  ASSERT_TRUE(manifest.contains("tokenizer_identity")) << manifest.dump();
+  EXPECT_EQ(manifest["tokenizer_identity"].get<std::string>().rfind("sha256:", 0), 0u);
+  manifest.erase("tokenizer_identity");
+  cadre::test::write_text(manifest_path, manifest.dump());
+  expect_config_error(fine_tune("ft-fresh-old", base, fresh), "was prepared with another tokenizer");
+
+  const std::string folder = *dir_ / "tok-hf";
+  RunResult e = run_process({CADRE_BIN, "ckpt", "export", base, "--format", "hf", "--out", folder});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  ASSERT_TRUE(std::filesystem::exists(folder + "/tokenizer.model")) << e.output;
+  expect_config_error(fine_tune("ft-hf-fresh", folder, fresh), folder + "/tokenizer.model");
+  EXPECT_EQ(fine_tune("ft-hf-same", folder, same).exit_code, 0);
+
+  std::filesystem::remove(folder + "/tokenizer.model");
+  cadre::test::write_text(folder + "/tokenizer.json", "{}");
+  expect_config_error(fine_tune("ft-hf-json", folder, same), folder + "/tokenizer.json");
+  std::filesystem::remove(folder + "/tokenizer.json");
+  r = fine_tune("ft-hf-none", folder, fresh);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("came with no tokenizer"), std::string::npos) << r.output;
 }
