@@ -23,7 +23,9 @@ peer from a streamer's clock at each step of one generate (its static cache is s
 asked, so two lengths would be two compiled graphs). Resident memory: the peak of the
 whole process (VmHWM: the server's own, read before it stops; the peer's from wait4), one process
 per stream count on each side, so each peak belongs to its B. Sittings alternate sides; the median
-and the spread (min..max) of each figure are reported, never the best sitting.
+and the spread (min..max) of each figure are reported, never the best sitting. Each sitting also
+measures the read bandwidth of 2 threads: one stream reads every weight once per token, so that
+bandwidth over the weights' bytes bounds any decoder at 1 stream.
 
 Usage: bench/serve_throughput.py [--build build] [--streams 1,8,32] [--tokens 32] [--repeats 3]
                                  [--keep DIR] [--tiny]
@@ -157,6 +159,30 @@ def peer_sitting(folder, B, tokens):
                 versions=r["versions"])
 
 
+# The machine's read bandwidth with the benchmark's 2 threads: a float32 sum over 1 GiB (far past
+# any cache), median of 7. One stream reads every weight once per token, so the tokens/s no
+# decoder can pass at 1 stream is this over the weights' bytes (the issue's alternative goal).
+BANDWIDTH = r"""
+import json, time, torch
+torch.set_num_threads(2)
+x = torch.ones(256 * 2**20, dtype=torch.float32)
+x.sum()
+times = []
+for _ in range(7):
+    t0 = time.perf_counter(); x.sum(); times.append(time.perf_counter() - t0)
+print(json.dumps(dict(gb_per_s=x.numel() * 4 / sorted(times)[3] / 1e9)))
+"""
+
+
+def read_bandwidth():
+    _, _, out = timed([peer_python(), "-c", BANDWIDTH], dict(os.environ, OMP_NUM_THREADS="2"))
+    return json.loads(out.strip().splitlines()[-1])["gb_per_s"]
+
+
+def weight_bytes(folder):
+    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".safetensors"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -174,7 +200,9 @@ def main():
     folder = write_folder(os.path.join(work, f"hf-{shape['layers']}x{shape['dim']}"), shape, ensure_dataset(cadre))
     streams = [int(s) for s in args.streams.split(",")]
     rows = {B: dict(cadre=[], peer=[]) for B in streams}
+    bandwidth = []
     for k in range(args.repeats):
+        bandwidth.append(read_bandwidth())
         for B in streams:
             rows[B]["cadre"].append(cadre_sitting(cadre, folder, B, args.tokens))
             rows[B]["peer"].append(peer_sitting(folder, B, args.tokens))
@@ -197,7 +225,13 @@ def main():
                      f"{q_rate['median']:.1f} ({q_rate['min']:.1f}..{q_rate['max']:.1f}) | "
                      f"{c_rate['median'] / q_rate['median']:.2f}x | {c_rss['median']:.0f} ({c_rss['min']:.0f}..{c_rss['max']:.0f}) | "
                      f"{q_rss['median']:.0f} ({q_rss['min']:.0f}..{q_rss['max']:.0f}) | {c_rss['median'] / q_rss['median']:.2f}x |")
-    lines.append(f"\nMedian (min..max) over the sittings; torch {result['peer_versions'][0]}.")
+    gb = statistics.median(bandwidth)
+    result["read_bandwidth_gb_per_s"] = bandwidth
+    result["weight_bytes"] = weight_bytes(folder)
+    lines.append(f"\nMedian (min..max) over the sittings; torch {result['peer_versions'][0]}. Read bandwidth, 2 threads "
+                 f"(a float32 sum over 1 GiB): {gb:.1f} GB/s ({min(bandwidth):.1f}..{max(bandwidth):.1f}); reading the "
+                 f"{result['weight_bytes'] / 1e9:.2f} GB of weights once per token bounds 1 stream at "
+                 f"{gb * 1e9 / result['weight_bytes']:.2f} tokens/s.")
     text = "\n".join(lines)
     print(text)
     if not args.tiny:

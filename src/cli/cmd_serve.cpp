@@ -69,6 +69,9 @@ int cmd_serve(const Args& args) {
   flags.add("--trusted-proxies", &trusted_proxies,
             "addresses or CIDR ranges of load balancers (10.0.0.0/8,::1): their connections are not capped per "
             "address, and each request counts under the client its X-Forwarded-For names");
+  flags.add("--proxy-protocol", &http.proxy_protocol,
+            "connections from --trusted-proxies begin with a PROXY protocol header (v1 or v2, as an AWS NLB or "
+            "HAProxy sends), whose source address is the client the cap counts; one without it gets 400");
   flags.add("--header-timeout", &http.header_timeout_s,
             "seconds a request's head may take to arrive, from the connect or, on a kept-alive connection, its first byte (default 30; then 408)");
   flags.add("--body-timeout", &http.body_timeout_s, "seconds a request's body may take to arrive (default 60; then 408)");
@@ -98,6 +101,9 @@ int cmd_serve(const Args& args) {
   CADRE_CONFIG_CHECK(max_per_client >= 0 && max_per_client <= 65536,
                      "--max-connections-per-client must be in 0..65536 (0: no cap per client)");
   http.trusted_proxies = http::TrustedProxies::parse(trusted_proxies, "--trusted-proxies");
+  CADRE_CONFIG_CHECK(!http.proxy_protocol || !http.trusted_proxies.empty(),
+                     "--proxy-protocol needs --trusted-proxies: a PROXY header is read only from the load balancers "
+                     "named there (anyone else could write one)");
   for (const auto& [flag, seconds] : {std::pair<const char*, double>{"--header-timeout", http.header_timeout_s},
                                       {"--body-timeout", http.body_timeout_s},
                                       {"--idle-timeout", http.idle_timeout_s},

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "core/log.h"
+#include "http/proxy_protocol.h"
 #include "http/socket_io.h"
 
 namespace cadre::http {
@@ -31,6 +32,9 @@ class Connection {
  private:
   enum class Read { Request, Closed, Failed };
   Read read_request();
+  // The PROXY protocol header a trusted proxy's connection begins with: its client in
+  // `proxied_`; 400 answered when the bytes are not one.
+  Read read_proxy_header();
   bool fill(Clock::time_point deadline, bool* timed_out, bool* stopped);
   Clock::time_point deadline() const;
   void answer_error(int status, const std::string& message, const Request* request);
@@ -48,6 +52,7 @@ class Connection {
   size_t parsed_ = 0;
   bool first_ = true;
   std::string slot_;  // the client whose place this request holds ("" none)
+  std::string proxied_;  // the client a PROXY protocol header named ("" none: the peer)
   Clock::time_point accepted_, idle_since_, head_since_, body_since_;
 };
 
@@ -115,12 +120,34 @@ Connection::Read Connection::read_request() {
   }
 }
 
+Connection::Read Connection::read_proxy_header() {
+  while (true) {
+    ProxyHeader header;
+    std::string error;
+    switch (proxy_header_parse(std::string_view(buffer_).substr(parsed_), &header, &error)) {
+      case ProxyParse::Done:
+        parsed_ += header.length;
+        proxied_ = header.client;
+        return Read::Request;
+      case ProxyParse::Invalid:
+        answer_error(400, "PROXY protocol (--proxy-protocol): " + error, nullptr);
+        return Read::Failed;
+      case ProxyParse::NeedMore:
+        break;
+    }
+    bool timed_out = false, stopped = false;
+    if (!fill(deadline(), &timed_out, &stopped)) return Read::Closed;  // within the header timeout
+  }
+}
+
 bool Connection::take_slot(const Request& head) {
   if (!c_.clients) return true;
   std::vector<std::string> forwarded;
   for (const auto& [key, value] : head.headers)
     if (equals_ignore_case(key, "X-Forwarded-For")) forwarded.push_back(value);
-  const std::string client = c_.limits.trusted_proxies.client_of(c_.peer, forwarded);
+  // A PROXY header's client stands where the peer would: if it is itself a trusted proxy, its
+  // X-Forwarded-For is read as the peer's would be.
+  const std::string client = c_.limits.trusted_proxies.client_of(proxied_.empty() ? c_.peer : proxied_, forwarded);
   if (!c_.clients->acquire(client)) {
     answer_error(429, "client " + client + " has " + std::to_string(c_.limits.max_connections_per_client) +
                           " requests open, the limit per client; retry later", &head);
@@ -174,6 +201,10 @@ bool Connection::handle(const Request& request) {
 }
 
 bool Connection::run() {
+  if (c_.proxy_header) {
+    const Read r = read_proxy_header();
+    if (r != Read::Request) return r == Read::Failed;
+  }
   while (true) {
     const Read r = read_request();
     if (r == Read::Failed) return true;

@@ -16,6 +16,7 @@ struct ConnectionContext {
   int stop_fd;  // readable once the server stops
   std::string peer;              // the connection's address
   ClientSlots* clients;          // set when the peer is a trusted proxy: each request takes a slot
+  bool proxy_header = false;     // the connection begins with a PROXY protocol header (trusted peer)
 };
 
 // Serves `fd` until it closes; closes it.

@@ -126,7 +126,8 @@ void Server::Impl::release(const std::string& client) {
 void Server::Impl::start_connection(int fd, const std::string& client, bool proxy) {
   try {
     std::thread([this, fd, client, proxy] {
-      serve_connection(fd, ConnectionContext{limits, handler, errors, stop_fd, client, proxy ? this : nullptr});
+      serve_connection(fd, ConnectionContext{limits, handler, errors, stop_fd, client, proxy ? this : nullptr,
+                                             proxy && limits.proxy_protocol});
       connection_ended(client, !proxy);
     }).detach();
   } catch (const std::system_error& e) {

@@ -2,7 +2,8 @@
 // deadlines on everything a client controls. A connection over the cap is answered 503 with
 // Retry-After by the accepting thread itself (no thread is started for it), one over the cap per
 // client address 429 with Retry-After (the client behind a trusted proxy: its requests in
-// flight count under the X-Forwarded-For address, http/trusted_proxies.h); a request's head
+// flight count under the X-Forwarded-For address, http/trusted_proxies.h, or the PROXY
+// protocol's, http/proxy_protocol.h); a request's head
 // must arrive within the header timeout (slowloris), its body within the body timeout, the next
 // request on a kept-alive connection within the idle timeout, and each write of an answer
 // within the send timeout. Requests on one connection are answered in order (pipelining).
@@ -32,6 +33,9 @@ struct ServerLimits {
   // Peers whose X-Forwarded-For names the client: their connections are not capped per address;
   // each request counts, while it runs, under the client it stands for.
   TrustedProxies trusted_proxies;
+  // Trusted proxies' connections begin with a PROXY protocol header (http/proxy_protocol.h),
+  // whose source address is the client; one without it is answered 400 and closed.
+  bool proxy_protocol = false;
 };
 
 // Places per client, taken for a request from a trusted proxy once its head has arrived.

@@ -311,6 +311,7 @@ http::ServerLimits server_limits(const HttpOptions& o) {
   l.max_connections = o.max_connections;
   l.max_connections_per_client = o.max_connections_per_client;
   l.trusted_proxies = o.trusted_proxies;
+  l.proxy_protocol = o.proxy_protocol;
   return l;
 }
 

@@ -38,6 +38,7 @@ struct HttpOptions {
   int max_connections = 256;
   int max_connections_per_client = 64;  // 0: none
   http::TrustedProxies trusted_proxies;  // whose X-Forwarded-For names the client the cap counts
+  bool proxy_protocol = false;           // trusted proxies' connections begin with a PROXY header
   std::string model_name;
   int64_t vocab_size = 0;
 };

@@ -1,7 +1,8 @@
 // Cadre's HTTP server over real loopback sockets: pipelined requests answered in order, the
 // connection cap answered 503 + Retry-After, header/body/idle deadlines, the send deadline on a
 // client that does not read, a client's disconnect seen by the handler, a throwing handler,
-// and stop() with idle connections open. Deadlines are short here (a fraction of a second);
+// the cap per client behind trusted proxies (X-Forwarded-For, PROXY protocol headers), and
+// stop() with idle connections open. Deadlines are short here (a fraction of a second);
 // every wait of the test itself is bounded, and nothing asserts how fast anything was.
 #include "core/error.h"
 #include "http/server.h"
@@ -292,6 +293,60 @@ TEST(HttpServer, BehindATrustedProxyTheCapCountsTheForwardedClient) {
   d3.send(forwarded("198.51.100.52", "/d") + "ok");
   ASSERT_TRUE(d3.read_to_eof());
   EXPECT_EQ(d3.got().rfind("HTTP/1.1 429", 0), 0u) << d3.got();
+}
+
+// Behind a layer-4 balancer (--proxy-protocol): each of its connections begins with a PROXY
+// header, v1 or v2, and the cap counts the client the header names; a header split across
+// packets is read whole; a health check (UNKNOWN) counts as the balancer; a connection of the
+// balancer without a header is answered 400; an untrusted peer's header is never read.
+TEST(HttpServer, BehindAProxyProtocolBalancerTheCapCountsTheClientItNames) {
+  ServerLimits l = fast_limits();
+  l.max_connections = 20;
+  l.max_connections_per_client = 2;
+  l.header_timeout_s = 60;
+  l.body_timeout_s = 60;
+  l.trusted_proxies = TrustedProxies::parse("127.0.0.3", "test");
+  l.proxy_protocol = true;
+  TestServer s(l, echo);
+  auto v1 = [](const std::string& client) { return "PROXY TCP4 " + client + " 127.0.0.1 40000 8000\r\n"; };
+  auto v2 = [](unsigned char last_octet) {  // 198.51.100.<last_octet> -> 127.0.0.1, ports 40000 -> 8000
+    return std::string("\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c\xc6\x33\x64", 19) + char(last_octet) +
+           std::string("\x7f\x00\x00\x01\x9c\x40\x1f\x40", 8);
+  };
+  const std::string post = "POST /p HTTP/1.1\r\nContent-Length: 2\r\n\r\nok";
+  // Two requests of 198.51.100.1 in flight (heads read, bodies not sent): it is at its cap.
+  Client a1(s.port(), 0, "127.0.0.3"), a2(s.port(), 0, "127.0.0.3");
+  ASSERT_TRUE(a1.send(v1("198.51.100.1") + "POST /a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"));
+  ASSERT_TRUE(a2.send(v2(1) + "POST /a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"));
+  for (Client* a : {&a1, &a2}) ASSERT_TRUE(a->read_until("HTTP/1.1 100 Continue\r\n\r\n")) << a->got();
+  Client a3(s.port(), 0, "127.0.0.3");
+  ASSERT_TRUE(a3.send(v1("198.51.100.1") + post));
+  ASSERT_TRUE(a3.read_to_eof());
+  EXPECT_EQ(a3.got().rfind("HTTP/1.1 429", 0), 0u) << a3.got();
+  EXPECT_NE(a3.got().find("client 198.51.100.1 has 2 requests open"), std::string::npos) << a3.got();
+  // Other clients through the same balancer are served, a header in pieces too.
+  Client b(s.port(), 0, "127.0.0.3"), c(s.port(), 0, "127.0.0.3"), health(s.port(), 0, "127.0.0.3");
+  ASSERT_TRUE(b.send(v2(2) + post));
+  EXPECT_TRUE(b.read_until("POST /p ok")) << b.got();
+  const std::string split = v1("198.51.100.3") + post;
+  ASSERT_TRUE(c.send(split.substr(0, 9)));
+  ASSERT_TRUE(c.send(split.substr(9)));
+  EXPECT_TRUE(c.read_until("POST /p ok")) << c.got();
+  ASSERT_TRUE(health.send("PROXY UNKNOWN\r\n" + post));
+  EXPECT_TRUE(health.read_until("POST /p ok")) << health.got();
+  // The balancer's connection without a header: 400, naming the PROXY protocol.
+  Client bare(s.port(), 0, "127.0.0.3");
+  ASSERT_TRUE(bare.send(post));
+  ASSERT_TRUE(bare.read_to_eof());
+  EXPECT_EQ(bare.got().rfind("HTTP/1.1 400", 0), 0u) << bare.got();
+  EXPECT_NE(bare.got().find("PROXY protocol (--proxy-protocol): the connection did not begin with a PROXY"),
+            std::string::npos) << bare.got();
+  // An untrusted peer's header is not read: it is no HTTP request either.
+  Client untrusted(s.port(), 0, "127.0.0.4");
+  ASSERT_TRUE(untrusted.send(v1("198.51.100.9") + post));
+  ASSERT_TRUE(untrusted.read_to_eof());
+  EXPECT_EQ(untrusted.got().rfind("HTTP/1.1 400", 0), 0u) << untrusted.got();
+  EXPECT_EQ(untrusted.got().find("PROXY protocol"), std::string::npos) << untrusted.got();
 }
 
 TEST(HttpServer, SlowHeadsAndBodiesGet408AndSilentConnectionsClose) {

@@ -331,6 +331,7 @@ TEST_F(ServeHttp, BadHttpLimitsExit2NamingTheFlag) {
       {{"--idle-timeout", "1e9"}, "--idle-timeout must be in (0, 86400] seconds"},
       {{"--send-timeout", "0"}, "--send-timeout must be in (0, 86400] seconds"},
       {{"--send-timeout", "soon"}, "--send-timeout"},
+      {{"--proxy-protocol"}, "--proxy-protocol needs --trusted-proxies"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> argv = {CADRE_BIN, "serve", "--model", model_dir()};
