@@ -238,16 +238,22 @@ TEST(TrustedProxies, TheClientIsTheRightmostAddressNotATrustedProxy) {
   EXPECT_TRUE(TrustedProxies::parse("", "--trusted-proxies").empty());
 }
 
-// Behind a trusted proxy the cap counts the client each request stands for, while it runs (a
-// request whose body has not arrived holds its place): a proxy's connections are not capped by
-// its own address, a client over its cap gets 429 on its request, others go on.
-TEST(HttpServer, BehindATrustedProxyTheCapCountsTheForwardedClient) {
+// 127.0.0.3 a trusted proxy, 2 requests per client, and the time for a test to hold requests open.
+ServerLimits behind_proxy_limits() {
   ServerLimits l = fast_limits();
   l.max_connections = 20;
   l.max_connections_per_client = 2;
   l.header_timeout_s = 60;
   l.body_timeout_s = 60;
   l.trusted_proxies = TrustedProxies::parse("127.0.0.3", "test");
+  return l;
+}
+
+// Behind a trusted proxy the cap counts the client each request stands for, while it runs (a
+// request whose body has not arrived holds its place): a proxy's connections are not capped by
+// its own address, a client over its cap gets 429 on its request, others go on.
+TEST(HttpServer, BehindATrustedProxyTheCapCountsTheForwardedClient) {
+  ServerLimits l = behind_proxy_limits();
   TestServer s(l, echo);
   auto forwarded = [](const std::string& client, const std::string& path) {
     return "POST " + path + " HTTP/1.1\r\nX-Forwarded-For: " + client + "\r\nContent-Length: 2\r\n\r\n";
@@ -300,12 +306,7 @@ TEST(HttpServer, BehindATrustedProxyTheCapCountsTheForwardedClient) {
 // packets is read whole; a health check (UNKNOWN) counts as the balancer; a connection of the
 // balancer without a header is answered 400; an untrusted peer's header is never read.
 TEST(HttpServer, BehindAProxyProtocolBalancerTheCapCountsTheClientItNames) {
-  ServerLimits l = fast_limits();
-  l.max_connections = 20;
-  l.max_connections_per_client = 2;
-  l.header_timeout_s = 60;
-  l.body_timeout_s = 60;
-  l.trusted_proxies = TrustedProxies::parse("127.0.0.3", "test");
+  ServerLimits l = behind_proxy_limits();
   l.proxy_protocol = true;
   TestServer s(l, echo);
   auto v1 = [](const std::string& client) { return "PROXY TCP4 " + client + " 127.0.0.1 40000 8000\r\n"; };
