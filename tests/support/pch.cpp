@@ -1,0 +1,1 @@
+// Anchor translation unit for the tests' precompiled headers (tests/CMakeLists.txt).
