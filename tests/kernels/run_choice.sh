@@ -4,7 +4,11 @@
 # command line only. Prints each test's worst ratio or difference lines and a closing summary.
 #
 # Usage: run_choice.sh SETTING CPU_FLAGS EXCLUDED -- BINARY FILTER [BINARY FILTER ...]
-#   SETTING    NAME=VALUE, or NAME= to run with NAME unset (a fresh machine's default)
+#   SETTING    NAME=VALUE, or NAME= to run with NAME unset (a fresh machine's default), then
+#              optionally +NAME=VALUE... : the other libraries' choices of the same machine, set
+#              with it (an AVX2 machine: OpenBLAS's Haswell kernels, oneDNN and ATen at AVX2).
+#              The first setting decides whether the choice applies here and whether it is
+#              the environment's own (a CPU that detects Haswell's kernels is an AVX2 machine).
 #   CPU_FLAGS  comma-separated /proc/cpuinfo flags the choice needs, or "-": where one is
 #              missing the choice is not applicable (OpenBLAS does not check: a SkylakeX kernel
 #              dies of SIGILL on an AVX2-only CPU) and exits 77, which ctest reports as not run.
@@ -18,8 +22,11 @@ excluded=${3:?$usage}
 shift 4
 (( $# > 0 && $# % 2 == 0 )) || { echo "run_choice.sh: BINARY FILTER pairs expected" >&2; exit 2; }
 
-name=${setting%%=*}
-value=${setting#*=}
+primary=${setting%%+*}
+with=()
+[[ $setting == *+* ]] && IFS=+ read -ra with <<<"${setting#*+}"
+name=${primary%%=*}
+value=${primary#*=}
 if [[ $needs != "-" ]]; then
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   for f in ${needs//,/ }; do
@@ -87,6 +94,8 @@ if [[ $name == OPENBLAS_CORETYPE ]]; then
     run_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
   fi
 fi
+
+run_env+=("${with[@]}")
 
 failed=()
 while (( $# )); do
