@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/utf8_append.h"
+
 namespace cadre::detail {
 
 // Each maximal invalid subsequence (Unicode's "maximal subpart" rule) becomes one U+FFFD.
@@ -16,8 +18,6 @@ bool utf8_valid(const std::string& bytes);
 // Decodes valid UTF-8 into code points and the byte offset where each starts (plus one final
 // offset equal to the size), so that scanners work on code points and slice bytes.
 void utf8_decode(const std::string& text, std::vector<char32_t>& cps, std::vector<size_t>& offsets);
-
-void utf8_append(std::string& out, char32_t cp);
 
 // The code point starting at text[i] (text valid UTF-8).
 char32_t utf8_decode_at(const std::string& text, size_t i);

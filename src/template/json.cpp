@@ -37,7 +37,7 @@ void escape_string(std::string& out, const std::string& s, bool ensure_ascii) {
       }
       out += buf;
     } else {
-      text::append_utf8(out, c);
+      utf8_append(out, c);
     }
   }
   out += '"';

@@ -107,7 +107,7 @@ class Lexer {
         const std::u32string u = text::decode(src_.substr(pos_, 4));
         c = u.empty() ? 0 : u[0];
         std::string enc;
-        text::append_utf8(enc, c);
+        utf8_append(enc, c);
         n = enc.size();
       }
       if (!text::is_space(c)) break;
@@ -253,7 +253,7 @@ class Lexer {
     if (e >= '0' && e <= '7') {
       int v = 0, n = 0;
       while (n < 3 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7') v = v * 8 + (src_[p++] - '0'), ++n;
-      text::append_utf8(out, static_cast<char32_t>(v));
+      utf8_append(out, static_cast<char32_t>(v));
       return true;
     }
     const int width = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
@@ -265,7 +265,7 @@ class Lexer {
       v = v * 16 + static_cast<char32_t>(h);
     }
     if (v > 0x10FFFF) throw TemplateError("illegal Unicode character in a string literal", line_);
-    text::append_utf8(out, v);
+    utf8_append(out, v);
     p += width + 1;
     return true;
   }

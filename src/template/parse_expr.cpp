@@ -287,10 +287,7 @@ ExprPtr Parser::postfix(ExprPtr e) {
     } else if (is_op("[")) {
       e = subscript(std::move(e));
     } else if (is_op("(")) {
-      auto call = make(Expr::Call, cur().line);
-      call->args.push_back(std::move(e));
-      call_args(*call);
-      e = std::move(call);
+      e = call(std::move(e));
     } else {
       return e;
     }
@@ -324,6 +321,14 @@ ExprPtr Parser::subscript(ExprPtr obj) {
   return e;
 }
 
+// callee(args...): Call's args are the callee, then the positional arguments.
+ExprPtr Parser::call(ExprPtr callee) {
+  auto e = make(Expr::Call, cur().line);
+  e->args.push_back(std::move(callee));
+  call_args(*e);
+  return e;
+}
+
 void Parser::call_args(Expr& call) {
   expect_op("(");
   while (!is_op(")")) {
@@ -350,10 +355,7 @@ ExprPtr Parser::filters_and_tests(ExprPtr e) {
     } else if (is_name("is")) {
       e = test(std::move(e));
     } else if (is_op("(")) {
-      auto call = make(Expr::Call, cur().line);
-      call->args.push_back(std::move(e));
-      call_args(*call);
-      e = std::move(call);
+      e = call(std::move(e));
     } else {
       return e;
     }

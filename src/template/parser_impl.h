@@ -74,6 +74,7 @@ class Parser {
   ExprPtr subscript(ExprPtr obj);
   ExprPtr collection(const char* close, Expr::Kind kind);
   ExprPtr dict_literal();
+  ExprPtr call(ExprPtr callee);
   void call_args(Expr& call);
   ExprPtr filter(ExprPtr e);
   ExprPtr test(ExprPtr e);

@@ -37,24 +37,6 @@ bool in_set(char32_t c, const std::u32string& set) { return set.find(c) != std::
 
 }  // namespace
 
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
-
 std::u32string decode(const std::string& s) {
   std::u32string out;
   out.reserve(s.size());
@@ -83,7 +65,7 @@ std::u32string decode(const std::string& s) {
 std::string encode(const std::u32string& s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t c : s) append_utf8(out, c);
+  for (char32_t c : s) utf8_append(out, c);
   return out;
 }
 
@@ -234,7 +216,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
         out += to;
         ++done;
       }
-      if (i < u.size()) append_utf8(out, u[i]);
+      if (i < u.size()) utf8_append(out, u[i]);
     }
     return out;
   }

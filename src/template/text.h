@@ -5,12 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "core/utf8_append.h"
+
 namespace cadre::tmpl::text {
 
 // Invalid UTF-8 bytes decode to U+FFFD: a template never sees bytes Python could not hold.
 std::u32string decode(const std::string& s);
 std::string encode(const std::u32string& s);
-void append_utf8(std::string& out, char32_t c);
 size_t length(const std::string& s);
 
 bool is_space(char32_t c);  // Python's str.isspace()

@@ -191,7 +191,7 @@ std::string repr_string(const std::string& s) {
       std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
       out += buf;
     } else {
-      text::append_utf8(out, c);
+      utf8_append(out, c);
     }
   }
   return out + quote;
