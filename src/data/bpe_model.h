@@ -1,14 +1,17 @@
 // The BPE model of a Hugging Face tokenizer.json ("model": {"type": "BPE", ...}): vocabulary,
 // ranked merges, byte fallback and unknown-token handling, merging each pre-token exactly as
-// the tokenizers library does (a heap of candidate merges by rank, then position).
+// the tokenizers library does (candidate merges taken by rank, then position).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "data/flat_u64_map.h"
 
 namespace cadre::detail {
 
@@ -40,13 +43,27 @@ class BpeModel {
     int new_id;
   };
   static uint64_t pair_key(int a, int b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+  void build_char_tables();
+  static uint64_t char_key(const char* p, size_t len);
+  int char_id(const char* p, size_t len) const;
+  bool all_bytes_known(const char* ch, size_t len) const;
   void initial_symbols(const std::string& word, std::vector<int>& ids) const;
   void merge_all(std::vector<int>& ids) const;
-  const Merge* find_merge(int a, int b) const;
+  const Merge* find_merge(int a, int b) const { return merges_.find(pair_key(a, b)); }
 
   std::unordered_map<std::string, int> vocab_;
   std::vector<const std::string*> by_id_;  // into vocab_'s keys; nullptr for unused ids
-  std::unordered_map<uint64_t, Merge> merges_;
+  FlatU64Map<Merge> merges_;
+  // The merged id of each rank, so that a queued candidate needs only its rank and position
+  // (a rank names one merge; -1 for a rank a later repeat of its pair replaced).
+  std::vector<int> rank_new_id_;
+  int rank_bytes_ = 0;  // bytes a rank needs, for sorting candidates by rank
+  // Ids of the token strings one character can be (-1 when absent), so the first pass over a
+  // word builds no strings: one-byte tokens by byte, two- to four-byte ones by packed bytes,
+  // and the <0xXX> byte-fallback tokens by byte.
+  std::array<int, 256> one_byte_id_{};
+  FlatU64Map<int> multi_byte_id_;
+  std::array<int, 256> fallback_id_{};
   BpeOptions options_;
   int unk_id_ = -1;
   std::string where_;
