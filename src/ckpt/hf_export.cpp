@@ -144,11 +144,20 @@ void remove_stale_weights(const std::string& out, const std::vector<HfShardFile>
 }
 
 // A SentencePiece model to ship: --tokenizer; else, when the origin has no tokenizer files, the
-// model's own (model_sentencepiece); "" for none.
+// model's own (model_tokenizer_file) when it is one; "" for none.
 std::string sentencepiece_to_ship(const CheckpointReader& reader, const Config& config, const ModelOrigin& origin,
                                   const HfExportOptions& o) {
   if (!o.tokenizer.empty() || model_origin_has_tokenizer(origin.dir)) return o.tokenizer;
-  return model_sentencepiece(reader.dir(), origin, config.data.dir);
+  const std::string file = model_tokenizer_file(reader.dir(), origin, config.data.dir);
+  return fs::path(file).extension() == ".model" ? file : "";
+}
+
+// Where the tokenizer files to copy are: the origin's; else, for a model trained from scratch on
+// data prepared with a tokenizer.json, its data.dir's.
+std::string tokenizer_files_dir(const CheckpointReader& reader, const Config& config, const ModelOrigin& origin) {
+  if (model_origin_has_tokenizer(origin.dir)) return origin.dir;
+  const std::string file = model_tokenizer_file(reader.dir(), origin, config.data.dir);
+  return fs::path(file).extension() == ".json" ? fs::path(file).parent_path().string() : origin.dir;
 }
 
 // generation_config.json, unless the origin's was copied: the token ids config.json has.
@@ -171,8 +180,9 @@ std::string write_metadata(const CheckpointReader& reader, const Config& config,
   if (!spm.empty())
     for (const auto& f : model_origin_files())
       if (f != "generation_config.json") skip.push_back(f);
+  const std::string files_dir = spm.empty() ? tokenizer_files_dir(reader, config, origin) : origin.dir;
   const std::vector<std::string> copied =
-      origin.dir.empty() ? std::vector<std::string>{} : model_origin_copy(origin.dir, o.out, skip);
+      files_dir.empty() ? std::vector<std::string>{} : model_origin_copy(files_dir, o.out, skip);
   nlohmann::json cfg = nlohmann::json::parse(adapter.config_json());
   std::string said;
   if (!spm.empty()) {
@@ -189,7 +199,7 @@ std::string write_metadata(const CheckpointReader& reader, const Config& config,
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
       if (source.is_object() && source.contains(key)) cfg[key] = source[key];
     said = copied.empty() ? "no tokenizer: the folder holds the model only (pass --tokenizer to add a SentencePiece model)"
-                          : "from " + origin.dir + ":";
+                          : "from " + files_dir + ":";
     for (const auto& f : copied) said += " " + f;
   }
   if (!origin.note.empty()) said += " (origin: " + origin.note + ")";

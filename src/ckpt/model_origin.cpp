@@ -64,11 +64,12 @@ std::string model_origin_dtype(const std::string& origin_dir) {
   return "";
 }
 
-std::string model_sentencepiece(const std::string& checkpoint_dir, const ModelOrigin& origin, const std::string& data_dir) {
-  for (const std::string& dir : {checkpoint_dir, origin.dir, data_dir}) {
-    const fs::path path = fs::path(dir) / "tokenizer.model";
-    if (!dir.empty() && fs::is_regular_file(path)) return path.string();
-  }
+std::string model_tokenizer_file(const std::string& checkpoint_dir, const ModelOrigin& origin, const std::string& data_dir) {
+  for (const std::string& dir : {checkpoint_dir, origin.dir, data_dir})
+    for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+      const fs::path path = fs::path(dir) / name;
+      if (!dir.empty() && fs::is_regular_file(path)) return path.string();
+    }
   return "";
 }
 

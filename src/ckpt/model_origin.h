@@ -38,9 +38,10 @@ ModelOrigin model_origin_find(const std::string& checkpoint_dir, const std::stri
 // "bfloat16", "float16", "float32", or "" when it names none.
 std::string model_origin_dtype(const std::string& origin_dir);
 
-// The SentencePiece model that goes with checkpoint `checkpoint_dir`: beside it (an import made
-// before origin/), in its origin, or beside its training data (`data_dir`); "" for none.
-std::string model_sentencepiece(const std::string& checkpoint_dir, const ModelOrigin& origin, const std::string& data_dir);
+// The tokenizer file that goes with checkpoint `checkpoint_dir` (a tokenizer.model, else a
+// tokenizer.json with its folder's other tokenizer files): beside it (an import made before
+// origin/), in its origin, or beside its training data (`data_dir`); "" for none.
+std::string model_tokenizer_file(const std::string& checkpoint_dir, const ModelOrigin& origin, const std::string& data_dir);
 
 // Whether the origin has a tokenizer (tokenizer.json or tokenizer.model).
 bool model_origin_has_tokenizer(const std::string& origin_dir);

@@ -15,7 +15,7 @@
 #include "cli/flags.h"
 #include "comm/comm.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "models/registry.h"
 
 namespace cadre {
@@ -135,7 +135,7 @@ int ckpt_export(const Args& args) {
   flags.add("--max-shard-size", &o.max_shard_size, "hf: largest safetensors file (100MB = 10^8 bytes, 100MiB = 100 x 2^20)");
   o.checkpoint = path_argument(flags, args, run);
   o.tokenizer_ids = [](const std::string& model) {
-    Tokenizer tokenizer(model);
+    SentencePieceTokenizer tokenizer(model);
     return std::pair<int64_t, int64_t>{tokenizer.bos_id(), tokenizer.eos_id()};
   };
   JobRanks ranks;

@@ -52,7 +52,7 @@ int cmd_data(const Args& args) {
   flags.add("--input", &opt.inputs, "text files, or directories searched for *.txt");
   flags.add("--out", &opt.out, "output directory");
   flags.add("--vocab-size", &opt.vocab_size, "tokenizer vocabulary when training one (default 8192)");
-  flags.add("--tokenizer", &opt.tokenizer, "use this SentencePiece .model instead of training one");
+  flags.add("--tokenizer", &opt.tokenizer, "the model's tokenizer instead of training one: a SentencePiece .model, a tokenizer.json or a Hugging Face folder");
   flags.add("--seq-len", &opt.seq_len, "tokens per sample, plus one for the shifted target (default 256)");
   flags.add("--val-fraction", &opt.val_fraction, "share of samples held out for validation (default 0.02)");
   flags.add("--seed", &opt.seed, "document order seed (default 1234)");

@@ -19,18 +19,40 @@
 #include "generate/sequence.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
+#include "serve/api_error.h"
+#include "serve/chat_template.h"
 
 namespace cadre {
+namespace {
+
+// --chat: the user's message, after an optional system message, through the chat template.
+std::vector<int> chat_prompt(const std::string& user, const std::string& system, const std::string& spec,
+                             const Tokenizer& tokenizer) {
+  std::vector<ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", system});
+  messages.push_back({"user", user});
+  try {
+    return ChatTemplate::load(spec, tokenizer).render(messages, tokenizer);
+  } catch (const ApiError& e) {
+    throw ConfigError(str("--chat: ", e.what()));  // the template refused the conversation
+  }
+}
+
+}  // namespace
 
 int cmd_generate(const Args& args) {
-  std::string model, prompt, tokenizer_path, dtype, device_name = "cpu";
+  std::string model, prompt, tokenizer_path, dtype, device_name = "cpu", system, chat_template;
   int64_t max_tokens = 128, top_k = 0, threads = 2, seed = -1;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
-  bool greedy = false, ignore_eos = false, json_out = false, quiet = false;
+  bool greedy = false, ignore_eos = false, json_out = false, quiet = false, chat = false;
   std::vector<std::string> stop;
   Flags flags("cadre generate --model <checkpoint|run_dir|hf_dir> --prompt <text> [options]");
   flags.add("--model", &model, "a checkpoint, a run or checkpoint directory, or a Hugging Face folder");
-  flags.add("--prompt", &prompt, "the text to continue (BOS is prepended)");
+  flags.add("--prompt", &prompt, "the text to continue (with what the tokenizer adds: BOS for Llama)");
+  flags.add("--chat", &chat, "--prompt is a user message: the model answers it through its chat template");
+  flags.add("--system", &system, "with --chat: a system message before the user's");
+  flags.add("--chat-template", &chat_template,
+            "with --chat: a Jinja template file, llama2 or chatml (default: the model's own, else llama2)");
   flags.add("--max-tokens", &max_tokens, "most tokens to generate (default 128)");
   flags.add("--temperature", &temperature, "sampling temperature; 0 is greedy (default 1.0)");
   flags.add("--greedy", &greedy, "argmax decoding (same as --temperature 0)");
@@ -40,7 +62,7 @@ int cmd_generate(const Args& args) {
   flags.add("--repetition-penalty", &repetition_penalty, "> 1 discourages repeating prompt or output tokens");
   flags.add("--stop", &stop, "stop sequences: the text ends before the first one that appears (repeatable)");
   flags.add("--ignore-eos", &ignore_eos, "keep going past the end-of-sequence token");
-  flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
+  flags.add("--tokenizer", &tokenizer_path, "a tokenizer.model, tokenizer.json or its folder (default: the model's own)");
   flags.add("--threads", &threads, "compute threads (default 2)");
   flags.add("--dtype", &dtype, "weights: float32 or bfloat16 (half the memory traffic); default the dtype they are stored in");
   flags.add("--device", &device_name, "cpu (default), cuda (the GPU LOCAL_RANK picks) or auto (cuda when usable)");
@@ -56,6 +78,7 @@ int cmd_generate(const Args& args) {
   CADRE_CONFIG_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1]");
   CADRE_CONFIG_CHECK(repetition_penalty > 0, "--repetition-penalty must be > 0");
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
+  CADRE_CONFIG_CHECK(chat || (system.empty() && chat_template.empty()), "--system and --chat-template need --chat");
   CADRE_CONFIG_CHECK(dtype.empty() || dtype == "float32" || dtype == "bfloat16", "--dtype must be float32 or bfloat16, got '",
                      dtype, "'");
 
@@ -65,16 +88,15 @@ int cmd_generate(const Args& args) {
   const int64_t rss_before = process_rss_bytes();
   InferenceModel m = inference_model_open(model, tokenizer_path);
   if (dtype.empty()) dtype = m.stored_dtype;
-  Tokenizer tokenizer(m.tokenizer);
+  const std::unique_ptr<Tokenizer> owned_tokenizer = tokenizer_load(m.tokenizer);
+  const Tokenizer& tokenizer = *owned_tokenizer;
   CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
                      tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
   std::unique_ptr<Decoder> decoder_ptr = m.decoder({1, 0, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   Decoder& decoder = *decoder_ptr;
   const int64_t load_peak = process_peak_rss_bytes();  // loading is done: the weights are the decoder's
 
-  std::vector<int> ids = {tokenizer.bos_id()};
-  const auto text_ids = tokenizer.encode(prompt);
-  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  const std::vector<int> ids = chat ? chat_prompt(prompt, system, chat_template, tokenizer) : tokenizer.encode_prompt(prompt);
   CADRE_CONFIG_CHECK(static_cast<int64_t>(ids.size()) < decoder.max_len(), "the prompt is ", ids.size(),
                      " tokens; the model's context is ", decoder.max_len());
   GenerationParams params;
@@ -87,7 +109,7 @@ int cmd_generate(const Args& args) {
   params.stop = stop;
   params.ignore_eos = ignore_eos;
   Sequence sequence(tokenizer, ids, params, decoder.max_len(), sequence_seed(params.sampling.seed, 0));
-  if (!json_out) {
+  if (!json_out && !chat) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }

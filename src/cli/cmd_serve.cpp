@@ -34,7 +34,7 @@
 namespace cadre {
 
 int cmd_serve(const Args& args) {
-  std::string model, tokenizer_path, chat_template = "llama2", dtype, model_name, trusted_proxies;
+  std::string model, tokenizer_path, chat_template, dtype, model_name, trusted_proxies;
   std::string device_name = "cpu", kv_cache_memory;
   HttpOptions http;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
@@ -46,8 +46,10 @@ int cmd_serve(const Args& args) {
   flags.add("--port", &port, "port (default 8000; 0 picks a free one and prints it)");
   flags.add("--api-key", &http.api_key, "require `Authorization: Bearer KEY` on /v1/* (default: $CADRE_API_KEY, else none)");
   flags.add("--model-name", &model_name, "the model id clients send (default: the model directory's name)");
-  flags.add("--tokenizer", &tokenizer_path, "SentencePiece model (default: the model's own)");
-  flags.add("--chat-template", &chat_template, "llama2 (default), chatml, or a YAML file (system/user/assistant/generation)");
+  flags.add("--tokenizer", &tokenizer_path, "a tokenizer.model, tokenizer.json or its folder (default: the model's own)");
+  flags.add("--chat-template", &chat_template,
+            "a Jinja template file, llama2 or chatml (default: the model's own, chat_template.jinja or "
+            "tokenizer_config.json's; else llama2)");
   flags.add("--max-batch", &max_batch, "sequences decoded together (default 32)");
   flags.add("--batch-wait-ms", &batch_wait_ms,
             "an idle server waits up to this long for --max-batch requests before its first step (default 0)");
@@ -130,12 +132,13 @@ int cmd_serve(const Args& args) {
   at::set_num_threads(static_cast<int>(threads));
   InferenceModel m = inference_model_open(model, tokenizer_path);
   if (dtype.empty()) dtype = m.stored_dtype;
-  Tokenizer tokenizer(m.tokenizer);
+  const std::unique_ptr<Tokenizer> owned_tokenizer = tokenizer_load(m.tokenizer);
+  const Tokenizer& tokenizer = *owned_tokenizer;
   CADRE_CONFIG_CHECK(tokenizer.vocab_size() <= m.lm().vocab_size(), "tokenizer '", m.tokenizer, "' has ",
                      tokenizer.vocab_size(), " tokens, more than the model's vocabulary of ", m.lm().vocab_size());
   CADRE_CONFIG_CHECK(context >= 0 && context <= m.lm().max_seq_len(), "--context must be in 1..", m.lm().max_seq_len(),
                      " (the model's max_seq_len)");
-  ChatTemplate chat = ChatTemplate::load(chat_template);
+  const ChatTemplate chat = ChatTemplate::load(chat_template, tokenizer);
   std::unique_ptr<Decoder> decoder =
       m.decoder({max_batch, context, dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, device});
   m.model.reset();  // the decoder holds its own (packed) copy of the weights

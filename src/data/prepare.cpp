@@ -16,6 +16,7 @@
 #include "core/progress.h"
 #include "data/permutation.h"
 #include "data/token_shard.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_identity.h"
 
@@ -73,6 +74,44 @@ void write_split(const std::string& dir, const std::string& name, const std::vec
   }
 }
 
+
+// The files of the tokenizer `source` names (a .model, a tokenizer.json or a folder) copied
+// into `out`, with those of another kind removed: the data's tokenizer is whatever `out` holds.
+void copy_tokenizer_files(const std::string& source, const std::string& out) {
+  const std::string file = fs::is_directory(source) ? tokenizer_file_in(source) : source;
+  CADRE_CONFIG_CHECK(!file.empty(), "--tokenizer '", source, "' holds neither tokenizer.model nor tokenizer.json");
+  const bool hf = fs::path(file).extension() == ".json";
+  std::vector<std::string> names = {hf ? "tokenizer.json" : "tokenizer.model"};
+  if (hf)
+    for (const char* extra : {"tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                              "chat_template.jinja"})
+      names.push_back(extra);
+  for (const char* stale : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                            "special_tokens_map.json", "chat_template.jinja"})
+    if (std::find(names.begin(), names.end(), stale) == names.end()) fs::remove(fs::path(out) / stale);
+  const fs::path from_dir = fs::path(file).parent_path();
+  for (const std::string& name : names) {
+    const fs::path from = name == names.front() ? fs::path(file) : from_dir / name, to = fs::path(out) / name;
+    if (!fs::is_regular_file(from) || (fs::exists(to) && fs::equivalent(from, to))) continue;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  }
+}
+
+// The run's tokenizer: --tokenizer's files copied into the output, or one trained on the corpus.
+std::unique_ptr<Tokenizer> data_tokenizer(const PrepareOptions& opt, const std::vector<std::string>& docs) {
+  if (!opt.tokenizer.empty()) {
+    copy_tokenizer_files(opt.tokenizer, opt.out);
+    return tokenizer_load(opt.out);
+  }
+  std::string lines = opt.out + "/tokenizer_input.txt";
+  write_training_lines(docs, lines);
+  log::info(str("data: training a SentencePiece BPE tokenizer, vocabulary ", opt.vocab_size));
+  tokenizer_train(lines, opt.out + "/tokenizer", opt.vocab_size, opt.threads);
+  fs::remove(lines);
+  copy_tokenizer_files(opt.out + "/tokenizer.model", opt.out);  // removes a tokenizer.json of an earlier run
+  return tokenizer_load(opt.out + "/tokenizer.model");
+}
+
 }  // namespace
 
 std::vector<std::string> dataset_list_files(const std::vector<std::string>& inputs) {
@@ -103,8 +142,8 @@ DatasetManifest dataset_prepare(const PrepareOptions& opt) {
   CADRE_CONFIG_CHECK(opt.tokenizer.empty() ? (opt.vocab_size >= 260 && opt.vocab_size <= (1 << 24)) : true,
                      "--vocab-size must be in [260, 16777216] (byte fallback needs 256 + specials), got ", opt.vocab_size);
   CADRE_CONFIG_CHECK(opt.shard_samples >= 1, "--shard-samples must be >= 1");
-  CADRE_CONFIG_CHECK(opt.tokenizer.empty() || fs::is_regular_file(opt.tokenizer),
-                     "--tokenizer '", opt.tokenizer, "': no such file");
+  CADRE_CONFIG_CHECK(opt.tokenizer.empty() || fs::exists(opt.tokenizer),
+                     "--tokenizer '", opt.tokenizer, "': no such file or folder");
   std::vector<std::string> files = dataset_list_files(opt.inputs);
 
   fs::create_directories(opt.out);
@@ -120,17 +159,8 @@ DatasetManifest dataset_prepare(const PrepareOptions& opt) {
   }
   log::info(str("data: ", docs.size(), " documents, ", bytes / 1024, " KiB of text"));
 
-  std::string tokenizer_path = opt.out + "/tokenizer.model";
-  if (opt.tokenizer.empty()) {
-    std::string lines = opt.out + "/tokenizer_input.txt";
-    write_training_lines(docs, lines);
-    log::info(str("data: training a SentencePiece BPE tokenizer, vocabulary ", opt.vocab_size));
-    tokenizer_train(lines, opt.out + "/tokenizer", opt.vocab_size, opt.threads);
-    fs::remove(lines);
-  } else if (fs::absolute(opt.tokenizer) != fs::absolute(tokenizer_path)) {
-    fs::copy_file(opt.tokenizer, tokenizer_path, fs::copy_options::overwrite_existing);
-  }
-  Tokenizer tokenizer(tokenizer_path);
+  std::unique_ptr<Tokenizer> owned = data_tokenizer(opt, docs);
+  const Tokenizer& tokenizer = *owned;
 
   // Encode documents in parallel; order is fixed by the seeded shuffle below, not by threads.
   std::vector<std::vector<int>> encoded(docs.size());
@@ -179,8 +209,8 @@ DatasetManifest dataset_prepare(const PrepareOptions& opt) {
                      " samples of ", per, " tokens; need at least ", val + 1, " (lower --seq-len or add text)");
 
   DatasetManifest m;
-  m.tokenizer = "tokenizer.model";
-  m.tokenizer_identity = tokenizer_identity(tokenizer_path);
+  m.tokenizer = fs::path(tokenizer.ids_file()).filename().string();
+  m.tokenizer_identity = tokenizer_identity(tokenizer.ids_file());
   m.vocab_size = tokenizer.vocab_size();
   m.seq_len = opt.seq_len;
   m.token_bytes = m.vocab_size <= 65536 ? 2 : 4;

@@ -1,4 +1,4 @@
-// `cadre data prepare`: text files -> SentencePiece tokenizer -> packed fixed-length shards.
+// `cadre data prepare`: text files -> tokenizer (the model's, or one trained here) -> packed fixed-length shards.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files or directories (searched recursively for *.txt)
   std::string out;                  // output directory
   int64_t vocab_size = 8192;        // when training a tokenizer
-  std::string tokenizer;            // existing .model to use instead of training one
+  std::string tokenizer;            // a .model, tokenizer.json or model folder to use instead of training one
   int64_t seq_len = 256;            // samples are seq_len + 1 tokens
   double val_fraction = 0.02;       // share of samples held out for validation (at least 1)
   int64_t seed = 1234;              // document order

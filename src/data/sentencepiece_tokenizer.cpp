@@ -1,11 +1,12 @@
-// Tokenizer over the SentencePiece shim (see spm_shim.cpp for why it is loaded at run time).
-#include "data/tokenizer.h"
+// SentencePiece tokenizer over its shim (see spm_shim.cpp for why it is loaded at run time).
+#include "data/sentencepiece_tokenizer.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -113,17 +114,17 @@ void tokenizer_train(const std::string& lines_file, const std::string& prefix, i
                         ", log '", log_path, "'):", tail));
 }
 
-Tokenizer::Tokenizer(const std::string& model_path) : path_(model_path) {
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path) : path_(model_path) {
   const char* error = nullptr;
   handle_ = spm().load(model_path.c_str(), &error);
   if (!handle_) throw ConfigError(str("cannot load tokenizer '", model_path, "': ", error ? error : "?"));
 }
 
-Tokenizer::~Tokenizer() {
+SentencePieceTokenizer::~SentencePieceTokenizer() {
   if (handle_) spm().free(handle_);
 }
 
-std::vector<int> Tokenizer::encode(const std::string& text) const {
+std::vector<int> SentencePieceTokenizer::encode(const std::string& text) const {
   std::vector<int> ids(text.size() / 2 + 16);
   const char* error = nullptr;
   long long n = spm().encode(handle_, text.data(), text.size(), ids.data(), ids.size(), &error);
@@ -137,7 +138,7 @@ std::vector<int> Tokenizer::encode(const std::string& text) const {
   return ids;
 }
 
-std::string Tokenizer::decode(const std::vector<int>& ids) const {
+std::string SentencePieceTokenizer::decode(const std::vector<int>& ids) const {
   std::string text(ids.size() * 8 + 16, '\0');
   const char* error = nullptr;
   long long n = spm().decode(handle_, ids.data(), ids.size(), text.data(), text.size(), &error);
@@ -150,7 +151,7 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
   return text;
 }
 
-std::string Tokenizer::piece(int id) const {
+std::string SentencePieceTokenizer::piece(int id) const {
   std::string out(64, '\0');
   long long n = spm().id_to_piece(handle_, id, out.data(), out.size());
   CADRE_CHECK(n >= 0, "tokenizer '", path_, "': no token ", id, " (vocabulary of ", vocab_size(), ")");
@@ -162,8 +163,58 @@ std::string Tokenizer::piece(int id) const {
   return out;
 }
 
-int64_t Tokenizer::vocab_size() const { return spm().piece_size(handle_); }
-int Tokenizer::bos_id() const { return spm().bos_id(handle_); }
-int Tokenizer::eos_id() const { return spm().eos_id(handle_); }
+int64_t SentencePieceTokenizer::vocab_size() const { return spm().piece_size(handle_); }
+int SentencePieceTokenizer::bos_id() const { return spm().bos_id(handle_); }
+std::vector<int> SentencePieceTokenizer::eos_ids() const {
+  const int eos = spm().eos_id(handle_);
+  return eos >= 0 ? std::vector<int>{eos} : std::vector<int>{};
+}
+
+std::string SentencePieceTokenizer::bos_token() const { return bos_id() >= 0 ? piece(bos_id()) : ""; }
+std::string SentencePieceTokenizer::eos_token() const { return eos_id() >= 0 ? piece(eos_id()) : ""; }
+
+std::vector<int> SentencePieceTokenizer::encode_prompt(const std::string& text) const {
+  std::vector<int> ids;
+  if (bos_id() >= 0) ids.push_back(bos_id());
+  const std::vector<int> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+// SentencePiece has no notion of special tokens in text: the spans between BOS and EOS
+// spellings are encoded one by one, as Meta's reference chat code encodes each turn.
+std::vector<int> SentencePieceTokenizer::encode_rendered(const std::string& text) const {
+  const std::string bos = bos_token(), eos = eos_token();
+  std::vector<int> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t at_bos = bos.empty() ? std::string::npos : text.find(bos, pos);
+    const size_t at_eos = eos.empty() ? std::string::npos : text.find(eos, pos);
+    const size_t next = std::min(at_bos, at_eos);
+    const std::vector<int> run = encode(text.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    ids.insert(ids.end(), run.begin(), run.end());
+    if (next == std::string::npos) break;
+    ids.push_back(next == at_bos ? bos_id() : eos_id());
+    pos = next + (next == at_bos ? bos : eos).size();
+  }
+  return ids;
+}
+
+// SentencePiece's space mark becomes a space, a byte piece <0xNN> its byte.
+std::string SentencePieceTokenizer::token_text(int id) const {
+  const std::string p = piece(id);
+  if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>')
+    return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+  std::string out;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += p[i];
+    }
+  }
+  return out;
+}
 
 }  // namespace cadre

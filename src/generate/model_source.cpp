@@ -17,6 +17,7 @@
 #include "ckpt/model_origin.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "data/tokenizer.h"
 #include "models/registry.h"
 
 namespace fs = std::filesystem;
@@ -33,7 +34,7 @@ void open_hf(const std::string& path, InferenceModel& out) {
   for (const auto& [name, t] : source->folder().tensors()) all_bf16 = all_bf16 && t.dtype == "BF16";
   out.stored_dtype = all_bf16 ? "bfloat16" : "float32";
   out.weights = std::move(source);
-  if (fs::is_regular_file(path + "/tokenizer.model")) out.tokenizer = path + "/tokenizer.model";
+  out.tokenizer = tokenizer_file_in(path);
 }
 
 void open_checkpoint(const std::string& path, InferenceModel& out) {
@@ -47,7 +48,7 @@ void open_checkpoint(const std::string& path, InferenceModel& out) {
     out.weights = std::make_shared<CheckpointParamSource>(dir, parameters);
     const ModelOrigin origin = model_origin_find(dir, config.train.init_from);
     out.stored_dtype = model_origin_dtype(origin.dir) == "bfloat16" ? "bfloat16" : "float32";
-    out.tokenizer = model_sentencepiece(dir, origin, config.data.dir);
+    out.tokenizer = model_tokenizer_file(dir, origin, config.data.dir);
   } catch (const CheckpointError& e) {
     throw ConfigError(e.what());  // a damaged checkpoint is bad input here: nothing was started
   }
@@ -65,10 +66,10 @@ InferenceModel inference_model_open(const std::string& path, const std::string& 
   out.model->module().eval();
   out.source = std::string(hf ? "Hugging Face folder " : "checkpoint ") + path;
   if (!tokenizer.empty()) {
-    CADRE_CONFIG_CHECK(fs::is_regular_file(tokenizer), "--tokenizer '", tokenizer, "': no such file");
+    CADRE_CONFIG_CHECK(fs::exists(tokenizer), "--tokenizer '", tokenizer, "': no such file or folder");
     out.tokenizer = tokenizer;
   }
-  CADRE_CONFIG_CHECK(!need_tokenizer || !out.tokenizer.empty(), "no tokenizer.model found for '", path,
+  CADRE_CONFIG_CHECK(!need_tokenizer || !out.tokenizer.empty(), "no tokenizer.model or tokenizer.json found for '", path,
                      "' (looked in the folder, the checkpoint and its data.dir); pass --tokenizer");
   fs::path p = fs::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();

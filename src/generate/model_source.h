@@ -1,6 +1,6 @@
 // A language model for inference from what a user points at: a Cadre checkpoint (or a run or
 // checkpoint directory: its newest complete checkpoint) or a Hugging Face folder, and the
-// SentencePiece tokenizer that goes with it. Which model it is comes from the registry
+// tokenizer that goes with it. Which model it is comes from the registry
 // (models/registry.h); generation sees it only through models/model.h's CausalLm.
 // Opened, the model has shapes and no storage: a decoder reads its weights from the checkpoint
 // or folder in its own dtype (bfloat16 straight from bfloat16 files), so serving a model holds
@@ -19,7 +19,7 @@ struct InferenceModel {
   std::unique_ptr<Model> model;            // eval mode; model->causal_lm() is set; no storage unless loaded
   std::shared_ptr<const ParamSource> weights;  // the trained values, read where they are stored
   std::string stored_dtype;                // "bfloat16" or "float32": what the weights came in (the decode default)
-  std::string tokenizer;                   // path of the tokenizer.model found ("" when none)
+  std::string tokenizer;                   // the tokenizer.model or tokenizer.json found ("" when none)
   std::string source;                      // "checkpoint <path>" or "Hugging Face folder <path>"
   std::string name;                        // a short id for the API ("runs/small" -> "small")
 
@@ -30,7 +30,7 @@ struct InferenceModel {
 
 // Opens the model: its config and the headers of its files are read and checked against each
 // other, no weight yet. `tokenizer` overrides where the tokenizer comes from; otherwise the
-// folder's or checkpoint's own tokenizer.model (its origin's, ckpt/model_origin.h), or the one
+// folder's or checkpoint's own tokenizer.model or tokenizer.json (its origin's, ckpt/model_origin.h), or the one
 // beside the checkpoint's training data. ConfigError naming the path for anything missing or not
 // a language model. `need_tokenizer` false (benchmarks feeding token ids) accepts none.
 // stored_dtype: a folder's float dtype (bfloat16 for BF16; float32 for F32 and F16, which

@@ -16,7 +16,7 @@ Sequence::Sequence(const Tokenizer& tokenizer, std::vector<int> prompt, Generati
       prompt_len_(static_cast<int64_t>(tokens_.size())),
       params_(std::move(params)),
       context_(context),
-      eos_(tokenizer.eos_id()),
+      eos_(tokenizer.eos_ids()),
       tokenizer_vocab_(tokenizer.vocab_size()),
       rng_(seed),
       stream_(tokenizer, tokens_, params_.stop) {
@@ -39,7 +39,8 @@ StepResult Sequence::accept(const float* logits, int64_t vocab) {
   out.token = sample_token(scratch_, params_.sampling, tokens_, rng_);
   if (params_.logprobs >= 0) out.logprob = token_logprobs(logits, vocab, out.token, params_.logprobs);
   tokens_.push_back(static_cast<int>(out.token));
-  if (out.token == eos_ && !params_.ignore_eos) {
+  const bool eos = std::find(eos_.begin(), eos_.end(), static_cast<int>(out.token)) != eos_.end();
+  if (eos && !params_.ignore_eos) {
     out.text = stream_.flush();
     finish_ = Finish::Stop;
   } else {

@@ -63,7 +63,7 @@ class Sequence {
   int64_t fed_ = 0;
   GenerationParams params_;
   int64_t context_;
-  int eos_;
+  std::vector<int> eos_;  // any of them ends the sequence
   int64_t tokenizer_vocab_;
   Rng rng_;
   TextStream stream_;

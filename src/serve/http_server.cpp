@@ -105,10 +105,7 @@ std::vector<int> HttpServer::Impl::prompt_tokens(const ApiRequest& r) const {
                                 std::to_string(options.vocab_size), "prompt");
     return r.prompt_token_ids;
   }
-  std::vector<int> ids = {tokenizer.bos_id()};  // Llama's tokenizer adds BOS
-  const auto text = tokenizer.encode(r.prompt);
-  ids.insert(ids.end(), text.begin(), text.end());
-  return ids;
+  return tokenizer.encode_prompt(r.prompt);
 }
 
 namespace {

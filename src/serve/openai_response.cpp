@@ -10,22 +10,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// A token as text: SentencePiece's space mark becomes a space, a byte piece <0xNN> its byte.
-std::string token_text(const Tokenizer& tokenizer, int64_t id) {
-  std::string piece = tokenizer.piece(static_cast<int>(id));
-  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>')
-    return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
-  std::string out;
-  for (size_t i = 0; i < piece.size(); ++i) {
-    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
-      out += ' ';
-      i += 2;
-    } else {
-      out += piece[i];
-    }
-  }
-  return out;
-}
+std::string token_text(const Tokenizer& tokenizer, int64_t id) { return tokenizer.token_text(static_cast<int>(id)); }
 
 json bytes_of(const std::string& s) {
   json out = json::array();

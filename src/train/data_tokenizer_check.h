@@ -10,11 +10,11 @@
 namespace cadre {
 
 // The tokenizer `data` was prepared with (its manifest's identity, else its tokenizer file's)
-// against the SentencePiece model train.init_from's model came with: a Hugging Face folder's,
-// an imported checkpoint's origin's, or the one beside the data a checkpoint was trained on.
-// ConfigError naming both files when they differ, or when the model's tokenizer is one data
-// prepare cannot use (tokenizer.json alone). A model without tokenizer files takes any data
-// whose vocabulary fits: a warning, from the lead rank. Nothing without train.init_from.
+// against the tokenizer train.init_from's model came with (tokenizer.model, else tokenizer.json):
+// a Hugging Face folder's, an imported checkpoint's origin's, or the one beside the data a
+// checkpoint was trained on. ConfigError naming both files when they differ. A model without
+// tokenizer files takes any data whose vocabulary fits: a warning, from the lead rank. Nothing
+// without train.init_from.
 void check_data_tokenizer(const Config& config, const DatasetManifest& data, bool lead);
 
 }  // namespace cadre

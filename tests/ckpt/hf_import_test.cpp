@@ -35,7 +35,7 @@
 #include "ckpt/tensor_file.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "generate/model_source.h"
 #include "models/llama/config.h"
 #include "models/llama/model.h"
@@ -149,7 +149,7 @@ void expect_export_loads_in_transformers(const std::string& ck, const std::strin
 
 TEST_F(HfImport, PythonWrittenShardedFoldersReproduceTheReferenceForwardAndGreedyDecoding) {
   at::set_num_threads(2);
-  cadre::Tokenizer tokenizer(data() + "/tokenizer.model");
+  cadre::SentencePieceTokenizer tokenizer(data() + "/tokenizer.model");
   const std::string prompt = "The state of the Union is";
   std::vector<int> ids = {tokenizer.bos_id()};
   for (int id : tokenizer.encode(prompt)) ids.push_back(id);

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/prepare.h"
-#include "data/tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "support/corpus.h"
 #include "support/process.h"
 
@@ -60,7 +60,7 @@ TEST_F(Prepared, ManifestDescribesStaticShapes) {
 }
 
 TEST_F(Prepared, TokenizerRoundTripsText) {
-  Tokenizer tok(data() + "/tokenizer.model");
+  SentencePieceTokenizer tok(data() + "/tokenizer.model");
   std::string text = "The council must secure the public credit without delay.";
   auto ids = tok.encode(text);
   EXPECT_LT(ids.size(), text.size());  // merges happened

@@ -122,7 +122,7 @@ class Detokenize : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(tokenizer_path().empty()) << "CADRE_TINY_MODEL is not set (ctest fixture tiny_model)";
-    tokenizer_ = std::make_unique<cadre::Tokenizer>(tokenizer_path());
+    tokenizer_ = cadre::tokenizer_load(tokenizer_path());
   }
   // The prompt and generated tokens of a text cut after `split` tokens.
   std::pair<std::vector<int>, std::vector<int>> split(const std::string& text, size_t at) {

@@ -111,14 +111,17 @@ class ChatTemplates : public ::testing::Test {
   void SetUp() override {
     const char* dir = std::getenv("CADRE_TINY_MODEL");
     ASSERT_TRUE(dir) << "CADRE_TINY_MODEL is not set (ctest fixture tiny_model)";
-    tokenizer_ = std::make_unique<cadre::Tokenizer>(std::string(dir) + "/data/tokenizer.model");
+    tokenizer_ = cadre::tokenizer_load(std::string(dir) + "/data/tokenizer.model");
   }
   std::vector<int> ids(const std::string& text) const { return tokenizer_->encode(text); }
   std::unique_ptr<cadre::Tokenizer> tokenizer_;
 };
 
 TEST_F(ChatTemplates, Llama2AsMetasReferenceEncodesADialog) {
-  const cadre::ChatTemplate t = cadre::ChatTemplate::load("llama2");
+  // A tokenizer without a template of its own gets the built-in llama2 (Llama 2 chat's own
+  // template): <s> and </s> are the BOS and EOS ids, each turn's text encoded on its own.
+  const cadre::ChatTemplate t = cadre::ChatTemplate::load("", *tokenizer_);
+  EXPECT_EQ(t.name(), "llama2");
   const std::vector<cadre::ChatMessage> dialog = {
       {"system", "Be brief."}, {"user", "Hi there "}, {"assistant", " Hello."}, {"user", "And now?"}};
   std::vector<int> want = {tokenizer_->bos_id()};
@@ -127,28 +130,42 @@ TEST_F(ChatTemplates, Llama2AsMetasReferenceEncodesADialog) {
   want.push_back(tokenizer_->bos_id());
   for (int id : ids("[INST] And now? [/INST]")) want.push_back(id);
   EXPECT_EQ(t.render(dialog, *tokenizer_), want);
-  EXPECT_THROW(t.render({{"user", "a"}, {"user", "b"}}, *tokenizer_), cadre::ApiError);
-  EXPECT_THROW(t.render({{"user", "a"}, {"assistant", "b"}}, *tokenizer_), cadre::ApiError);
-  EXPECT_THROW(t.render({{"system", "a"}}, *tokenizer_), cadre::ApiError);
+  // The template's own refusal, as transformers raises it, is the client's 400.
+  try {
+    t.render({{"user", "a"}, {"user", "b"}}, *tokenizer_);
+    ADD_FAILURE() << "two user turns in a row were rendered";
+  } catch (const cadre::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_STREQ(e.what(), "Conversation roles must alternate user/assistant/user/assistant/...");
+  }
+  EXPECT_THROW(t.render({{"system", "a"}}, *tokenizer_), cadre::ApiError);  // renders to nothing
 }
 
 TEST_F(ChatTemplates, TemplateFilesAndChatml) {
   cadre::test::TempDir dir("chat-template");
-  cadre::test::write_text(dir / "t.yaml", "system: \"<s>S: {content}\\n\"\nuser: \"U: {content}\\n\"\n"
-                                          "assistant: \"A: {content}</s>\\n\"\ngeneration: \"A:\"\n");
-  const cadre::ChatTemplate t = cadre::ChatTemplate::load(dir / "t.yaml");
-  // The markers are special tokens; a message that spells one stays text.
-  std::vector<int> want = {tokenizer_->bos_id(), tokenizer_->bos_id()};
-  for (int id : ids("S: sys\nU: <s>hi\nA: yo")) want.push_back(id);
+  // A newline after a block tag is dropped (transformers renders with trim_blocks): '\n' is written.
+  cadre::test::write_text(dir / "t.jinja",
+                          "{{ bos_token }}{% for m in messages %}{{ m.role[0] | upper }}: {{ m.content }}{% if m.role == "
+                          "'assistant' %}{{ eos_token }}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}A:{% endif %}");
+  const cadre::ChatTemplate t = cadre::ChatTemplate::load(dir / "t.jinja", *tokenizer_);
+  EXPECT_EQ(t.render_text({{"system", "sys"}, {"user", "hi"}, {"assistant", "yo"}}, *tokenizer_),
+            "<s>S: sys\nU: hi\nA: yo</s>\nA:");
+  std::vector<int> want = {tokenizer_->bos_id()};
+  for (int id : ids("S: sys\nU: hi\nA: yo")) want.push_back(id);
   want.push_back(tokenizer_->eos_id());
   for (int id : ids("\nA:")) want.push_back(id);
-  EXPECT_EQ(t.render({{"system", "sys"}, {"user", "<s>hi"}, {"assistant", "yo"}}, *tokenizer_), want);
-  std::vector<int> chatml = {tokenizer_->bos_id()};
-  for (int id : ids("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")) chatml.push_back(id);
-  EXPECT_EQ(cadre::ChatTemplate::load("chatml").render({{"user", "hi"}}, *tokenizer_), chatml);
-  cadre::test::write_text(dir / "bad.yaml", "user: \"no placeholder\"\n");
-  EXPECT_THROW(cadre::ChatTemplate::load(dir / "bad.yaml"), cadre::ConfigError);
-  EXPECT_THROW(cadre::ChatTemplate::load("mistral"), cadre::ConfigError);
+  EXPECT_EQ(t.render({{"system", "sys"}, {"user", "hi"}, {"assistant", "yo"}}, *tokenizer_), want);
+  // chatml's markers are not in this SentencePiece vocabulary: they are text.
+  EXPECT_EQ(cadre::ChatTemplate::load("chatml", *tokenizer_).render({{"user", "hi"}}, *tokenizer_),
+            ids("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
+  cadre::test::write_text(dir / "bad.jinja", "{% for m in messages %}{{ m.content }}");
+  try {
+    cadre::ChatTemplate::load(dir / "bad.jinja", *tokenizer_);
+    ADD_FAILURE() << "an unclosed for block was accepted";
+  } catch (const cadre::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jinja"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cadre::ChatTemplate::load("mistral", *tokenizer_), cadre::ConfigError);
 }
 
 TEST_F(ChatTemplates, ResponsesAndChunksHaveOpenAiShapes) {

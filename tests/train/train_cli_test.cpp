@@ -207,8 +207,8 @@ TEST_F(TrainCli, CheckpointExportsToAFileTorchLoadReads) {
 // Fine-tuning's data must carry the model's own token ids: data prepared with a fresh
 // tokenizer (whose vocabulary fits the model's, so nothing else would notice) is refused with
 // exit 2 naming both files, from a checkpoint and from an exported folder; data prepared with
-// the model's tokenizer (`--tokenizer`) trains; a folder with only tokenizer.json is refused
-// (data prepare cannot use it yet) and one with no tokenizer warns and trains.
+// the model's tokenizer (`--tokenizer`) trains, for a tokenizer.json folder too; one with no
+// tokenizer warns and trains.
 TEST_F(TrainCli, FineTuningRefusesDataPreparedWithAnotherTokenizer) {
   ASSERT_EQ(train("tok-base", {"train.steps=2"}).exit_code, 0);
   const std::string own = *dir_ / "data/tokenizer.model";
@@ -251,9 +251,29 @@ TEST_F(TrainCli, FineTuningRefusesDataPreparedWithAnotherTokenizer) {
   expect_config_error(fine_tune("ft-hf-fresh", folder, fresh), folder + "/tokenizer.model");
   EXPECT_EQ(fine_tune("ft-hf-same", folder, same).exit_code, 0);
 
+  // A folder whose tokenizer is a tokenizer.json (trained here by the tokenizers library):
+  // data prepared from the folder records that file and trains; the SentencePiece data is refused.
   std::filesystem::remove(folder + "/tokenizer.model");
-  cadre::test::write_text(folder + "/tokenizer.json", "{}");
+  cadre::test::write_text(*dir_ / "tok.py",
+                          "import glob, sys\n"
+                          "from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers\n"
+                          "t = Tokenizer(models.BPE())\n"
+                          "t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)\n"
+                          "t.decoder = decoders.ByteLevel()\n"
+                          "texts = [open(f).read() for f in glob.glob(sys.argv[1] + '/**/*.txt', recursive=True)]\n"
+                          "t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=['<|eot|>'],\n"
+                          "    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))\n"
+                          "t.save(sys.argv[2] + '/tokenizer.json')\n"
+                          "open(sys.argv[2] + '/tokenizer_config.json', 'w').write('{\"eos_token\": \"<|eot|>\"}')\n");
+  RunResult py = run_process({CADRE_VENV_PYTHON, *dir_ / "tok.py", *dir_ / "text", folder});
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  const std::string json_data = prepare("data-json", 0, folder);
+  const nlohmann::json json_manifest = nlohmann::json::parse(cadre::file_read(json_data + "/manifest.json"));
+  EXPECT_EQ(json_manifest["tokenizer"], "tokenizer.json");
+  EXPECT_EQ(json_manifest["eos_id"], 0);   // tokenizer_config.json's <|eot|>: trained vocabularies start with specials
+  EXPECT_EQ(json_manifest["bos_id"], -1);  // it names no bos_token
   expect_config_error(fine_tune("ft-hf-json", folder, same), folder + "/tokenizer.json");
+  EXPECT_EQ(fine_tune("ft-hf-json-same", folder, json_data).exit_code, 0);
   std::filesystem::remove(folder + "/tokenizer.json");
   r = fine_tune("ft-hf-none", folder, fresh);
   EXPECT_EQ(r.exit_code, 0) << r.output;

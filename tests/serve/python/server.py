@@ -1,5 +1,5 @@
 # Test helper for the pytest serving tests: starts `cadre serve` against the tiny_model fixture's
-# model on a free loopback port (the server picks it: --port 0, and prints it), waits with a
+# model (or another) on a free loopback port (the server picks it: --port 0, and prints it), waits with a
 # deadline until GET /health answers 200, stops it with SIGTERM (draining) and reports its exit
 # code, and kills and reaps it whatever happens (also when this process dies first).
 # CADRE_BIN and CADRE_TINY_MODEL come from ctest.
@@ -33,12 +33,13 @@ def _die_with_parent() -> None:
 class Server:
     """One `cadre serve`, in its own process group; use as a context manager or call close()."""
 
-    def __init__(self, extra_args: list[str] | None = None):
+    def __init__(self, extra_args: list[str] | None = None, model: str | None = None):
+        """`model`: what --model names; default the tiny_model fixture's run."""
         bin_path = os.environ.get("CADRE_BIN")
         tiny = os.environ.get("CADRE_TINY_MODEL")
-        if not bin_path or not tiny:
+        if not bin_path or not (tiny or model):
             raise RuntimeError("CADRE_BIN and CADRE_TINY_MODEL must be set (ctest does)")
-        argv = [bin_path, "serve", "--model", os.path.join(tiny, "run"), "--host", "127.0.0.1", "--port", "0",
+        argv = [bin_path, "serve", "--model", model or os.path.join(tiny, "run"), "--host", "127.0.0.1", "--port", "0",
                 *(extra_args or [])]
         self._output = bytearray()
         self._lock = threading.Lock()
