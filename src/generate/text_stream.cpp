@@ -6,7 +6,8 @@
 namespace cadre {
 namespace {
 
-// SentencePiece renders bytes that do not (yet) form a character as U+FFFD.
+// Tokenizers render bytes that do not (yet) form a character as U+FFFD (SentencePiece, and
+// tokenizer.json's ByteLevel and ByteFallback decoders).
 bool ends_incomplete(const std::string& s) { return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0; }
 
 // Prompt tokens kept as context: enough for the leading space of the first generated word.

@@ -414,6 +414,9 @@ TEST_F(HfImport, ALargeModelExportsStreamedInItsOwnDtypeWithinTwoChunksOfMemory)
   fs::copy_file(data() + "/tokenizer.model", hf + "/tokenizer.model");
   cadre::test::write_text(hf + "/tokenizer_config.json", "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": false}\n");
   cadre::test::write_text(hf + "/chat_template.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}\n");
+  // Carried through byte for byte, never read (tokenizer.model comes first): any JSON does.
+  cadre::test::write_text(hf + "/tokenizer.json", "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}\n");
+  cadre::test::write_text(hf + "/special_tokens_map.json", "{\"bos_token\": \"<s>\"}\n");
   auto imp = cadre_run({"ckpt", "import", "--from", "hf", hf, "--out", ck});
   ASSERT_EQ(imp.exit_code, 0) << imp.output;
 
@@ -449,7 +452,8 @@ TEST_F(HfImport, ALargeModelExportsStreamedInItsOwnDtypeWithinTwoChunksOfMemory)
       EXPECT_TRUE(at::equal(a, b)) << name << " differs from the folder's bfloat16 value";
     }
   }
-  for (const char* f : {"tokenizer.model", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"}) {
+  for (const char* f : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                        "chat_template.jinja", "generation_config.json"}) {
     EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(one + "/" + f)) << f;
     EXPECT_TRUE(read_bytes(hf + "/" + f) == read_bytes(two + "/" + f)) << f;
   }
