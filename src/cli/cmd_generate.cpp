@@ -19,8 +19,7 @@
 #include "generate/sequence.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
-#include "serve/api_error.h"
-#include "serve/chat_template.h"
+#include "chat/chat_template.h"
 
 namespace cadre {
 namespace {
@@ -33,7 +32,7 @@ std::vector<int> chat_prompt(const std::string& user, const std::string& system,
   messages.push_back({"user", user});
   try {
     return ChatTemplate::load(spec, tokenizer).render(messages, tokenizer);
-  } catch (const ApiError& e) {
+  } catch (const ChatRefused& e) {
     throw ConfigError(str("--chat: ", e.what()));  // the template refused the conversation
   }
 }

@@ -25,7 +25,7 @@
 #include "generate/model_source.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
-#include "serve/chat_template.h"
+#include "chat/chat_template.h"
 #include "serve/http_server.h"
 #include "serve/kv_cache_budget.h"
 #include "serve/metrics.h"

@@ -97,7 +97,13 @@ void HttpServer::Impl::check_auth(const http::Request& req) const {
 }
 
 std::vector<int> HttpServer::Impl::prompt_tokens(const ApiRequest& r) const {
-  if (r.endpoint == Endpoint::Chat) return chat.render(r.messages, tokenizer);
+  if (r.endpoint == Endpoint::Chat) {
+    try {
+      return chat.render(r.messages, tokenizer);
+    } catch (const ChatRefused& e) {
+      throw ApiError(400, e.what(), "messages");  // the template's own words, as transformers raises them
+    }
+  }
   if (!r.prompt_token_ids.empty()) {
     for (int id : r.prompt_token_ids)
       if (id >= options.vocab_size)

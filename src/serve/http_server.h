@@ -19,7 +19,7 @@
 
 #include "data/tokenizer.h"
 #include "http/trusted_proxies.h"
-#include "serve/chat_template.h"
+#include "chat/chat_template.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 

@@ -8,17 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_message.h"
 #include "generate/sequence.h"
 #include "serve/api_error.h"
 
 namespace cadre {
 
 enum class Endpoint { Completions, Chat };
-
-struct ChatMessage {
-  std::string role;  // system | user | assistant
-  std::string content;
-};
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::Completions;

@@ -158,6 +158,11 @@ TEST_F(ServeHttp, BadRequestsGetOpenAiErrorsAndTheServerStaysUp) {
                "tools", "tools");
   expect_error(s.post(chat, R"({"model": "run", "messages": [{"role": "user", "content": "x"}],
                                "response_format": {"type": "json_schema"}})"), 400, "response_format", "json_schema");
+  // What the chat template refuses (the built-in llama2: turns must alternate), in its own words.
+  auto refused = s.post(chat, R"({"model": "run", "messages": [{"role": "user", "content": "a"},
+                                                              {"role": "user", "content": "b"}]})");
+  expect_error(refused, 400, "messages", "two user turns under the llama2 template");
+  EXPECT_NE(refused->body.find("Conversation roles must alternate"), std::string::npos) << refused->body;
   expect_error(s.post(c, R"({"model": "gpt-4", "prompt": "hi"})"), 404, "model", "unknown model");
   // Longer than the context (1024 tokens): OpenAI's context_length_exceeded.
   std::string words;

@@ -10,7 +10,7 @@
 #include "data/tokenizer.h"
 #include "models/llama/decode.h"
 #include "models/llama/model.h"
-#include "serve/chat_template.h"
+#include "chat/chat_template.h"
 #include "serve/kv_cache_budget.h"
 #include "serve/metrics.h"
 #include "serve/openai_request.h"
@@ -130,15 +130,14 @@ TEST_F(ChatTemplates, Llama2AsMetasReferenceEncodesADialog) {
   want.push_back(tokenizer_->bos_id());
   for (int id : ids("[INST] And now? [/INST]")) want.push_back(id);
   EXPECT_EQ(t.render(dialog, *tokenizer_), want);
-  // The template's own refusal, as transformers raises it, is the client's 400.
+  // The template's own refusal, in its words as transformers raises it (serve answers 400).
   try {
     t.render({{"user", "a"}, {"user", "b"}}, *tokenizer_);
     ADD_FAILURE() << "two user turns in a row were rendered";
-  } catch (const cadre::ApiError& e) {
-    EXPECT_EQ(e.status, 400);
+  } catch (const cadre::ChatRefused& e) {
     EXPECT_STREQ(e.what(), "Conversation roles must alternate user/assistant/user/assistant/...");
   }
-  EXPECT_THROW(t.render({{"system", "a"}}, *tokenizer_), cadre::ApiError);  // renders to nothing
+  EXPECT_THROW(t.render({{"system", "a"}}, *tokenizer_), cadre::ChatRefused);  // renders to nothing
 }
 
 TEST_F(ChatTemplates, TemplateFilesAndChatml) {

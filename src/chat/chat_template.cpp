@@ -1,13 +1,12 @@
 // Finding a model's chat template and rendering conversations with it.
-#include "serve/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/file_util.h"
 #include "data/hf_tokenizer_config.h"
-#include "serve/api_error.h"
-#include "serve/builtin_chat_templates.h"
+#include "chat/builtin_chat_templates.h"
 
 namespace fs = std::filesystem;
 
@@ -54,23 +53,23 @@ ChatTemplate ChatTemplate::load(const std::string& spec, const Tokenizer& tokeni
   return t;
 }
 
-std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer) const {
+std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer,
+                                      bool add_generation_prompt) const {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
   const nlohmann::ordered_json special = {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}};
   try {
-    return template_.render(tmpl::chat_variables(list, /*add_generation_prompt=*/true, special));
+    return template_.render(tmpl::chat_variables(list, add_generation_prompt, special));
   } catch (const tmpl::TemplateRaised& e) {
-    throw ApiError(400, e.what(), "messages");
+    throw ChatRefused(e.what());
   } catch (const tmpl::TemplateError& e) {
-    throw ApiError(400, str("the model's chat template (", name_, ") cannot render these messages: ", e.what()),
-                   "messages");
+    throw ChatRefused(str("the model's chat template (", name_, ") cannot render these messages: ", e.what()));
   }
 }
 
 std::vector<int> ChatTemplate::render(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer) const {
   std::vector<int> ids = tokenizer.encode_rendered(render_text(messages, tokenizer));
-  if (ids.empty()) throw ApiError(400, str("the chat template (", name_, ") renders these messages to no prompt"), "messages");
+  if (ids.empty()) throw ChatRefused(str("the chat template (", name_, ") renders these messages to no prompt"));
   return ids;
 }
 

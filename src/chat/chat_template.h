@@ -1,17 +1,26 @@
 // Chat messages -> prompt tokens through the model's own Jinja chat template, rendered as
 // transformers' apply_chat_template renders it (template/template.h) and encoded with the
 // template's special tokens as their ids (Tokenizer::encode_rendered). `cadre serve`'s chat
-// endpoint and `cadre generate --chat` both render with this.
+// endpoint and `cadre generate --chat` both render with this; it knows nothing of either.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "chat/chat_message.h"
+#include "core/error.h"
 #include "data/tokenizer.h"
-#include "serve/openai_request.h"
 #include "template/template.h"
 
 namespace cadre {
+
+// A conversation the template will not render: what() is the template's own message (its
+// raise_exception, as transformers reports it) or what went wrong rendering it. Bad input from
+// whoever sent the conversation (serve answers 400).
+class ChatRefused : public Error {
+ public:
+  using Error::Error;
+};
 
 class ChatTemplate {
  public:
@@ -21,11 +30,12 @@ class ChatTemplate {
   // for a template that does not parse or uses what the interpreter does not support.
   static ChatTemplate load(const std::string& spec, const Tokenizer& tokenizer);
 
-  // The prompt as text, with a generation prompt for the assistant's answer. ApiError(400)
-  // when the template refuses the conversation (its raise_exception message, e.g. Llama 2's
-  // "Conversation roles must alternate ...") or the render exceeds the template limits.
-  std::string render_text(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer) const;
-  // ApiError(400) also when the render leaves no token (nothing for the model to answer).
+  // The conversation as text, with the generation prompt for the assistant's answer when asked.
+  // ChatRefused when the template refuses it (e.g. Llama 2's "Conversation roles must
+  // alternate ...") or the render exceeds the template limits.
+  std::string render_text(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer,
+                          bool add_generation_prompt = true) const;
+  // A prompt for the assistant's answer, as ids; ChatRefused also when it renders to no token.
   std::vector<int> render(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer) const;
   const std::string& name() const { return name_; }  // "llama2", or the file it came from
 
