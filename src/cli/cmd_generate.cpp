@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/cpu_block_cache.h"
@@ -19,7 +20,6 @@
 #include "generate/sequence.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
-#include "chat/chat_template.h"
 
 namespace cadre {
 namespace {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/cpu_block_cache.h"
@@ -25,7 +26,6 @@
 #include "generate/model_source.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
-#include "chat/chat_template.h"
 #include "serve/http_server.h"
 #include "serve/kv_cache_budget.h"
 #include "serve/metrics.h"

@@ -74,7 +74,6 @@ void write_split(const std::string& dir, const std::string& name, const std::vec
   }
 }
 
-
 // The files of the tokenizer `source` names (a .model, a tokenizer.json or a folder) copied
 // into `out`, with those of another kind removed: the data's tokenizer is whatever `out` holds.
 void copy_tokenizer_files(const std::string& source, const std::string& out) {
@@ -92,8 +91,8 @@ void copy_tokenizer_files(const std::string& source, const std::string& out) {
   const fs::path from_dir = fs::path(file).parent_path();
   for (const std::string& name : names) {
     const fs::path from = name == names.front() ? fs::path(file) : from_dir / name, to = fs::path(out) / name;
-    if (!fs::is_regular_file(from) || (fs::exists(to) && fs::equivalent(from, to))) continue;
-    fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+    if (!fs::is_regular_file(from)) fs::remove(to);  // an earlier run's, not this tokenizer's
+    else if (!fs::exists(to) || !fs::equivalent(from, to)) fs::copy_file(from, to, fs::copy_options::overwrite_existing);
   }
 }
 

@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "data/tokenizer.h"
 #include "http/trusted_proxies.h"
-#include "chat/chat_template.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 
