@@ -19,8 +19,7 @@ class HfFolderTokenizer final : public Tokenizer {
   std::vector<int> encode_prompt(const std::string& text) const override { return hf_.encode(text, true); }
   std::vector<int> encode_rendered(const std::string& text) const override { return hf_.encode(text, false); }
   std::string decode(const std::vector<int>& ids) const override { return hf_.decode(ids, true); }
-  // The token decoded alone (a SentencePiece-style file's leading space mark is dropped there).
-  std::string token_text(int id) const override { return hf_.decode({id}, false); }
+  std::string token_text(int id) const override { return hf_.token_bytes(id); }
 
   int64_t vocab_size() const override { return hf_.vocab_size(); }
   int bos_id() const override { return bos_id_; }

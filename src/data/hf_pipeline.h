@@ -70,5 +70,9 @@ void normalize(const std::vector<NormalizerStep>& steps, std::string& text);
 void pre_tokenize(const std::vector<PreTokenizerStep>& steps, const std::string& text, bool at_start,
                   std::vector<std::string>& pieces);
 std::string decode_tokens(const std::vector<DecoderStep>& steps, std::vector<std::string> tokens);
+// The bytes one token stands for inside a decoded text, before any UTF-8 repair: a byte-level
+// token's bytes, a <0xXX> token's byte, the space a space mark stands for. Steps about the
+// whole text (Strip, Fuse, Metaspace's first token) are left out.
+std::string token_bytes(const std::vector<DecoderStep>& steps, std::string token);
 
 }  // namespace cadre::detail

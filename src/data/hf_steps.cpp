@@ -168,6 +168,34 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, const std::string&
   }
 }
 
+std::string token_bytes(const std::vector<DecoderStep>& steps, std::string token) {
+  std::vector<char32_t> cps;
+  std::vector<size_t> offsets;
+  for (const DecoderStep& step : steps) {
+    switch (step.kind) {
+      case DecoderStep::Kind::ByteLevel: {
+        utf8_decode(token, cps, offsets);
+        std::string bytes;
+        for (char32_t c : cps) {
+          const int b = byte_level_byte(c);
+          if (b < 0) break;
+          bytes += static_cast<char>(b);
+        }
+        if (bytes.size() == cps.size()) token = bytes;
+        break;
+      }
+      case DecoderStep::Kind::Replace: replace_all(token, step.from, step.to); break;
+      case DecoderStep::Kind::ByteFallback:
+        if (const int b = byte_token(token); b >= 0) token.assign(1, static_cast<char>(b));
+        break;
+      case DecoderStep::Kind::Metaspace: replace_all(token, step.from, " "); break;
+      case DecoderStep::Kind::Fuse:
+      case DecoderStep::Kind::Strip: break;  // about the whole text, not one token
+    }
+  }
+  return token;
+}
+
 std::string decode_tokens(const std::vector<DecoderStep>& steps, Pieces tokens) {
   for (const DecoderStep& step : steps) {
     switch (step.kind) {

@@ -125,6 +125,13 @@ std::string HfTokenizer::id_to_token(int id) const {
   return t ? *t : std::string();
 }
 
+std::string HfTokenizer::token_bytes(int id) const {
+  if (index_->added_by_id.count(id)) return id_to_token(id);
+  const std::string* token = p_->model->id_to_token(id);
+  if (!token) return "";
+  return p_->has_decoder ? detail::token_bytes(p_->decoder, *token) : *token;
+}
+
 bool HfTokenizer::is_special(int id) const {
   auto it = index_->added_by_id.find(id);
   return it != index_->added_by_id.end() && it->second->special;

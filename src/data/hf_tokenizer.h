@@ -38,6 +38,9 @@ class HfTokenizer {
   int64_t vocab_size() const;
   int token_to_id(const std::string& token) const;  // -1 when absent
   std::string id_to_token(int id) const;            // "" when absent
+  // The bytes token `id` adds to a decoded text, which may be part of a UTF-8 character (for
+  // OpenAI's logprobs "bytes"); "" when absent. Special tokens are their spelling.
+  std::string token_bytes(int id) const;
   bool is_special(int id) const;
 
  private:

@@ -26,7 +26,8 @@ class Tokenizer {
   virtual std::vector<int> encode_rendered(const std::string& text) const = 0;
   // Special tokens leave no text (skip_special_tokens=True).
   virtual std::string decode(const std::vector<int>& ids) const = 0;
-  // The text token `id` adds to a decoded sequence (" the", "\n"): logprobs name tokens by it.
+  // The bytes token `id` adds to a decoded sequence (" the", "\n", or one byte of a multi-byte
+  // character): logprobs name tokens by it.
   virtual std::string token_text(int id) const = 0;
 
   virtual int64_t vocab_size() const = 0;

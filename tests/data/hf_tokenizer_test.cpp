@@ -218,6 +218,21 @@ TEST(HfTokenizer, TokenLookupsAndSpecialTokens) {
   EXPECT_EQ(tok.decode({1 << 30, -5}, false), "");  // unknown ids are skipped
 }
 
+// A token's bytes, as logprobs report them: concatenated over an encoding they are the text's
+// bytes, also where a token holds part of a multi-byte character.
+TEST(HfTokenizer, TokenBytesConcatenateToTheText) {
+  Reference& ref = reference();
+  ASSERT_TRUE(ref.error.empty()) << ref.error;
+  const std::string text = "Gr\xC3\xB6\xC3\x9F" "e \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80 done\nx";
+  for (const char* name : {"llama3", "gpt2", "llama2"}) {
+    cadre::HfTokenizer tok(ref.file(std::string(name) + ".json"));
+    std::string bytes;
+    for (int id : tok.encode(text, false)) bytes += tok.token_bytes(id);
+    // The Llama 2 layout's normalizer puts a space mark before the text.
+    EXPECT_EQ(bytes, std::string(name) == "llama2" ? " " + text : text) << name;
+  }
+}
+
 // encode() is const and shared across data-loading threads: its word cache must hold up.
 TEST(HfTokenizer, ConcurrentEncodingGivesTheSameIds) {
   Reference& ref = reference();
