@@ -23,11 +23,16 @@ LocalIds local_ids(const at::Tensor& ids, int64_t vocab_start, int64_t rows) {
   return {inside, local.masked_fill(inside.logical_not(), 0)};
 }
 
+constexpr int64_t kIgnoreIndex = -100;  // libtorch's default ignore_index, as the plain loss
+
 struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
                             int64_t vocab_start, comm::Communicator* group) {
-    const int64_t n = logits.size(0);
     at::Tensor x = logits.to(at::kFloat);
+    // Rows whose target is -100 are left out of the sum and the count (every rank has the
+    // targets: no collective needed); none counted gives NaN, as at::cross_entropy_loss does.
+    const at::Tensor counted = targets.ne(kIgnoreIndex).to(at::kFloat);
+    const double n = counted.sum().item<double>();
     // Subtracting the global row maximum keeps exp() in range, as a full softmax would.
     at::Tensor max = std::get<0>(x.max(1)).contiguous();
     group->all_reduce(max, comm::ReduceOp::Max);
@@ -40,8 +45,8 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     at::Tensor sums = at::stack({exp.sum(1), target_logit}).contiguous();
     group->all_reduce(sums, comm::ReduceOp::Sum);
     at::Tensor sum_exp = sums[0], target = sums[1];
-    at::Tensor loss = (sum_exp.log() - target).mean();
-    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), ids.rows, ids.inside});
+    at::Tensor loss = ((sum_exp.log() - target) * counted).sum() / n;
+    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), ids.rows, ids.inside, counted});
     ctx->saved_data["n"] = n;
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     return loss;
@@ -49,11 +54,12 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    at::Tensor softmax = saved[0], rows = saved[1], inside = saved[2];
-    const double n = static_cast<double>(ctx->saved_data["n"].toInt());
-    // d(mean loss)/d logits = (softmax - one_hot(target)) / N on this rank's columns.
+    at::Tensor softmax = saved[0], rows = saved[1], inside = saved[2], counted = saved[3];
+    const double n = ctx->saved_data["n"].toDouble();
+    // d(mean loss)/d logits = (softmax - one_hot(target)) / N on this rank's columns, for the
+    // N counted rows; 0 for the ignored ones.
     at::Tensor grad = softmax.scatter_add(1, rows.unsqueeze(1), -inside.to(at::kFloat).unsqueeze(1));
-    grad.mul_(grads[0] / n);
+    grad.mul_(counted.unsqueeze(1)).mul_(grads[0] / n);
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     return {grad.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
   }

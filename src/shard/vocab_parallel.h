@@ -20,9 +20,10 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& weight, const at::Tensor& 
                                     comm::Communicator& group);
 
 // logits [N, V_local] (columns vocab_start.. of the full logits, any float dtype), targets [N]
-// int64 global ids: the mean cross-entropy over the N rows, float32, identical on every rank;
-// equal to at::cross_entropy_loss over the gathered logits up to rounding. The backward needs
-// no communication: each rank's gradient is its columns of softmax - one_hot, over N.
+// int64 global ids or -100: the mean cross-entropy over the rows whose target is not -100,
+// float32, identical on every rank; equal to at::cross_entropy_loss over the gathered logits up
+// to rounding (NaN, as there, when every row is -100). The backward needs no communication: each
+// rank's gradient is its columns of softmax - one_hot over the counted rows, 0 on ignored ones.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab_start,
                                         comm::Communicator& group);
 

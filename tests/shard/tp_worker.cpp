@@ -4,7 +4,8 @@
 // part of the forward value and of every gradient is from the full computation's:
 //
 //   cross_entropy  vocab_parallel_cross_entropy vs at::cross_entropy_loss (float32 logits,
-//                  some rows with logits of ~±60 so the global-max shift matters; bf16 too)
+//                  some rows with logits of ~±60 so the global-max shift matters, some rows
+//                  ignored (target -100); bf16 too)
 //   embedding      vocab_parallel_embedding vs at::embedding
 //   mlp            copy_to_tp_region -> column-parallel -> relu -> row-parallel ->
 //                  reduce_from_tp_region vs the same two-layer network unsplit
@@ -43,6 +44,7 @@ bool check_cross_entropy(Communicator& tp, at::ScalarType dtype, double toleranc
   logits.narrow(0, 0, 4).mul_(20);  // rows whose exp() overflows without the max shift
   logits = logits.to(dtype);
   at::Tensor targets = at::randint(vocab, {n}, seeded(2), at::kLong);
+  targets.index_put_({at::arange(1, n, 5)}, -100);  // rows left out (prompt tokens), as the plain loss leaves them
   at::Tensor full = logits.detach().clone().requires_grad_(true);
   at::Tensor full_loss = at::cross_entropy_loss(full.to(at::kFloat), targets);
   full_loss.backward();
