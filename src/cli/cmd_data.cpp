@@ -1,5 +1,7 @@
 // `cadre data prepare`: corpus -> tokenizer + packed token shards + manifest, or with
-// --images labelled images -> packed image shards + manifest.
+// --images labelled images -> packed image shards + manifest, or instruction/chat .jsonl ->
+// labelled token shards (instruct/instruction_prepare.h).
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -7,6 +9,7 @@
 #include "core/error.h"
 #include "data/image_prepare.h"
 #include "data/prepare.h"
+#include "instruct/instruction_prepare.h"
 
 namespace cadre {
 
@@ -49,7 +52,7 @@ int cmd_data(const Args& args) {
   PrepareOptions opt;
   int64_t threads = opt.threads;
   Flags flags("cadre data prepare --input <files|dirs>... --out <dir> [options]");
-  flags.add("--input", &opt.inputs, "text files, or directories searched for *.txt");
+  flags.add("--input", &opt.inputs, "text files, or directories searched for *.txt; or instruction/chat .jsonl files");
   flags.add("--out", &opt.out, "output directory");
   flags.add("--vocab-size", &opt.vocab_size, "tokenizer vocabulary when training one (default 8192)");
   flags.add("--tokenizer", &opt.tokenizer, "the model's tokenizer instead of training one: a SentencePiece .model, a tokenizer.json or a Hugging Face folder");
@@ -58,10 +61,31 @@ int cmd_data(const Args& args) {
   flags.add("--seed", &opt.seed, "document order seed (default 1234)");
   flags.add("--shard-samples", &opt.shard_samples, "samples per shard file (default 65536)");
   flags.add("--threads", &threads, "tokenizer threads (default 2)");
+  std::string chat_template, packing;
+  flags.add("--chat-template", &chat_template,
+            ".jsonl: a Jinja template file, llama2 or chatml (default: the tokenizer folder's own, else llama2)");
+  flags.add("--packing", &packing, ".jsonl: pad (one sample per window, padded; the default)");
   auto rest = flags.parse(Args(args.begin() + 1, args.end()));
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");
   opt.threads = static_cast<int>(threads);
+  const bool jsonl = std::any_of(opt.inputs.begin(), opt.inputs.end(), is_jsonl_path);
+  if (jsonl) {
+    InstructionPrepareOptions o;
+    o.inputs = opt.inputs;
+    o.out = opt.out;
+    o.tokenizer = opt.tokenizer;
+    o.chat_template = chat_template;
+    if (!packing.empty()) o.packing = packing;
+    o.seq_len = opt.seq_len;
+    o.val_fraction = opt.val_fraction;
+    o.seed = opt.seed;
+    o.shard_samples = opt.shard_samples;
+    instruction_prepare(o);
+    std::printf("dataset ready: %s/manifest.json\n", opt.out.c_str());
+    return 0;
+  }
+  CADRE_CONFIG_CHECK(chat_template.empty() && packing.empty(), "--chat-template and --packing are for .jsonl inputs");
   dataset_prepare(opt);
   std::printf("dataset ready: %s/manifest.json\n", opt.out.c_str());
   return 0;

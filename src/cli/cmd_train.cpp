@@ -11,6 +11,7 @@
 #include "core/signal_thread.h"
 #include "models/registry.h"
 #include "train/dry_run.h"
+#include "train/epochs.h"
 #include "train/init_from.h"
 #include "train/load_only.h"
 #include "train/trainer.h"
@@ -79,6 +80,10 @@ int cmd_train(const Args& args) {
   Config& config = parsed.config;
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
   model_config_resolve(config);  // the model's own keys: exit 2 before any work
+  // A dry run plans memory, which the number of steps does not change: it needs no data.
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!parsed.dry_run || !config.data.dir.empty())
+    resolve_epochs(config, parsed.dry_run ? parsed.world_size : (world && *world ? std::atoll(world) : 1));
   if (parsed.dry_run) {
     train_dry_run(config, parsed.world_size);
     return 0;

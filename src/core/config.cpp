@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -30,6 +31,7 @@ std::vector<Field> config_fields(Config& c) {
       {"data.std", &c.data.stddev},
       {"data.uint8", &c.data.uint8},
       {"data.shuffle_window", &c.data.shuffle_window},
+      {"data.train_on_prompt", &c.data.train_on_prompt},
       {"optim.name", &c.optim.name},
       {"optim.lr", &c.optim.lr},
       {"optim.min_lr", &c.optim.min_lr},
@@ -45,6 +47,7 @@ std::vector<Field> config_fields(Config& c) {
       {"optim.grad_clip", &c.optim.grad_clip},
       {"optim.grad_accum_steps", &c.optim.grad_accum_steps},
       {"train.steps", &c.train.steps},
+      {"train.epochs", &c.train.epochs},
       {"train.seed", &c.train.seed},
       {"train.threads", &c.train.threads},
       {"train.device", &c.train.device},
@@ -105,6 +108,19 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
 
 bool is_dtype(const std::string& s) { return s == "float32" || s == "bfloat16"; }
 
+// train.steps and train.epochs size the run two ways: one source may give one of them, and a
+// later source's replaces an earlier one's (a --set train.steps=N over a file's epochs).
+void check_run_length_keys(const std::vector<std::pair<std::string, YAML::Node>>& keys, const std::string& source,
+                           Config& config) {
+  bool steps = false, epochs = false;
+  for (const auto& kv : keys) {
+    steps = steps || kv.first == "train.steps";
+    epochs = epochs || kv.first == "train.epochs";
+  }
+  CADRE_CONFIG_CHECK(!(steps && epochs), source, ": train.steps and train.epochs both size the run; give one");
+  if (steps) config.train.epochs = 0;
+}
+
 }  // namespace
 
 std::string ModelSection::value(const std::string& name) const {
@@ -153,6 +169,7 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
     if (!root.IsMap()) throw ConfigError(str(source, ": expected a mapping of sections at top level"));
     std::vector<std::pair<std::string, YAML::Node>> flat;
     flatten(root, "", source, flat);
+    check_run_length_keys(flat, source, config);
     for (const auto& [key, value] : flat) {
       if (value.IsNull()) throw ConfigError(str(source, ": key '", key, "' has no value"));
       if (!value.IsScalar()) throw ConfigError(str(source, ": key '", key, "' expects a scalar, got a non-scalar value"));
@@ -160,6 +177,10 @@ Config config_parse(const std::string& yaml_text, const std::string& source,
       field_assign(field_find(fields, key, source), value.Scalar(), source);
     }
   }
+  std::vector<std::pair<std::string, YAML::Node>> set_keys;
+  for (const auto& item : overrides)
+    if (item.find('=') != std::string::npos) set_keys.emplace_back(item.substr(0, item.find('=')), YAML::Node());
+  check_run_length_keys(set_keys, "--set", config);
   for (const auto& item : overrides) {
     auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -281,8 +302,10 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(c.checkpoint.timeout_s > 0, "checkpoint.timeout_s must be > 0");
   CADRE_CONFIG_CHECK(c.checkpoint.memory_interval >= 1, "checkpoint.memory_interval must be >= 1");
   CADRE_CONFIG_CHECK(!c.checkpoint.resume.empty(), "checkpoint.resume must be none, auto or a checkpoint path");
-  CADRE_CONFIG_CHECK(c.train.stop_at >= 0 && c.train.stop_at <= c.train.steps, "train.stop_at must be in [0, train.steps=",
-                     c.train.steps, "], got ", c.train.stop_at);
+  CADRE_CONFIG_CHECK(t.epochs >= 0, "train.epochs must be >= 0 (0: train.steps sizes the run)");
+  // With epochs the steps are known when the run starts (train/epochs.h checks stop_at then).
+  CADRE_CONFIG_CHECK(c.train.stop_at >= 0 && (t.epochs > 0 || c.train.stop_at <= c.train.steps),
+                     "train.stop_at must be in [0, train.steps=", c.train.steps, "], got ", c.train.stop_at);
   CADRE_CONFIG_CHECK(c.obs.flight_recorder_entries >= 0 && c.obs.flight_recorder_entries <= 1000000,
                      "obs.flight_recorder_entries must be in [0, 1000000] (0 turns the recorder off), got ",
                      c.obs.flight_recorder_entries);
@@ -296,6 +319,9 @@ void config_validate(const Config& c) {
 std::string config_to_yaml(const Config& config) {
   Config copy = config;
   std::vector<RawKey> keys = fields_dump(config_fields(copy), "");
+  // One of the two keys that size the run: epochs when they did (the steps follow from them).
+  const std::string unused = config.train.epochs > 0 ? "train.steps" : "train.epochs";
+  keys.erase(std::remove_if(keys.begin(), keys.end(), [&](const RawKey& k) { return k.key == unused; }), keys.end());
   keys.insert(keys.begin() + 1, copy.model.keys.begin(), copy.model.keys.end());  // after model.arch
   for (const auto& [key, value] : copy.deploy) keys.push_back({"deploy." + key, value, ""});
   YAML::Node root;

@@ -36,6 +36,9 @@ struct DataConfig {
   std::string stddev = "0.229,0.224,0.225";  // key data.std
   bool uint8 = false;           // ship bytes and normalise after the batch leaves the loader (on the device)
   int64_t shuffle_window = 4096;  // samples shuffled together after the shard permutation
+  // Instruction data (`cadre data prepare` of .jsonl): learn the prompt tokens too, not only
+  // the answers (padding is never learned).
+  bool train_on_prompt = false;
 };
 
 struct OptimConfig {
@@ -60,6 +63,10 @@ struct OptimConfig {
 
 struct TrainConfig {
   int64_t steps = 1000;        // 0: set up and load the model, report memory per rank, stop
+  // Size the run from the data instead: steps = ceil(epochs x train samples / global batch),
+  // worked out when the run starts (train/epochs.h). Exclusive with steps: a source (the file,
+  // or the --set overrides) that sets both is refused; a later source's one wins.
+  int64_t epochs = 0;
   int64_t seed = 1234;
   int64_t threads = 2;          // intra-op threads per process
   // cpu | cuda | auto (cuda when this build has CUDA and a GPU is visible, else cpu). Under

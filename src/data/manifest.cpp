@@ -57,6 +57,15 @@ void check_shapes(const DatasetManifest& m) {
                             m.pixel_std));
     per = static_cast<uint64_t>(m.channels * m.height) * static_cast<uint64_t>(m.width) + 1;
   }
+  for (const auto& [tokens, labels] : {std::pair(&m.train, &m.train_labels), std::pair(&m.val, &m.val_labels)}) {
+    if (!m.labelled()) break;
+    if (labels->size() != tokens->size())
+      throw ConfigError(str(labels->size(), " label shards for ", tokens->size(), " token shards"));
+    for (size_t i = 0; i < labels->size(); ++i)
+      if ((*labels)[i].samples != (*tokens)[i].samples || (*labels)[i].file.empty())
+        throw ConfigError(str("label shard '", (*labels)[i].file, "' holds ", (*labels)[i].samples,
+                              " samples; its token shard '", (*tokens)[i].file, "' ", (*tokens)[i].samples));
+  }
   for (const auto* split : {&m.train, &m.val}) {
     uint64_t total = 0;
     for (const auto& e : *split) {
@@ -96,6 +105,10 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
       m.eos_id = json_int(j.at("eos_id"), "eos_id");
       m.documents = count_field(j, "documents");
       m.tokens = count_field(j, "tokens");
+      if (j.contains("train_labels")) {
+        m.train_labels = shards_from_json(j.at("train_labels"));
+        m.val_labels = shards_from_json(j.at("val_labels"));
+      }
     } else if (m.kind == "images") {
       m.channels = json_int(j.at("channels"), "channels");
       m.height = json_int(j.at("height"), "height");
@@ -135,6 +148,10 @@ void manifest_write(const std::string& dir, const DatasetManifest& m) {
               {"token_bytes", m.token_bytes}, {"bos_id", m.bos_id}, {"eos_id", m.eos_id},
               {"documents", m.documents}, {"tokens", m.tokens}});
     if (!m.tokenizer_identity.empty()) j["tokenizer_identity"] = m.tokenizer_identity;
+    if (m.labelled()) {
+      j["train_labels"] = shards_to_json(m.train_labels);
+      j["val_labels"] = shards_to_json(m.val_labels);
+    }
   }
   j["train"] = shards_to_json(m.train);
   j["val"] = shards_to_json(m.val);

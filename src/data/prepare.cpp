@@ -15,8 +15,8 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "data/permutation.h"
-#include "data/token_shard.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/token_split.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_identity.h"
 
@@ -59,21 +59,6 @@ void write_training_lines(const std::vector<std::string>& docs, const std::strin
   CADRE_CHECK(out.good(), "cannot write '", path, "'");
 }
 
-void write_split(const std::string& dir, const std::string& name, const std::vector<uint32_t>& tokens,
-                 uint64_t first_sample, uint64_t samples, const PrepareOptions& opt, uint32_t token_bytes,
-                 std::vector<ShardEntry>& entries) {
-  const uint64_t per = static_cast<uint64_t>(opt.seq_len + 1);
-  for (uint64_t s = 0, index = 0; s < samples; s += opt.shard_samples, ++index) {
-    uint64_t n = std::min<uint64_t>(opt.shard_samples, samples - s);
-    std::vector<uint32_t> chunk(tokens.begin() + (first_sample + s) * per,
-                                tokens.begin() + (first_sample + s + n) * per);
-    char file[64];
-    std::snprintf(file, sizeof file, "%s_%05llu.bin", name.c_str(), static_cast<unsigned long long>(index));
-    uint64_t checksum = shard_write(dir + "/" + file, chunk, token_bytes);
-    entries.push_back({file, n, checksum});
-  }
-}
-
 // The files of the tokenizer `source` names (a .model, a tokenizer.json or a folder) copied
 // into `out`, with those of another kind removed: the data's tokenizer is whatever `out` holds.
 void copy_tokenizer_files(const std::string& source, const std::string& out) {
@@ -98,10 +83,7 @@ void copy_tokenizer_files(const std::string& source, const std::string& out) {
 
 // The run's tokenizer: --tokenizer's files copied into the output, or one trained on the corpus.
 std::unique_ptr<Tokenizer> data_tokenizer(const PrepareOptions& opt, const std::vector<std::string>& docs) {
-  if (!opt.tokenizer.empty()) {
-    copy_tokenizer_files(opt.tokenizer, opt.out);
-    return tokenizer_load(opt.out);
-  }
+  if (!opt.tokenizer.empty()) return dataset_use_tokenizer(opt.tokenizer, opt.out);
   std::string lines = opt.out + "/tokenizer_input.txt";
   write_training_lines(docs, lines);
   log::info(str("data: training a SentencePiece BPE tokenizer, vocabulary ", opt.vocab_size));
@@ -112,6 +94,11 @@ std::unique_ptr<Tokenizer> data_tokenizer(const PrepareOptions& opt, const std::
 }
 
 }  // namespace
+
+std::unique_ptr<Tokenizer> dataset_use_tokenizer(const std::string& source, const std::string& out) {
+  copy_tokenizer_files(source, out);
+  return tokenizer_load(out);
+}
 
 std::vector<std::string> dataset_list_files(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
@@ -217,8 +204,9 @@ DatasetManifest dataset_prepare(const PrepareOptions& opt) {
   m.eos_id = eos;
   m.documents = docs.size();
   m.tokens = stream.size();
-  write_split(opt.out, "train", stream, 0, samples - val, opt, m.token_bytes, m.train);
-  write_split(opt.out, "val", stream, samples - val, val, opt, m.token_bytes, m.val);
+  const uint64_t shard = static_cast<uint64_t>(opt.shard_samples);
+  m.train = token_split_write(opt.out, "train", stream.data(), samples - val, per, shard, m.token_bytes);
+  m.val = token_split_write(opt.out, "val", stream.data() + (samples - val) * per, val, per, shard, m.token_bytes);
   manifest_write(opt.out, m);
   log::info(str("data: ", m.tokens, " tokens -> ", samples - val, " train + ", val, " val samples of ", per,
                 " tokens in '", opt.out, "'"));

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/manifest.h"
+#include "data/tokenizer.h"
 
 namespace cadre {
 
@@ -23,6 +25,11 @@ struct PrepareOptions {
 
 // Checks options and inputs (ConfigError naming the flag or path), then prepares the dataset.
 DatasetManifest dataset_prepare(const PrepareOptions& options);
+
+// The tokenizer `source` names (a .model, a tokenizer.json or a folder holding either) with its
+// files copied into the dataset folder `out` (an earlier run's of another kind removed), loaded
+// from there: a dataset's tokenizer is what its folder holds.
+std::unique_ptr<Tokenizer> dataset_use_tokenizer(const std::string& source, const std::string& out);
 
 // The text documents `inputs` names, sorted: explicit files as given, *.txt under directories.
 std::vector<std::string> dataset_list_files(const std::vector<std::string>& inputs);

@@ -59,7 +59,8 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     // d(mean loss)/d logits = (softmax - one_hot(target)) / N on this rank's columns, for the
     // N counted rows; 0 for the ignored ones.
     at::Tensor grad = softmax.scatter_add(1, rows.unsqueeze(1), -inside.to(at::kFloat).unsqueeze(1));
-    grad.mul_(counted.unsqueeze(1)).mul_(grads[0] / n);
+    // None counted: a zero gradient, as at::cross_entropy_loss gives (not 0 x NaN).
+    grad.mul_(counted.unsqueeze(1)).mul_(n > 0 ? grads[0] / n : at::zeros_like(grads[0]));
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     return {grad.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
   }

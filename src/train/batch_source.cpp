@@ -31,31 +31,43 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
 
 class TokenBatches : public BatchSource {
  public:
-  TokenBatches(const std::string& dir, Split split, uint64_t seed, c10::Device device)
-      : loader_(dir, split, seed), device_(device) {}
+  TokenBatches(const std::string& dir, Split split, uint64_t seed, bool train_on_prompt, c10::Device device)
+      : loader_(dir, split, seed, train_on_prompt), device_(device) {}
   const DatasetManifest& manifest() const override { return loader_.manifest(); }
+  bool labelled() const override { return loader_.labelled(); }
   uint64_t num_samples() const override { return loader_.num_samples(); }
   int64_t sample_len() const override { return loader_.seq_len(); }
   uint64_t position() const override { return loader_.position(); }
   void set_position(uint64_t p) override { loader_.set_position(p); }
 
   Batch next(uint64_t global, uint64_t first, uint64_t count) override {
-    at::Tensor tokens = at::empty({static_cast<int64_t>(count), loader_.seq_len() + 1}, host_options(at::kLong, device_));
-    loader_.next(global, first, count, tokens.data_ptr<int64_t>());
-    return split(to_device(tokens, device_));
+    auto [tokens, labels] = buffers(count);
+    loader_.next(global, first, count, tokens.data_ptr<int64_t>(), labels.defined() ? labels.data_ptr<int64_t>() : nullptr);
+    return split(tokens, labels);
   }
 
   Batch at(const std::vector<uint64_t>& indices) const override {
     const int64_t per = loader_.seq_len() + 1;
-    at::Tensor tokens = at::empty({static_cast<int64_t>(indices.size()), per}, host_options(at::kLong, device_));
-    for (size_t i = 0; i < indices.size(); ++i) loader_.sample(indices[i], tokens.data_ptr<int64_t>() + i * per);
-    return split(to_device(tokens, device_));
+    auto [tokens, labels] = buffers(indices.size());
+    for (size_t i = 0; i < indices.size(); ++i)
+      loader_.sample(indices[i], tokens.data_ptr<int64_t>() + i * per,
+                     labels.defined() ? labels.data_ptr<int64_t>() + i * per : nullptr);
+    return split(tokens, labels);
   }
 
  private:
-  Batch split(const at::Tensor& tokens) const {
+  // Host tokens, and labels for a labelled dataset (else undefined).
+  std::pair<at::Tensor, at::Tensor> buffers(uint64_t count) const {
+    const std::vector<int64_t> shape = {static_cast<int64_t>(count), loader_.seq_len() + 1};
+    at::Tensor tokens = at::empty(shape, host_options(at::kLong, device_));
+    return {tokens, loader_.labelled() ? at::empty(shape, host_options(at::kLong, device_)) : at::Tensor()};
+  }
+  // Inputs are the first seq_len tokens; targets the next token at each position, or its label.
+  Batch split(const at::Tensor& tokens, const at::Tensor& labels) const {
     const int64_t T = loader_.seq_len();
-    return {tokens.narrow(1, 0, T), tokens.narrow(1, 1, T)};
+    const at::Tensor on_device = to_device(tokens, device_);
+    const at::Tensor targets = labels.defined() ? to_device(labels, device_) : on_device;
+    return {on_device.narrow(1, 0, T), targets.narrow(1, 1, T)};
   }
   TokenLoader loader_;
   c10::Device device_;
@@ -202,7 +214,11 @@ std::unique_ptr<BatchSource> BatchSource::open(const std::string& dir, Split spl
   if (kind == "images") return std::make_unique<ImageBatches>(dir, split, seed, device);
   if (kind == "encoded_images")
     return std::make_unique<EncodedImageBatches>(dir, split, seed, data, train_threads, device);
-  return std::make_unique<TokenBatches>(dir, split, seed, device);
+  return std::make_unique<TokenBatches>(dir, split, seed, data.train_on_prompt, device);
+}
+
+int64_t learned_targets(const Batch& batch) {
+  return batch.target.ne(-100).sum().item<int64_t>();
 }
 
 }  // namespace cadre

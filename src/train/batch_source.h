@@ -29,6 +29,9 @@ class BatchSource {
                                            c10::Device device = c10::Device(c10::kCPU));
 
   virtual const DatasetManifest& manifest() const = 0;
+  // Targets are -100 where nothing is learned (instruction data's prompts and padding): the
+  // loss is then a mean over the learned targets of a whole step (train/trainer.cpp).
+  virtual bool labelled() const { return false; }
   virtual uint64_t num_samples() const = 0;
   // Units one sample counts for in throughput: tokens per sequence, or 1 image.
   virtual int64_t sample_len() const = 0;
@@ -39,5 +42,8 @@ class BatchSource {
   virtual uint64_t position() const = 0;
   virtual void set_position(uint64_t position) = 0;
 };
+
+// The targets of `batch` that a loss learns (not -100), counted on the host.
+int64_t learned_targets(const Batch& batch);
 
 }  // namespace cadre

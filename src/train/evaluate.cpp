@@ -42,11 +42,14 @@ Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int r
   model.module().train(false);
   double total = 0, correct = 0, count = 0;
   for (const auto& indices : eval_batches(val, c, rank, world)) {
-    LossOutput out = model.loss(val.at(indices.empty() ? std::vector<uint64_t>{0} : indices));
+    const Batch batch = val.at(indices.empty() ? std::vector<uint64_t>{0} : indices);
+    LossOutput out = model.loss(batch);
     // Without sharding the forward passes need no collective: tell the agent this rank is busy.
     obs::flight_recorder().progressed();
     if (indices.empty()) continue;
-    const double n = double(indices.size());
+    // A labelled batch's loss is a mean over its learned targets, and weighs as many.
+    const double n = val.labelled() ? double(learned_targets(batch)) : double(indices.size());
+    if (n == 0) continue;
     total += out.loss.item<double>() * n;
     correct += out.correct.defined() ? out.correct.item<double>() : -1.0;
     count += n;
@@ -64,7 +67,7 @@ Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int r
     count = f[2].item<double>();
   }
   Evaluation e;
-  e.loss = total / count;
+  e.loss = count > 0 ? total / count : 0.0;  // a validation split with nothing learned
   if (correct >= 0) e.accuracy = correct / count;
   return e;
 }

@@ -113,28 +113,65 @@ void Trainer::run_step(int64_t step) {
   cpu_block_cache::trim_unused();  // memory this step did not reuse (a snapshot, an evaluation) is returned
 }
 
+// What each micro-batch's mean loss counts for in the gradient of a labelled step: the mean is
+// over the learned targets of the whole step, on every rank (transformers'
+// num_items_in_batch), so a micro-batch counts for its share of them, times dp as the
+// gradients' reduction averages over the data-parallel ranks; one with no learned target
+// counts for nothing (its mean loss is NaN, its gradient zero). Counting reads the targets on
+// the host: one synchronisation per micro-batch on a GPU.
+std::vector<double> Trainer::micro_batch_weights(const std::vector<Batch>& batches) {
+  std::vector<double> weights(batches.size(), 0.0);
+  std::vector<int64_t> learned;
+  at::Tensor total = at::zeros({1}, at::kFloat);  // the communicator reduces float32: exact to 2^24
+  for (const Batch& b : batches) {
+    learned.push_back(learned_targets(b));
+    total[0] += double(learned.back());
+  }
+  if (run_->group) run_->group->all_reduce(total, comm::ReduceOp::Sum);
+  const double step_learned = double(total[0].item<float>()) / double(run_->mesh->tp_size());  // tp ranks count the same
+  for (size_t i = 0; i < batches.size(); ++i)
+    weights[i] = learned[i] > 0 ? double(learned[i]) * double(run_->dp) / step_learned : 0.0;
+  return weights;
+}
+
 StepFigures Trainer::forward_backward() {
   const int64_t B = c_.data.batch_size, accum = c_.optim.grad_accum_steps;
   run_->sharded.zero_grad();
   StepFigures f;
+  // Each data-parallel rank takes its slice of the global micro-batch (tensor-parallel ranks
+  // the same one); together they read what one rank with dp * B samples would. Labelled data
+  // reads the whole step first: its weights need every micro-batch's count.
+  const bool labelled = run_->train_data->labelled();
+  auto read_micro_batch = [&] {
+    return timer_.data([&] {
+      return run_->train_data->next(static_cast<uint64_t>(B * run_->dp), static_cast<uint64_t>(run_->dp_rank * B),
+                                    static_cast<uint64_t>(B));
+    });
+  };
+  std::vector<Batch> batches;
+  for (int64_t micro = 0; micro < (labelled ? accum : 0); ++micro) batches.push_back(read_micro_batch());
+  const std::vector<double> weights = labelled ? micro_batch_weights(batches) : std::vector<double>();
   // Summed where the loss lives, in float64 as on the host, and read once per step: on a GPU
   // one host synchronisation instead of one per micro-batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_->device));
   at::Tensor correct_sum;  // stays undefined unless the model classifies
   for (int64_t micro = 0; micro < accum; ++micro) {
-    // Each data-parallel rank takes its slice of the global micro-batch (tensor-parallel
-    // ranks the same one); together they read what one rank with dp * B samples would.
-    Batch batch = timer_.data([&] {
-      return run_->train_data->next(static_cast<uint64_t>(B * run_->dp), static_cast<uint64_t>(run_->dp_rank * B),
-                                    static_cast<uint64_t>(B));
-    });
+    Batch batch = labelled ? std::move(batches[micro]) : read_micro_batch();
     // Whole gradients (NO_SHARD, ZERO1, or parallel.accumulate_unsharded) are reduced across
     // ranks only in the last micro-batch's backward; sharded ones in every backward.
     std::optional<FSDPModule::NoSyncGuard> accumulate;
     if (micro + 1 < accum && accumulates_whole_gradients(c_.parallel)) accumulate.emplace(&run_->sharded.tree());
     LossOutput out = run_->model->loss(batch);
-    (out.loss / double(accum)).backward();
-    loss_sum += out.loss.detach().to(at::kDouble);
+    if (!labelled) {
+      (out.loss / double(accum)).backward();
+      loss_sum += out.loss.detach().to(at::kDouble);
+    } else {
+      // Every rank runs every backward (sharded gradients are reduced in it), learned or not.
+      (out.loss * weights[micro]).backward();
+      // Scaled so that the mean over ranks and micro-batches (agree_across_ranks, measure) is
+      // the step's mean over its learned targets.
+      if (weights[micro] > 0) loss_sum += out.loss.detach().to(at::kDouble) * (weights[micro] * double(accum));
+    }
     if (out.correct.defined()) correct_sum = correct_sum.defined() ? correct_sum + out.correct : out.correct;
   }
   if (!correct_sum.defined()) {

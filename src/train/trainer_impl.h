@@ -100,6 +100,7 @@ class Trainer {
   TrainSummary finish();
 
  private:
+  std::vector<double> micro_batch_weights(const std::vector<Batch>& batches);
   StepFigures forward_backward();
   void agree_across_ranks(StepFigures& f, int64_t step);
   void update(StepFigures& f, int64_t step);

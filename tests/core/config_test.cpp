@@ -87,6 +87,23 @@ TEST(Config, DumpRoundTrips) {
   EXPECT_EQ(b.run.dir, "/tmp/x");
 }
 
+// train.steps and train.epochs: one per source, a later source's replacing the other, and the
+// dump keeping the one that sized the run (a run's config.yaml loads again).
+TEST(Config, StepsOrEpochsSizeTheRun) {
+  EXPECT_NE(parse_error("train:\n  steps: 5\n  epochs: 2\n").find("train.steps and train.epochs both size the run"),
+            std::string::npos);
+  Config epochs = config_parse("train:\n  steps: 5\n", "t.yaml", {"train.epochs=2"});
+  EXPECT_EQ(epochs.train.epochs, 2);
+  Config steps = config_parse("train:\n  epochs: 2\n", "t.yaml", {"train.steps=7"});
+  EXPECT_EQ(steps.train.epochs, 0);
+  EXPECT_EQ(steps.train.steps, 7);
+  const std::string dumped = cadre::config_to_yaml(epochs);
+  EXPECT_EQ(dumped.find("\n  steps: 5"), std::string::npos) << dumped;
+  EXPECT_EQ(config_parse(dumped, "dump.yaml", {}).train.epochs, 2);
+  EXPECT_EQ(config_parse(cadre::config_to_yaml(steps), "dump.yaml", {}).train.steps, 7);
+  EXPECT_NE(parse_error("train:\n  epochs: -1\n").find("train.epochs must be >= 0"), std::string::npos);
+}
+
 TEST(Config, LlamaFfnRule) {
   cadre::LlamaConfig m;
   m.dim = 512;

@@ -5,7 +5,7 @@
 //
 //   cross_entropy  vocab_parallel_cross_entropy vs at::cross_entropy_loss (float32 logits,
 //                  some rows with logits of ~±60 so the global-max shift matters, some rows
-//                  ignored (target -100); bf16 too)
+//                  ignored (target -100); all ignored: NaN and a zero gradient; bf16 too)
 //   embedding      vocab_parallel_embedding vs at::embedding
 //   mlp            copy_to_tp_region -> column-parallel -> relu -> row-parallel ->
 //                  reduce_from_tp_region vs the same two-layer network unsplit
@@ -16,6 +16,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -54,7 +55,15 @@ bool check_cross_entropy(Communicator& tp, at::ScalarType dtype, double toleranc
   const std::string name = dtype == at::kFloat ? "cross_entropy" : "cross_entropy_bf16";
   bool ok = report(name, "loss", loss, full_loss, tolerance);
   ok = report(name, "grad", mine.grad(), full.grad().narrow(1, start, part), tolerance) && ok;
-  return ok;
+  // Nothing counted (a micro-batch without an answer token, weighted 0 by the trainer): NaN as
+  // at::cross_entropy_loss, and a zero gradient, not 0 x NaN.
+  at::Tensor none = at::full({n}, -100, at::kLong);
+  at::Tensor empty = logits.narrow(1, start, part).detach().clone().requires_grad_(true);
+  at::Tensor nothing = cadre::vocab_parallel_cross_entropy(empty, none, start, tp);
+  (nothing * 0.0).backward();
+  const bool zero_grad = std::isnan(nothing.item<float>()) && empty.grad().eq(0).all().item<bool>();
+  std::printf("%s nothing_counted %s\n", name.c_str(), zero_grad ? "ok" : "FAILED");
+  return zero_grad && ok;
 }
 
 bool check_embedding(Communicator& tp) {

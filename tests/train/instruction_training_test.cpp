@@ -1,0 +1,334 @@
+// Fine-tuning on instruction and chat JSONL, end to end through `cadre data prepare` and
+// `cadre train`:
+// - each prepared window holds one sample's ids (its first seq_len + 1) with exactly the tokens
+//   labelled_tokens learns as targets, the rest -100 (the prompt, and the padding even with
+//   data.train_on_prompt); truncated and dropped samples are counted;
+// - bad lines exit 2 naming file:line, before anything but the tokenizer is written;
+// - the loss is one mean over the learned targets of a whole step: one rank in 1, 2 or 4
+//   micro-batches gives the same first loss (a mean of micro-batch means would not: their
+//   counts differ), and 2 ranks follow one rank;
+// - a micro-batch or a step with nothing learned never makes the loss NaN;
+// - train.epochs sizes the run from the data;
+// - the masked loss equals transformers' loss with -100 labels on the same weights (label
+//   python: tests/python/sft_loss_ref.py).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_template.h"
+#include "core/error.h"
+#include "core/file_util.h"
+#include "data/loader.h"
+#include "data/token_split.h"
+#include "instruct/labelled_tokens.h"
+#include "support/order_spread.h"
+#include "support/process.h"
+#include "support/rank_processes.h"
+#include "support/tiny_dataset.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Words of the tiny corpus (support/corpus.cpp), which its tokenizer encodes in few tokens.
+const std::vector<std::string> kWords = {"council", "nation", "people", "Congress", "government", "citizen",
+                                         "treasury", "union", "secure", "protect", "public", "credit", "defense",
+                                         "welfare", "liberty", "labor", "commerce", "lands", "year", "law"};
+
+std::string words(size_t first, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += (i ? " " : "") + kWords[(first + i * 7) % kWords.size()];
+  return out;
+}
+
+// 48 samples of every shape, answers of 1 to 7 words (so micro-batches learn different counts),
+// then one whose answer is cut (truncated) and one whose prompt fills the window (dropped).
+std::string sft_lines() {
+  std::string out;
+  for (size_t i = 0; i < 48; ++i) {
+    const std::string q = words(i, 2 + i % 3), a = words(i + 5, 1 + i % 7);
+    json j;
+    if (i % 4 == 0) j = {{"messages", {{{"role", "user"}, {"content", q}}, {{"role", "assistant"}, {"content", a}}}}};
+    if (i % 4 == 1) j = {{"instruction", q}, {"input", i % 8 == 1 ? words(i, 2) : ""}, {"output", a}};
+    if (i % 4 == 2) j = {{"prompt", q + ":"}, {"completion", " " + a}};
+    if (i % 4 == 3)
+      j = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", q}},
+                         {{"role", "assistant"}, {"content", a}}, {{"role", "user"}, {"content", "More?"}},
+                         {{"role", "assistant"}, {"content", words(i, 2)}}}}};
+    out += j.dump() + "\n";
+    if (i == 20) out += "\n";  // blank lines are skipped
+  }
+  out += json({{"prompt", "Q:"}, {"completion", " " + words(0, 120)}}).dump() + "\n";
+  out += json({{"prompt", words(1, 120)}, {"completion", " yes"}}).dump() + "\n";
+  return out;
+}
+
+class InstructionTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new cadre::test::TempDir("instruction-training");
+    cadre::test::prepare_tiny_dataset(dir_->path(), 4, 20000);  // for its tokenizer.model (vocabulary 512)
+    write(path("sft.jsonl"), sft_lines());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static std::string path(const std::string& name) { return *dir_ / name; }
+  static void write(const std::string& file, const std::string& text) { std::ofstream(file) << text; }
+
+  static cadre::test::RunResult prepare(const std::string& input, const std::string& out, std::vector<std::string> more = {}) {
+    std::vector<std::string> argv = {CADRE_BIN, "data", "prepare", "--input", input, "--out", out,
+                                     "--tokenizer", path("data/tokenizer.model"), "--seq-len", "64"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return cadre::test::run_process(argv, {}, 300);
+  }
+
+  static std::vector<std::string> train_command(const std::string& run, const std::string& data, int64_t batch,
+                                                int64_t accum, std::vector<std::string> sets = {},
+                                                const std::string& length = "train.steps=6") {
+    std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+                                     "--set", "data.dir=" + data, "--set", "run.dir=" + path(run),
+                                     "--set", "data.batch_size=" + std::to_string(batch),
+                                     "--set", "optim.grad_accum_steps=" + std::to_string(accum),
+                                     "--set", length, "--set", "train.threads=1",
+                                     "--set", "train.eval_interval=3", "--set", "train.eval_batches=0"};
+    for (auto& s : sets) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+    return argv;
+  }
+
+  static std::vector<double> losses(const std::string& run, const char* key = "loss") {
+    std::vector<double> out;
+    std::ifstream in(path(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const json record = json::parse(line);
+      if (record.contains(key)) out.push_back(record[key].get<double>());
+    }
+    return out;
+  }
+
+  static cadre::test::TempDir* dir_;
+};
+cadre::test::TempDir* InstructionTraining::dir_ = nullptr;
+
+using Sample = std::pair<std::vector<int>, std::vector<uint8_t>>;  // ids, learned
+
+// Every window of a split as (ids, learned), read back through the loader: with
+// train_on_prompt every id but the padding is a target, so the targets say where the sample
+// ends; without it they say what is learned.
+std::vector<Sample> read_windows(const std::string& data, cadre::Split split) {
+  cadre::TokenLoader all(data, split, 0, /*train_on_prompt=*/true), answers(data, split, 0);
+  const size_t per = static_cast<size_t>(all.seq_len() + 1);
+  std::vector<Sample> out;
+  std::vector<int64_t> tokens(per), labels_all(per), labels(per), tokens_again(per);
+  for (uint64_t i = 0; i < all.num_samples(); ++i) {
+    all.sample(i, tokens.data(), labels_all.data());
+    answers.sample(i, tokens_again.data(), labels.data());
+    Sample s;
+    for (size_t k = 0; k < per && labels_all[k] != -100; ++k) {
+      EXPECT_EQ(labels_all[k], tokens[k]);
+      s.first.push_back(static_cast<int>(tokens[k]));
+      s.second.push_back(labels[k] != -100);
+      if (labels[k] != -100) {
+        EXPECT_EQ(labels[k], tokens[k]);
+      }
+    }
+    for (size_t k = s.first.size(); k < per; ++k) EXPECT_EQ(labels_all[k], -100) << "padding is never learned";
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST_F(InstructionTraining, EachWindowHoldsOneSampleWithTheTokensItLearns) {
+  const auto r = prepare(path("sft.jsonl"), path("sft"), {"--val-fraction", "0.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  // What labelled_tokens gives each line, cut to the window; the one without an answer left out.
+  const auto tokenizer = cadre::tokenizer_load(path("sft"));
+  const cadre::ChatTemplate chat = cadre::ChatTemplate::load("", *tokenizer);
+  std::vector<Sample> want;
+  size_t truncated = 0, dropped = 0;
+  std::ifstream in(path("sft.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    cadre::LabelledTokens t = cadre::labelled_tokens(cadre::instruction_sample_parse(line, "x"), *tokenizer, chat, false);
+    const bool cut = t.ids.size() > 65;
+    t.ids.resize(std::min<size_t>(t.ids.size(), 65));
+    t.learn.resize(t.ids.size());
+    if (std::count(t.learn.begin() + 1, t.learn.end(), 1) == 0) {
+      ++dropped;
+      continue;
+    }
+    truncated += cut;
+    want.emplace_back(t.ids, t.learn);
+  }
+  EXPECT_GE(truncated, 1u) << "the long answer";
+  EXPECT_GE(dropped, 1u) << "the long prompt";
+  EXPECT_GE(want.size(), 40u) << "most samples fit";
+  EXPECT_NE(r.output.find(cadre::str("50 samples: ", truncated, " truncated to 65 tokens, ", dropped, " dropped")),
+            std::string::npos) << r.output;
+  std::vector<Sample> got = read_windows(path("sft"), cadre::Split::Train);
+  const std::vector<Sample> val = read_windows(path("sft"), cadre::Split::Val);
+  EXPECT_EQ(val.size(), static_cast<size_t>(double(want.size()) * 0.1));
+  got.insert(got.end(), val.begin(), val.end());
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_TRUE(got == want) << "the windows do not hold the samples and their learned tokens";
+}
+
+TEST_F(InstructionTraining, BadLinesExitTwoNamingTheLine) {
+  auto expect_refused = [&](const std::string& name, const std::string& text, const std::string& needle,
+                            std::vector<std::string> more = {}) {
+    write(path(name), text);
+    const std::string out = path("bad-" + name);
+    const auto r = prepare(path(name), out, more);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << "should name '" << needle << "':\n" << r.output;
+    EXPECT_FALSE(fs::exists(out + "/manifest.json")) << name;
+  };
+  const std::string good = R"({"prompt": "a", "completion": " b"})" "\n";
+  expect_refused("json.jsonl", good + "{\"prompt\": \n", "json.jsonl:2: not valid JSON");
+  expect_refused("types.jsonl", good + good + R"({"prompt": 3, "completion": "x"})", "types.jsonl:3: field 'prompt'");
+  expect_refused("missing.jsonl", R"({"instruction": "a"})", "missing.jsonl:1: field 'output' is missing");
+  // Llama 2's template refuses roles that do not alternate (its raise_exception).
+  expect_refused("roles.jsonl",
+                 good + R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},)"
+                        R"( {"role": "assistant", "content": "c"}]})",
+                 "roles.jsonl:2: Conversation roles must alternate");
+  expect_refused("packing.jsonl", good, "--packing 'documents'", {"--packing", "documents"});
+  write(path("plain.txt"), "some text\n");
+  const auto mixed = cadre::test::run_process({CADRE_BIN, "data", "prepare", "--input", path("packing.jsonl"), "--input",
+                                               path("plain.txt"), "--out", path("bad-mixed"), "--tokenizer",
+                                               path("data/tokenizer.model")}, {}, 60);
+  EXPECT_EQ(mixed.exit_code, 2) << mixed.output;
+  EXPECT_NE(mixed.output.find("plain.txt': expected a .jsonl file"), std::string::npos) << mixed.output;
+}
+
+// One rank's first loss (before any update: a function of the normalisation alone) is the same
+// in 1, 2 or 4 micro-batches to within float32 rounding of the per-micro-batch means (each a
+// float32 value; 1e-5 relative is over 100 of its ulps), where a mean of micro-batch means
+// would be off by the spread of the micro-batches' learned counts. Two ranks follow one rank
+// within its order spread (support/order_spread.h), training and validation.
+TEST_F(InstructionTraining, TheLossIsOneMeanOverTheStepAtAnyLayout) {
+  ASSERT_EQ(prepare(path("sft.jsonl"), path("sft-layouts"), {"--val-fraction", "0.1"}).exit_code, 0);
+  const std::string data = path("sft-layouts");
+  auto run = [&](const std::string& name, int64_t batch, int64_t accum) {
+    const auto r = cadre::test::run_process(train_command(name, data, batch, accum), {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  };
+  run("one", 8, 1);
+  run("one-in-2", 4, 2);
+  run("one-in-4", 2, 4);
+  const std::vector<double> one = losses("one");
+  ASSERT_EQ(one.size(), 6u);
+  for (const char* variant : {"one-in-2", "one-in-4"}) {
+    ASSERT_EQ(losses(variant).size(), 6u) << variant;
+    EXPECT_NEAR(losses(variant)[0], one[0], 1e-5 * one[0]) << variant;
+  }
+  auto results = cadre::testing::run_ranks(2, train_command("two", data, 2, 2, {"parallel.strategy=FULL_SHARD"}));
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << cadre::testing::describe(results);
+  ASSERT_EQ(losses("two").size(), 6u);
+  EXPECT_NEAR(losses("two")[0], one[0], 1e-5 * one[0]);
+  cadre::test::OrderSpread(one, {losses("one-in-2"), losses("one-in-4")}).expect_follows(losses("two"), "2 ranks");
+  ASSERT_EQ(losses("one", "val_loss").size(), 2u);
+  cadre::test::OrderSpread(losses("one", "val_loss"), {losses("one-in-2", "val_loss"), losses("one-in-4", "val_loss")})
+      .expect_follows(losses("two", "val_loss"), "2 ranks, validation");
+}
+
+// A dataset written here: sample 0 learns nothing, sample 1 learns every next token. One
+// sample a step: the steps that draw sample 0 log 0; two a step (in two micro-batches): every
+// step logs sample 1's loss; never NaN, and training goes on.
+TEST_F(InstructionTraining, NothingLearnedNeverGivesNaN) {
+  const std::string data = path("nothing-learned");
+  fs::create_directories(data);
+  fs::copy_file(path("data/tokenizer.model"), data + "/tokenizer.model");
+  cadre::DatasetManifest m = cadre::manifest_read(path("data"));
+  std::vector<uint32_t> tokens(2 * 65), labels(2 * 65);
+  const cadre::LabelCodes codes = cadre::label_codes(cadre::label_bytes(m.vocab_size));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = 3 + static_cast<uint32_t>((i * 37) % 500);
+    labels[i] = i < 65 ? (i % 2 ? codes.prompt : codes.padding) : tokens[i];
+  }
+  m.train = cadre::token_split_write(data, "train", tokens.data(), 2, 65, 100, m.token_bytes);
+  m.train_labels = cadre::token_split_write(data, "train_labels", labels.data(), 2, 65, 100, cadre::label_bytes(m.vocab_size));
+  m.val = cadre::token_split_write(data, "val", tokens.data() + 65, 1, 65, 100, m.token_bytes);
+  m.val_labels = cadre::token_split_write(data, "val_labels", labels.data() + 65, 1, 65, 100, cadre::label_bytes(m.vocab_size));
+  cadre::manifest_write(data, m);
+
+  auto r = cadre::test::run_process(train_command("nothing-1", data, 1, 1, {"train.steps=8"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> single = losses("nothing-1");
+  ASSERT_EQ(single.size(), 8u);
+  EXPECT_EQ(std::count(single.begin(), single.end(), 0.0), 4) << "each sample drawn once an epoch";
+  for (double l : single) EXPECT_TRUE(std::isfinite(l));
+  r = cadre::test::run_process(train_command("nothing-2", data, 1, 2, {"train.steps=2"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (double l : losses("nothing-2")) EXPECT_GT(l, 1.0) << "sample 1's loss alone";
+}
+
+// train.epochs sizes the run from the data (2 epochs of N windows in global batches of 8 are
+// ceil(2N / 8) steps); a --set of epochs replaces the file's steps, and one source giving both
+// is refused.
+TEST_F(InstructionTraining, EpochsSizeTheRun) {
+  ASSERT_EQ(prepare(path("sft.jsonl"), path("sft-epochs"), {"--val-fraction", "0.1"}).exit_code, 0);
+  const uint64_t samples = cadre::manifest_read(path("sft-epochs")).train.at(0).samples;
+  const uint64_t steps = (2 * samples + 7) / 8;
+  auto r = cadre::test::run_process(train_command("epochs", path("sft-epochs"), 4, 2, {}, "train.epochs=2"), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(losses("epochs").size(), steps);
+  EXPECT_NE(r.output.find(cadre::str("2 epochs of ", samples, " samples in global batches of 8: ", steps, " steps")),
+            std::string::npos) << r.output;
+  r = cadre::test::run_process(train_command("epochs-both", path("sft-epochs"), 4, 2, {"train.steps=3"}, "train.epochs=2"),
+                               {}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("train.steps and train.epochs both size the run"), std::string::npos) << r.output;
+  // The recipe (5 epochs) plans its memory without data.
+  r = cadre::test::run_process({CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/llama2_7b_sft.yaml",
+                                "--dry-run", "--world-size", "8"}, {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// transformers' LlamaForCausalLM with labels = -100 where Cadre learns nothing, on the folder
+// Cadre fine-tunes from (random bf16 weights, widened to float32 on both sides), over every
+// window of the train split in one batch: its loss (the mean over the learned targets) and
+// Cadre's first loss (the whole split as one step) agree to within 8x transformers' own float32
+// error against its float64 run (two float32 implementations of the same sums, in other orders),
+// floored at 1e-5 relative; learning the prompt or a mean of means would be off by far more.
+TEST_F(InstructionTraining, MaskedLossEqualsTransformers) {
+  const std::string hf = path("hf");
+  auto py = [&](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), CADRE_VENV_PYTHON);
+    const auto r = cadre::test::run_process(argv, {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  py({CADRE_SOURCE_DIR "/tests/python/hf_random_folder.py", hf, "64", "2", "4", "2", "192", "512", "200MB"});
+  py({CADRE_SOURCE_DIR "/tests/python/sft_loss_ref.py", "tokenizer", hf});
+  const auto prep = cadre::test::run_process({CADRE_BIN, "data", "prepare", "--input", path("sft.jsonl"), "--out",
+                                              path("sft-hf"), "--tokenizer", hf, "--seq-len", "64", "--val-fraction", "0"},
+                                             {}, 300);
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const uint64_t windows = cadre::manifest_read(path("sft-hf")).train.at(0).samples;
+  const auto r = cadre::test::run_process(
+      train_command("hf-run", path("sft-hf"), static_cast<int64_t>(windows), 1,
+                    {"train.steps=1", "train.init_from=" + hf, "model.ffn_dim=192", "train.eval_interval=0"}),
+      {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double cadre_loss = losses("hf-run").at(0);
+  const std::string out = py({CADRE_SOURCE_DIR "/tests/python/sft_loss_ref.py", "loss", hf, path("sft-hf")});
+  const json ref = json::parse(out.substr(out.rfind('{')));
+  const double hf64 = ref["loss64"], hf32 = ref["loss32"];
+  const double bound = std::max(8 * std::abs(hf32 - hf64), 1e-5 * hf64);
+  std::printf("[masked loss] cadre %.9f, transformers float64 %.9f (float32 %.9f), %d learned targets; |diff| %.3g, bound %.3g\n",
+              cadre_loss, hf64, hf32, ref["learned"].get<int>(), std::abs(cadre_loss - hf64), bound);
+  EXPECT_NEAR(cadre_loss, hf64, bound) << "transformers float32 " << hf32 << ", learned targets " << ref["learned"];
+}
+
+}  // namespace
