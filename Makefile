@@ -16,7 +16,7 @@ CTEST_SPLIT = run_ctest() { ctest --output-on-failure --timeout 900 "$$@"; }; \
   run_ctest $(1) -LE '^(unit|$(2))$$'; rest=$$?; \
   [ $$unit -eq 0 ] && [ $$rest -eq 0 ]
 
-.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz soak sanitize demo mnist vision bench clean
+.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz soak sanitize demo finetune mnist vision bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -118,6 +118,13 @@ SANITIZE_EXCLUDE ?= ^(Detokenize|ChatTemplates)\.
 demo: configure
 	@cmake --build $(BUILD) -j $$(nproc) --target cadre
 	@bash scripts/demo.sh $(BUILD)
+
+# Fine-tuning on instruction data (scripts/finetune.sh): the demo's model (its first chunk trained
+# first if there is none), the repository's small instruction set, the masked held-out loss as it
+# falls, then the model served and asked through the openai client.
+finetune: configure
+	@cmake --build $(BUILD) -j $$(nproc) --target cadre
+	@bash scripts/finetune.sh $(BUILD)
 
 # The second model: ResNet on MNIST digits, 2 DDP workers, accuracy per evaluation and a plot.
 mnist: configure
