@@ -7,6 +7,7 @@
 // - the loss is one mean over the learned targets of a whole step: one rank in 1, 2 or 4
 //   micro-batches gives the same first loss (a mean of micro-batch means would not: their
 //   counts differ), and 2 ranks follow one rank;
+// - a resumed run equals an uninterrupted one;
 // - a micro-batch or a step with nothing learned never makes the loss NaN;
 // - train.epochs sizes the run from the data;
 // - the masked loss equals transformers' loss with -100 labels on the same weights (label
@@ -240,6 +241,24 @@ TEST_F(InstructionTraining, TheLossIsOneMeanOverTheStepAtAnyLayout) {
   ASSERT_EQ(losses("one", "val_loss").size(), 2u);
   cadre::test::OrderSpread(losses("one", "val_loss"), {losses("one-in-2", "val_loss"), losses("one-in-4", "val_loss")})
       .expect_follows(losses("two", "val_loss"), "2 ranks, validation");
+}
+
+// A run stopped after step 3 (a checkpoint, the loader's position in it) and resumed takes the
+// same windows in the same order and logs the same losses, bit for bit, as one that was not
+// stopped: 45 windows in global batches of 8, so the resume falls inside the first epoch and
+// the run goes on into the second.
+TEST_F(InstructionTraining, AResumedRunEqualsAnUninterruptedOne) {
+  ASSERT_EQ(prepare(path("sft.jsonl"), path("sft-resume"), {"--val-fraction", "0.1"}).exit_code, 0);
+  const std::string data = path("sft-resume");
+  auto r = cadre::test::run_process(train_command("whole", data, 4, 2, {"train.steps=9"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = cadre::test::run_process(train_command("halves", data, 4, 2, {"train.steps=9", "train.stop_at=3"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(losses("halves").size(), 3u);
+  r = cadre::test::run_process(train_command("halves", data, 4, 2, {"train.steps=9"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(losses("halves"), losses("whole"));
+  EXPECT_EQ(losses("halves", "val_loss"), losses("whole", "val_loss"));
 }
 
 // A dataset written here: sample 0 learns nothing, sample 1 learns every next token. One
