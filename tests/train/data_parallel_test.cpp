@@ -2,13 +2,11 @@
 // trajectory of one rank with batch B, step for step.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "support/order_spread.h"
-#include "support/rank_processes.h"
-#include "support/tiny_dataset.h"
 #include "support/process.h"
+#include "support/rank_processes.h"
+#include "support/run_metrics.h"
+#include "support/tiny_dataset.h"
 
 namespace {
 
@@ -21,26 +19,16 @@ class DataParallel : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   static std::vector<std::string> command(const std::string& run, int64_t batch, std::vector<std::string> sets) {
-    std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
-                                     "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + (*dir_ / run),
-                                     "--set", "data.batch_size=" + std::to_string(batch), "--set", "train.steps=12",
-                                     "--set", "train.threads=1", "--set", "train.eval_interval=6",
-                                     "--set", "train.eval_batches=3"};
-    for (auto& s : sets) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
-    return argv;
+    return cadre::test::with_sets({CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+                                   "--set", "data.dir=" + (*dir_ / "data"), "--set", "run.dir=" + (*dir_ / run),
+                                   "--set", "data.batch_size=" + std::to_string(batch), "--set", "train.steps=12",
+                                   "--set", "train.threads=1", "--set", "train.eval_interval=6",
+                                   "--set", "train.eval_batches=3"},
+                                  sets);
   }
 
   static std::vector<double> losses(const std::string& run, const char* key = "loss") {
-    std::vector<double> out;
-    std::ifstream in(*dir_ / (run + "/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      auto record = nlohmann::json::parse(line);
-      if (record.contains(key)) out.push_back(record[key].get<double>());
-    }
-    return out;
+    return cadre::test::metric_values(*dir_ / (run + "/metrics.jsonl"), key);
   }
 
   // One rank with batch world*b against `world` ranks with batch b each, training and validation

@@ -30,6 +30,7 @@
 #include "support/order_spread.h"
 #include "support/process.h"
 #include "support/rank_processes.h"
+#include "support/run_metrics.h"
 #include "support/tiny_dataset.h"
 
 namespace fs = std::filesystem;
@@ -92,27 +93,17 @@ class InstructionTraining : public ::testing::Test {
   static std::vector<std::string> train_command(const std::string& run, const std::string& data, int64_t batch,
                                                 int64_t accum, std::vector<std::string> sets = {},
                                                 const std::string& length = "train.steps=6") {
-    std::vector<std::string> argv = {CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
-                                     "--set", "data.dir=" + data, "--set", "run.dir=" + path(run),
-                                     "--set", "data.batch_size=" + std::to_string(batch),
-                                     "--set", "optim.grad_accum_steps=" + std::to_string(accum),
-                                     "--set", length, "--set", "train.threads=1",
-                                     "--set", "train.eval_interval=3", "--set", "train.eval_batches=0"};
-    for (auto& s : sets) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
-    return argv;
+    return cadre::test::with_sets({CADRE_BIN, "train", "--config", CADRE_SOURCE_DIR "/configs/tiny.yaml",
+                                   "--set", "data.dir=" + data, "--set", "run.dir=" + path(run),
+                                   "--set", "data.batch_size=" + std::to_string(batch),
+                                   "--set", "optim.grad_accum_steps=" + std::to_string(accum),
+                                   "--set", length, "--set", "train.threads=1",
+                                   "--set", "train.eval_interval=3", "--set", "train.eval_batches=0"},
+                                  sets);
   }
 
   static std::vector<double> losses(const std::string& run, const char* key = "loss") {
-    std::vector<double> out;
-    std::ifstream in(path(run + "/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      const json record = json::parse(line);
-      if (record.contains(key)) out.push_back(record[key].get<double>());
-    }
-    return out;
+    return cadre::test::metric_values(path(run + "/metrics.jsonl"), key);
   }
 
   static cadre::test::TempDir* dir_;
