@@ -57,8 +57,9 @@ void check_shapes(const DatasetManifest& m) {
                             m.pixel_std));
     per = static_cast<uint64_t>(m.channels * m.height) * static_cast<uint64_t>(m.width) + 1;
   }
+  // Instruction data: a labels shard for each token shard, sample for sample.
   for (const auto& [tokens, labels] : {std::pair(&m.train, &m.train_labels), std::pair(&m.val, &m.val_labels)}) {
-    if (!m.labelled()) break;
+    if (!m.labelled()) continue;
     if (labels->size() != tokens->size())
       throw ConfigError(str(labels->size(), " label shards for ", tokens->size(), " token shards"));
     for (size_t i = 0; i < labels->size(); ++i)
