@@ -64,7 +64,7 @@ int cmd_data(const Args& args) {
   std::string chat_template, packing;
   flags.add("--chat-template", &chat_template,
             ".jsonl: a Jinja template file, llama2 or chatml (default: the tokenizer folder's own, else llama2)");
-  flags.add("--packing", &packing, ".jsonl: pad (one sample per window, padded; the default)");
+  flags.add("--packing", &packing, ".jsonl: pad (one sample per window, padded; the default) or documents (packed, each attending to itself)");
   auto rest = flags.parse(Args(args.begin() + 1, args.end()));
   CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
   CADRE_CONFIG_CHECK(threads >= 1, "--threads must be >= 1");

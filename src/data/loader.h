@@ -27,14 +27,21 @@ class TokenLoader {
   // Instruction data: each sample comes with labels, the token where it is learned, else -100.
   bool labelled() const { return !labels_.empty(); }
 
+  // Packed instruction data: a window holds several documents (manifest packing "documents").
+  bool packed() const { return manifest_.packed(); }
+
   // Consumes `global_samples` samples (one global micro-batch of every rank) and writes
   // samples [first, first + count) of them into `out` (count * (seq_len + 1) tokens), and their
-  // labels into `labels` when labelled() (else it may be null).
+  // labels into `labels` when labelled() (else it may be null). When packed(), `starts` (count
+  // vectors, else it may be null) gets where each window's documents begin: token offsets in
+  // [0, seq_len + 1), ascending, the first 0.
   // Train: shuffled order, new order each epoch. Val: file order.
-  void next(uint64_t global_samples, uint64_t first, uint64_t count, int64_t* out, int64_t* labels = nullptr);
+  void next(uint64_t global_samples, uint64_t first, uint64_t count, int64_t* out, int64_t* labels = nullptr,
+            std::vector<int64_t>* starts = nullptr);
 
-  // Copies sample `index` (in split order, no shuffling) into `out`, and its labels as above.
-  void sample(uint64_t index, int64_t* out, int64_t* labels = nullptr) const;
+  // Copies sample `index` (in split order, no shuffling) into `out`, its labels and document
+  // starts as above.
+  void sample(uint64_t index, int64_t* out, int64_t* labels = nullptr, std::vector<int64_t>* starts = nullptr) const;
 
   uint64_t position() const { return consumed_; }
   void set_position(uint64_t consumed) { consumed_ = consumed; }

@@ -109,6 +109,9 @@ DatasetManifest manifest_parse_text(const std::string& text, const std::string& 
       if (j.contains("train_labels")) {
         m.train_labels = shards_from_json(j.at("train_labels"));
         m.val_labels = shards_from_json(j.at("val_labels"));
+        m.packing = j.value("packing", std::string("pad"));  // manifests before packing were padded
+        if (m.packing != "pad" && m.packing != "documents")
+          throw ConfigError(str("packing '", m.packing, "' (pad or documents)"));
       }
     } else if (m.kind == "images") {
       m.channels = json_int(j.at("channels"), "channels");
@@ -152,6 +155,7 @@ void manifest_write(const std::string& dir, const DatasetManifest& m) {
     if (m.labelled()) {
       j["train_labels"] = shards_to_json(m.train_labels);
       j["val_labels"] = shards_to_json(m.val_labels);
+      j["packing"] = m.packing;
     }
   }
   j["train"] = shards_to_json(m.train);

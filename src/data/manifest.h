@@ -28,10 +28,14 @@ struct DatasetManifest {
   int64_t bos_id = -1, eos_id = -1;
   uint64_t documents = 0, tokens = 0;
   // Instruction data (instruct/instruction_prepare.h): a labels shard beside each token shard,
-  // sample for sample, in the same format (data/token_labels.h says what a label holds).
+  // sample for sample, in the same format (data/token_split.h says what a label holds).
   // Empty for raw text, where every next token is learned.
   std::vector<ShardEntry> train_labels, val_labels;
   bool labelled() const { return !train_labels.empty(); }
+  // Labelled data's layout: "pad" (one sample per window) or "documents" (samples packed into
+  // windows, each attending only to itself; its labels mark where each document starts).
+  std::string packing = "pad";
+  bool packed() const { return labelled() && packing == "documents"; }
   // images: every sample is one image of channels x height x width bytes and a label below
   // num_classes; loaders normalise pixels as (p / 255 - pixel_mean) / pixel_std.
   int64_t channels = 0, height = 0, width = 0, num_classes = 0;

@@ -9,11 +9,11 @@
 
 namespace cadre {
 
-uint32_t label_bytes(int64_t vocab_size) { return vocab_size <= 0xFFFF - 1 ? 2 : 4; }
+uint32_t label_bytes(int64_t vocab_size) { return vocab_size <= 0xFFFF - 2 ? 2 : 4; }
 
 LabelCodes label_codes(uint32_t label_bytes) {
   const uint32_t top = label_bytes == 2 ? 0xFFFFu : 0xFFFFFFFFu;
-  return {top - 1, top};
+  return {top - 1, top, top - 2};
 }
 
 std::vector<ShardEntry> token_split_write(const std::string& dir, const std::string& name, const uint32_t* values,

@@ -1,6 +1,6 @@
 // A split of fixed-length token samples written as numbered shard files (data/token_shard.h),
 // and the labels that instruction data stores beside its tokens: one label per token, the
-// token itself where it is learned as a target, else one of two values above every id.
+// token itself where it is learned as a target, else one of three values above every id.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +11,14 @@
 namespace cadre {
 
 // Label values that are not a token id: a prompt token (learned only with
-// data.train_on_prompt) and a padding token (never learned).
+// data.train_on_prompt), a padding token (never learned), and the first token of a document in
+// a packed window (never learned: nothing before it in its document predicts it). Document
+// starts are written only in packed datasets (manifest `packing: documents`).
 struct LabelCodes {
-  uint32_t prompt, padding;
+  uint32_t prompt, padding, document_start;
 };
 
-// The width of a labels shard for this vocabulary: 2 bytes while the two codes fit above every id.
+// The width of a labels shard for this vocabulary: 2 bytes while the codes fit above every id.
 uint32_t label_bytes(int64_t vocab_size);
 LabelCodes label_codes(uint32_t label_bytes);
 

@@ -91,6 +91,33 @@ void pad_windows(const std::vector<LabelledTokens>& samples, const std::vector<u
   }
 }
 
+// The same samples packed into windows in order, whole: a sample that does not fit in what is
+// left of the window starts the next one (torchtune's rule, without splitting a sample). Each
+// sample's first token, and a window's padding tail, is labelled as a document start, so the
+// loader knows where documents begin and the padding attends only to itself.
+void pack_windows(const std::vector<LabelledTokens>& samples, const std::vector<uint64_t>& order, uint64_t first,
+                  uint64_t n, size_t per, uint32_t pad_id, LabelCodes codes, std::vector<uint32_t>& tokens,
+                  std::vector<uint32_t>& labels) {
+  tokens.clear();
+  labels.clear();
+  auto close_window = [&] {
+    const size_t used = tokens.size() % per;
+    if (used == 0) return;
+    tokens.resize(tokens.size() + (per - used), pad_id);
+    labels.push_back(codes.document_start);
+    labels.resize(tokens.size(), codes.padding);
+  };
+  for (uint64_t i = 0; i < n; ++i) {
+    const LabelledTokens& t = samples[order[first + i]];
+    if (tokens.size() % per + t.ids.size() > per) close_window();
+    for (size_t k = 0; k < t.ids.size(); ++k) {
+      tokens.push_back(static_cast<uint32_t>(t.ids[k]));
+      labels.push_back(k == 0 ? codes.document_start : t.learn[k] ? static_cast<uint32_t>(t.ids[k]) : codes.prompt);
+    }
+  }
+  close_window();
+}
+
 void check_options(const InstructionPrepareOptions& opt) {
   CADRE_CONFIG_CHECK(!opt.inputs.empty(), "--input: give at least one .jsonl file");
   CADRE_CONFIG_CHECK(!opt.out.empty(), "--out: give an output directory");
@@ -98,8 +125,8 @@ void check_options(const InstructionPrepareOptions& opt) {
                      "--tokenizer: instruction data is encoded with the model's tokenizer (a .model, tokenizer.json "
                      "or model folder); none is trained for it");
   CADRE_CONFIG_CHECK(fs::exists(opt.tokenizer), "--tokenizer '", opt.tokenizer, "': no such file or folder");
-  CADRE_CONFIG_CHECK(opt.packing == "pad", "--packing '", opt.packing,
-                     "': this build packs instruction samples one per window, padded (pad)");
+  CADRE_CONFIG_CHECK(opt.packing == "pad" || opt.packing == "documents", "--packing '", opt.packing,
+                     "': pad (one sample per window) or documents (samples packed, each attending to itself)");
   CADRE_CONFIG_CHECK(opt.seq_len >= 1, "--seq-len must be >= 1, got ", opt.seq_len);
   CADRE_CONFIG_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
                      opt.val_fraction);
@@ -140,24 +167,32 @@ DatasetManifest instruction_prepare(const InstructionPrepareOptions& opt) {
     m.tokens += t.ids.size();
     learned += static_cast<uint64_t>(std::count(t.learn.begin() + 1, t.learn.end(), 1));
   }
+  m.packing = opt.packing;
+  const bool packed = opt.packing == "documents";  // m.packed() needs the label shards, written below
   const size_t per = static_cast<size_t>(opt.seq_len + 1);
   const uint32_t pad_id = static_cast<uint32_t>(std::max(0, tokenizer->eos_id()));
   const uint32_t labels_width = label_bytes(m.vocab_size);
   const std::vector<uint64_t> order = permutation(samples, static_cast<uint64_t>(opt.seed), 0);
   std::vector<uint32_t> tokens, labels;
   const uint64_t shard = static_cast<uint64_t>(opt.shard_samples);
+  uint64_t windows[2] = {0, 0};
   for (const auto& [name, first, n] : {std::tuple<std::string, uint64_t, uint64_t>("train", 0, samples - val),
                                        std::tuple<std::string, uint64_t, uint64_t>("val", samples - val, val)}) {
-    pad_windows(encoded.kept, order, first, n, per, pad_id, label_codes(labels_width), tokens, labels);
-    (name == "train" ? m.train : m.val) = token_split_write(opt.out, name, tokens.data(), n, per, shard, m.token_bytes);
+    (packed ? pack_windows : pad_windows)(encoded.kept, order, first, n, per, pad_id, label_codes(labels_width),
+                                               tokens, labels);
+    const uint64_t count = tokens.size() / per;
+    windows[name == "val"] = count;
+    (name == "train" ? m.train : m.val) = token_split_write(opt.out, name, tokens.data(), count, per, shard, m.token_bytes);
     (name == "train" ? m.train_labels : m.val_labels) =
-        token_split_write(opt.out, name + "_labels", labels.data(), n, per, shard, labels_width);
+        token_split_write(opt.out, name + "_labels", labels.data(), count, per, shard, labels_width);
   }
   manifest_write(opt.out, m);
+  const uint64_t window_tokens = (windows[0] + windows[1]) * per;
   log::info(str("data: ", encoded.lines, " samples: ", encoded.truncated, " truncated to ", per, " tokens, ",
                 encoded.dropped, " dropped (no answer token within them); ", samples - val, " train + ", val,
-                " val windows, ", learned, " learned targets, ",
-                int(100.0 * (1.0 - double(m.tokens) / double(samples * per)) + 0.5), "% padding, in '", opt.out, "'"));
+                " val samples ", packed ? "packed into " : "in ", windows[0], " + ", windows[1], " windows, ",
+                learned, " learned targets, ", int(100.0 * (1.0 - double(m.tokens) / double(window_tokens)) + 0.5),
+                "% padding, in '", opt.out, "'"));
   return m;
 }
 

@@ -3,9 +3,13 @@
 // tokenizer, stored as fixed-length token samples with a labels shard beside each token shard
 // (data/token_split.h): what the loss learns (the answers), the prompt, and the padding.
 //
-// Layout (`packing`): "pad", one sample per window of seq_len + 1 tokens, padded after its end.
-// A sample longer than the window keeps its first seq_len + 1 tokens (truncated); one with no
-// learned target left within them is dropped. Both are counted in the log.
+// Layout (`packing`): "pad", one sample per window of seq_len + 1 tokens, padded after its end;
+// or "documents", samples packed whole into windows in order, each window's tail padded, with
+// each sample's first token labelled as a document start: training then restricts attention to
+// each document and restarts its positions (models see Batch::documents), so a packed sample
+// learns what it would alone, in fewer windows. A sample longer than the window keeps its first
+// seq_len + 1 tokens (truncated); one with no learned target left within them is dropped. Both
+// are counted in the log.
 #pragma once
 
 #include <cstdint>

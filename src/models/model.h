@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/state_dict_adapter.h"
@@ -29,7 +30,14 @@ namespace cadre {
 // One micro-batch: token sequences and their shifted targets ([B, T] int64 each), or images
 // [B, C, H, W] float32 and their labels [B] int64.
 struct Batch {
+  Batch() = default;
+  Batch(at::Tensor input_, at::Tensor target_, std::vector<std::vector<int64_t>> documents_ = {})
+      : input(std::move(input_)), target(std::move(target_)), documents(std::move(documents_)) {}
   at::Tensor input, target;
+  // Packed token windows: the lengths of each window's documents, in order, summing to T. A
+  // document attends only to itself and its positions start at 0; a target across a boundary
+  // is -100. Empty: each window is one sequence.
+  std::vector<std::vector<int64_t>> documents;
 };
 
 struct LossOutput {

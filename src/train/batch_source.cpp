@@ -29,6 +29,15 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
   return host.to(device, /*non_blocking=*/true);
 }
 
+// The lengths of the documents over a window's first T tokens, from where they start (the
+// first at 0; a start at T begins a document that only the last target sees).
+std::vector<int64_t> document_lengths(const std::vector<int64_t>& starts, int64_t T) {
+  std::vector<int64_t> lengths;
+  for (size_t d = 0; d < starts.size() && starts[d] < T; ++d)
+    lengths.push_back((d + 1 < starts.size() ? std::min(starts[d + 1], T) : T) - starts[d]);
+  return lengths;
+}
+
 class TokenBatches : public BatchSource {
  public:
   TokenBatches(const std::string& dir, Split split, uint64_t seed, bool train_on_prompt, c10::Device device)
@@ -42,17 +51,21 @@ class TokenBatches : public BatchSource {
 
   Batch next(uint64_t global, uint64_t first, uint64_t count) override {
     auto [tokens, labels] = buffers(count);
-    loader_.next(global, first, count, tokens.data_ptr<int64_t>(), labels.defined() ? labels.data_ptr<int64_t>() : nullptr);
-    return split(tokens, labels);
+    std::vector<std::vector<int64_t>> starts(loader_.packed() ? count : 0);
+    loader_.next(global, first, count, tokens.data_ptr<int64_t>(), labels.defined() ? labels.data_ptr<int64_t>() : nullptr,
+                 starts.data());
+    return split(tokens, labels, starts);
   }
 
   Batch at(const std::vector<uint64_t>& indices) const override {
     const int64_t per = loader_.seq_len() + 1;
     auto [tokens, labels] = buffers(indices.size());
+    std::vector<std::vector<int64_t>> starts(loader_.packed() ? indices.size() : 0);
     for (size_t i = 0; i < indices.size(); ++i)
       loader_.sample(indices[i], tokens.data_ptr<int64_t>() + i * per,
-                     labels.defined() ? labels.data_ptr<int64_t>() + i * per : nullptr);
-    return split(tokens, labels);
+                     labels.defined() ? labels.data_ptr<int64_t>() + i * per : nullptr,
+                     starts.empty() ? nullptr : &starts[i]);
+    return split(tokens, labels, starts);
   }
 
  private:
@@ -63,11 +76,14 @@ class TokenBatches : public BatchSource {
     return {tokens, loader_.labelled() ? at::empty(shape, host_options(at::kLong, device_)) : at::Tensor()};
   }
   // Inputs are the first seq_len tokens; targets the next token at each position, or its label.
-  Batch split(const at::Tensor& tokens, const at::Tensor& labels) const {
+  // Packed windows: their documents over the inputs, from where each begins.
+  Batch split(const at::Tensor& tokens, const at::Tensor& labels, const std::vector<std::vector<int64_t>>& starts) const {
     const int64_t T = loader_.seq_len();
     const at::Tensor on_device = to_device(tokens, device_);
     const at::Tensor targets = labels.defined() ? to_device(labels, device_) : on_device;
-    return {on_device.narrow(1, 0, T), targets.narrow(1, 1, T)};
+    Batch batch{on_device.narrow(1, 0, T), targets.narrow(1, 1, T)};
+    for (const auto& window : starts) batch.documents.push_back(document_lengths(window, T));
+    return batch;
   }
   TokenLoader loader_;
   c10::Device device_;

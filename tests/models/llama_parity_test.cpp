@@ -29,6 +29,7 @@
 #include "optim/grad_clip.h"
 #include "shard/module_hooks.h"
 #include "support/process.h"
+#include "support/tiny_llama.h"
 #include "ckpt/tensor_file.h"
 #include "fp64_judge.h"
 
@@ -118,24 +119,12 @@ void run_parity(const ParityCase& pc, const std::string& tag) {
   judge.print();
 }
 
-cadre::LlamaConfig tiny_model() {
-  cadre::LlamaConfig m;
-  m.dim = 64;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;  // grouped-query attention
-  m.vocab_size = 96;
-  m.multiple_of = 32;
-  m.max_seq_len = 32;
-  return m;
-}
-
 }  // namespace
 
-TEST(LlamaParity, MatchesPyTorchGroupedQueryUntied) { run_parity({tiny_model()}, "gqa"); }
+TEST(LlamaParity, MatchesPyTorchGroupedQueryUntied) { run_parity({cadre::test::tiny_llama_config()}, "gqa"); }
 
 TEST(LlamaParity, MatchesPyTorchTiedEmbeddingsFullHeads) {
-  ParityCase pc{tiny_model()};
+  ParityCase pc{cadre::test::tiny_llama_config()};
   pc.model.tie_embeddings = true;
   pc.model.n_kv_heads = 4;
   pc.model.rope_theta = 500000.0;
@@ -146,7 +135,7 @@ TEST(LlamaParity, MatchesPyTorchTiedEmbeddingsFullHeads) {
 // libtorch 2.x's fused scaled_dot_product_attention (model.attention: sdpa; what `auto` picks
 // on CUDA), judged like the rest against PyTorch's explicit-softmax reference in float64.
 TEST(LlamaParity, SdpaAttentionMatchesPyTorch) {
-  ParityCase pc{tiny_model()};
+  ParityCase pc{cadre::test::tiny_llama_config()};
   pc.model.attention = "sdpa";
   run_parity(pc, "sdpa");
 }
@@ -154,7 +143,7 @@ TEST(LlamaParity, SdpaAttentionMatchesPyTorch) {
 // Under SDPA, activation checkpointing's recomputation repeats the same kernels: the loss and
 // every gradient are the same as without checkpointing, bit for bit.
 TEST(LlamaParity, SdpaUnderActivationCheckpointingGivesTheSameGradients) {
-  cadre::LlamaConfig m = tiny_model();
+  cadre::LlamaConfig m = cadre::test::tiny_llama_config();
   m.attention = "sdpa";
   const at::Tensor tokens = at::randint(m.vocab_size, {2, m.max_seq_len + 1},
                                         at::make_generator<at::CPUGeneratorImpl>(7));

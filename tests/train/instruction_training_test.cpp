@@ -4,6 +4,7 @@
 //   labelled_tokens learns as targets, the rest -100 (the prompt, and the padding even with
 //   data.train_on_prompt); truncated and dropped samples are counted;
 // - bad lines exit 2 naming file:line, before anything but the tokenizer is written;
+// - packed windows hold every sample whole, and a packed run follows a padded one;
 // - the loss is one mean over the learned targets of a whole step: one rank in 1, 2 or 4
 //   micro-batches gives the same first loss (a mean of micro-batch means would not: their
 //   counts differ), and 2 ranks follow one rank;
@@ -138,16 +139,65 @@ std::vector<Sample> read_windows(const std::string& data, cadre::Split split) {
   return out;
 }
 
-TEST_F(InstructionTraining, EachWindowHoldsOneSampleWithTheTokensItLearns) {
-  const auto r = prepare(path("sft.jsonl"), path("sft"), {"--val-fraction", "0.1"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+// Every document of a packed split as (ids, learned), read back through the loader and cut where
+// the window's documents start. A document's first token is never a target; after it, with
+// train_on_prompt, every token of a sample is and none of a padding tail, which only ends a
+// window. Counts the windows and their padding tails.
+struct PackedSplit {
+  std::vector<Sample> documents;
+  size_t windows = 0, padding_tails = 0;
+  std::vector<size_t> used, first_length;  // per window: tokens of its documents, its first one's length
+};
+PackedSplit read_packed(const std::string& data, cadre::Split split) {
+  cadre::TokenLoader all(data, split, 0, /*train_on_prompt=*/true), answers(data, split, 0);
+  EXPECT_TRUE(all.packed());
+  const size_t per = static_cast<size_t>(all.seq_len() + 1);
+  std::vector<int64_t> tokens(per), labels_all(per), labels(per), tokens_again(per), starts, starts_again;
+  PackedSplit out;
+  for (uint64_t i = 0; i < all.num_samples(); ++i, ++out.windows) {
+    all.sample(i, tokens.data(), labels_all.data(), &starts);
+    answers.sample(i, tokens_again.data(), labels.data(), &starts_again);
+    EXPECT_EQ(starts, starts_again);
+    out.used.push_back(0);
+    out.first_length.push_back(starts.size() > 1 ? static_cast<size_t>(starts[1]) : per);
+    for (size_t d = 0; d < starts.size(); ++d) {
+      const size_t first = static_cast<size_t>(starts[d]), end = d + 1 < starts.size() ? starts[d + 1] : per;
+      Sample doc;
+      size_t targets = 0;
+      for (size_t k = first; k < end; ++k) {
+        doc.first.push_back(static_cast<int>(tokens[k]));
+        doc.second.push_back(labels[k] != -100);
+        targets += labels_all[k] != -100;
+        if (labels_all[k] != -100) {
+          EXPECT_EQ(labels_all[k], tokens[k]);
+        }
+        if (labels[k] != -100) {
+          EXPECT_EQ(labels[k], tokens[k]);
+        }
+      }
+      EXPECT_EQ(labels_all[first], -100) << "window " << i << ": a document start is never learned";
+      if (targets == 0) {
+        EXPECT_EQ(end, per) << "window " << i << ": only a window's padding tail learns nothing";
+        ++out.padding_tails;
+      } else {
+        EXPECT_EQ(targets, end - first - 1) << "window " << i << ": a sample's tokens after its first are targets";
+        out.documents.push_back(doc);
+        out.used.back() += end - first;
+      }
+    }
+  }
+  return out;
+}
 
-  // What labelled_tokens gives each line, cut to the window; the one without an answer left out.
-  const auto tokenizer = cadre::tokenizer_load(path("sft"));
+// What labelled_tokens gives each line of `jsonl`, cut to a window of 65 tokens; the lines
+// without an answer left in it are counted as dropped, the cut ones as truncated.
+std::vector<Sample> expected_samples(const std::string& jsonl, const std::string& tokenizer_dir, size_t& truncated,
+                                     size_t& dropped) {
+  const auto tokenizer = cadre::tokenizer_load(tokenizer_dir);
   const cadre::ChatTemplate chat = cadre::ChatTemplate::load("", *tokenizer);
   std::vector<Sample> want;
-  size_t truncated = 0, dropped = 0;
-  std::ifstream in(path("sft.jsonl"));
+  truncated = dropped = 0;
+  std::ifstream in(jsonl);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     cadre::LabelledTokens t = cadre::labelled_tokens(cadre::instruction_sample_parse(line, "x"), *tokenizer, chat, false);
@@ -161,6 +211,16 @@ TEST_F(InstructionTraining, EachWindowHoldsOneSampleWithTheTokensItLearns) {
     truncated += cut;
     want.emplace_back(t.ids, t.learn);
   }
+  std::sort(want.begin(), want.end());
+  return want;
+}
+
+TEST_F(InstructionTraining, EachWindowHoldsOneSampleWithTheTokensItLearns) {
+  const auto r = prepare(path("sft.jsonl"), path("sft"), {"--val-fraction", "0.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  size_t truncated = 0, dropped = 0;
+  const std::vector<Sample> want = expected_samples(path("sft.jsonl"), path("sft"), truncated, dropped);
   EXPECT_GE(truncated, 1u) << "the long answer";
   EXPECT_GE(dropped, 1u) << "the long prompt";
   EXPECT_GE(want.size(), 40u) << "most samples fit";
@@ -171,8 +231,32 @@ TEST_F(InstructionTraining, EachWindowHoldsOneSampleWithTheTokensItLearns) {
   EXPECT_EQ(val.size(), static_cast<size_t>(double(want.size()) * 0.1));
   got.insert(got.end(), val.begin(), val.end());
   std::sort(got.begin(), got.end());
-  std::sort(want.begin(), want.end());
   EXPECT_TRUE(got == want) << "the windows do not hold the samples and their learned tokens";
+}
+
+// --packing documents: every kept sample is in exactly one window, whole, with the tokens it
+// learns; windows end in at most one padding tail, and a window was closed only when the next
+// sample did not fit in what it had left.
+TEST_F(InstructionTraining, PackedWindowsHoldEveryDocumentWhole) {
+  const auto r = prepare(path("sft.jsonl"), path("sft-packed"), {"--val-fraction", "0.1", "--packing", "documents"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t truncated = 0, dropped = 0;
+  std::vector<Sample> want = expected_samples(path("sft.jsonl"), path("sft-packed"), truncated, dropped);
+  for (auto& sample : want) sample.second[0] = 0;  // a first token is never a target
+  std::sort(want.begin(), want.end());
+  PackedSplit train = read_packed(path("sft-packed"), cadre::Split::Train);
+  const PackedSplit val = read_packed(path("sft-packed"), cadre::Split::Val);
+  EXPECT_EQ(val.documents.size(), static_cast<size_t>(double(want.size()) * 0.1));
+  EXPECT_LE(train.padding_tails, train.windows);
+  EXPECT_LT(train.windows + val.windows, want.size()) << "windows hold several samples";
+  for (const PackedSplit* split : std::vector<const PackedSplit*>{&train, &val})
+    for (size_t w = 0; w + 1 < split->windows; ++w)
+      EXPECT_GT(split->used[w] + split->first_length[w + 1], 65u) << "window " << w << " had room for the next sample";
+  train.documents.insert(train.documents.end(), val.documents.begin(), val.documents.end());
+  std::sort(train.documents.begin(), train.documents.end());
+  EXPECT_TRUE(train.documents == want) << "the packed windows do not hold the samples and their learned tokens";
+  EXPECT_NE(r.output.find(cadre::str("samples packed into ", train.windows, " + ", val.windows, " windows")),
+            std::string::npos) << r.output;
 }
 
 TEST_F(InstructionTraining, BadLinesExitTwoNamingTheLine) {
@@ -194,7 +278,8 @@ TEST_F(InstructionTraining, BadLinesExitTwoNamingTheLine) {
                  good + R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},)"
                         R"( {"role": "assistant", "content": "c"}]})",
                  "roles.jsonl:2: Conversation roles must alternate");
-  expect_refused("packing.jsonl", good, "--packing 'documents'", {"--packing", "documents"});
+  expect_refused("packing.jsonl", good, "--packing 'tight': pad (one sample per window) or documents",
+                 {"--packing", "tight"});
   write(path("plain.txt"), "some text\n");
   const auto mixed = cadre::test::run_process({CADRE_BIN, "data", "prepare", "--input", path("packing.jsonl"), "--input",
                                                path("plain.txt"), "--out", path("bad-mixed"), "--tokenizer",
@@ -232,6 +317,52 @@ TEST_F(InstructionTraining, TheLossIsOneMeanOverTheStepAtAnyLayout) {
   ASSERT_EQ(losses("one", "val_loss").size(), 2u);
   cadre::test::OrderSpread(losses("one", "val_loss"), {losses("one-in-2", "val_loss"), losses("one-in-4", "val_loss")})
       .expect_follows(losses("two", "val_loss"), "2 ranks, validation");
+}
+
+// A packed run learns what a padded one does. With the whole train split as each step (every
+// step the same sums, over documents packed or one per window), the losses of packed runs (one
+// rank; two FULL_SHARD ranks with activation checkpointing, which recomputes the documents'
+// attention; two tensor-parallel ranks, each attending with its heads) follow the padded run's within the order spread of the padded run split into
+// micro-batches two other ways (support/order_spread.h), training and validation. Attention
+// across documents would move the loss by whole terms. The set grows by short samples until two
+// ranks can share the packed split and the padded one splits two ways.
+TEST_F(InstructionTraining, PackedTrainingFollowsPadded) {
+  const std::string pad = path("sft-pad"), pack = path("sft-pack");
+  int64_t padded = 0, packed = 0;
+  std::vector<int64_t> splits;  // micro-batches the padded split divides into
+  std::string lines = sft_lines();
+  for (int extra = 0; extra < 24 && (packed % 2 != 0 || splits.size() < 2 || packed == 0); ++extra) {
+    write(path("sft-grown.jsonl"), lines);
+    ASSERT_EQ(prepare(path("sft-grown.jsonl"), pad, {"--val-fraction", "0.1"}).exit_code, 0);
+    ASSERT_EQ(prepare(path("sft-grown.jsonl"), pack, {"--val-fraction", "0.1", "--packing", "documents"}).exit_code, 0);
+    padded = static_cast<int64_t>(cadre::manifest_read(pad).train.at(0).samples);
+    packed = static_cast<int64_t>(cadre::manifest_read(pack).train.at(0).samples);
+    splits.clear();
+    for (int64_t accum = 2; accum <= 12 && splits.size() < 2; ++accum)
+      if (padded % accum == 0) splits.push_back(accum);
+    lines += json({{"prompt", "Q" + std::to_string(extra) + ":"}, {"completion", " yes"}}).dump() + "\n";
+  }
+  ASSERT_TRUE(packed % 2 == 0 && splits.size() == 2) << padded << " padded and " << packed << " packed windows";
+  auto run = [&](const std::string& name, const std::string& data, int64_t batch, int64_t accum) {
+    const auto r = cadre::test::run_process(train_command(name, data, batch, accum, {}, "train.steps=3"), {}, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  };
+  run("pad-1", pad, padded, 1);
+  run("pad-a", pad, padded / splits[0], splits[0]);
+  run("pad-b", pad, padded / splits[1], splits[1]);
+  run("pack-1", pack, packed, 1);
+  auto results = cadre::testing::run_ranks(
+      2, train_command("pack-2", pack, packed / 2, 1,
+                       {"parallel.strategy=FULL_SHARD", "parallel.activation_checkpointing=true"}, "train.steps=3"));
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << cadre::testing::describe(results);
+  results = cadre::testing::run_ranks(2, train_command("pack-tp", pack, packed, 1, {"parallel.tp_size=2"}, "train.steps=3"));
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << cadre::testing::describe(results);
+  for (const char* key : {"loss", "val_loss"}) {
+    const cadre::test::OrderSpread spread(losses("pad-1", key), {losses("pad-a", key), losses("pad-b", key)});
+    spread.expect_follows(losses("pack-1", key), cadre::str("packed, ", key));
+    spread.expect_follows(losses("pack-2", key), cadre::str("packed on 2 ranks with checkpointing, ", key));
+    spread.expect_follows(losses("pack-tp", key), cadre::str("packed, tensor parallel over 2 ranks, ", key));
+  }
 }
 
 // A run stopped after step 3 (a checkpoint, the loader's position in it) and resumed takes the

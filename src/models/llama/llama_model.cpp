@@ -23,7 +23,7 @@ FSDPModule LlamaModel::parallelize(const DeviceMesh& mesh, FullyShardOptions opt
 
 LossOutput LlamaModel::loss(const Batch& batch) {
   LossOutput out;
-  out.loss = llama_->loss(call(llama_, batch.input), batch.target);
+  out.loss = llama_->loss(call(llama_, batch.input, batch.documents), batch.target);
   return out;
 }
 

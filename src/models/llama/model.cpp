@@ -9,6 +9,7 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -78,19 +79,40 @@ Attention::Attention(const LlamaConfig& c, bool deferred)
   wo = register_module("wo", std::make_shared<Projection>(n_heads * head_dim, c.dim, deferred));
 }
 
-at::Tensor Attention::forward(const at::Tensor& input, const Rope& rope) const {
+at::Tensor Attention::forward(const at::Tensor& input, const Positions& positions) const {
   const int64_t B = input.size(0), T = input.size(1);
   // Tensor parallel: this rank's heads (q, k, v column-parallel); wo sums the heads' parts.
   const at::Tensor x = tp_group ? copy_to_tp_region(input, *tp_group) : input;
   at::Tensor q = wq->forward(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
   at::Tensor k = wk->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
   at::Tensor v = wv->forward(x).view({B, T, n_kv_heads, head_dim}).transpose(1, 2);
-  q = apply_rope(q, rope.cos, rope.sin);
-  k = apply_rope(k, rope.cos, rope.sin);
-  k = repeat_kv(k, n_heads / n_kv_heads);
-  v = repeat_kv(v, n_heads / n_kv_heads);
-  at::Tensor out = attend(q, k, v);
+  const at::Tensor out = positions.documents.empty() ? attend_rotated(q, k, v, positions.cos, positions.sin)
+                                                     : attend_documents(q, k, v, positions);
   return tp_group ? reduce_from_tp_region(wo->forward(out), *tp_group) : wo->forward(out);
+}
+
+at::Tensor Attention::attend_rotated(at::Tensor q, at::Tensor k, at::Tensor v, const at::Tensor& cos,
+                                     const at::Tensor& sin) const {
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  return attend(q, repeat_kv(k, n_heads / n_kv_heads), repeat_kv(v, n_heads / n_kv_heads));
+}
+
+at::Tensor Attention::attend_documents(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       const Positions& positions) const {
+  std::vector<at::Tensor> windows;
+  for (int64_t b = 0; b < q.size(0); ++b) {
+    std::vector<at::Tensor> parts;
+    int64_t start = 0;
+    for (const int64_t length : positions.documents[b]) {
+      auto part = [&](const at::Tensor& t) { return t.narrow(0, b, 1).narrow(2, start, length); };
+      parts.push_back(attend_rotated(part(q), part(k), part(v), positions.cos.narrow(0, 0, length),
+                                     positions.sin.narrow(0, 0, length)));
+      start += length;
+    }
+    windows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 1));
+  }
+  return windows.size() == 1 ? windows[0] : at::cat(windows, 0);
 }
 
 at::Tensor Attention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
@@ -129,8 +151,8 @@ Block::Block(const LlamaConfig& c, bool deferred) {
   ffn_norm = register_module("ffn_norm", std::make_shared<RMSNorm>(c.dim, c.norm_eps, deferred));
 }
 
-at::Tensor Block::forward(const at::Tensor& x, const Rope& rope) const {
-  at::Tensor h = x + attention->forward(attention_norm->forward(x), rope);
+at::Tensor Block::forward(const at::Tensor& x, const Positions& positions) const {
+  at::Tensor h = x + attention->forward(attention_norm->forward(x), positions);
   return h + feed_forward->forward(ffn_norm->forward(h));
 }
 
@@ -155,28 +177,48 @@ Llama::Llama(const LlamaConfig& c, bool deferred) : config_(c) {
   rope_sin_ = angles.sin().to(at::kFloat);
 }
 
-Rope Llama::rope_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device) {
+Positions Llama::positions_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device) {
   // The tables are plain members, not buffers (Module::to leaves them): they follow the
   // tokens' device once, so a GPU forward copies nothing from the host.
   if (rope_cos_.device() != device) {
     rope_cos_ = rope_cos_.to(device);
     rope_sin_ = rope_sin_.to(device);
   }
-  return {rope_cos_.narrow(0, 0, seq_len).to(dtype), rope_sin_.narrow(0, 0, seq_len).to(dtype)};
+  return {rope_cos_.narrow(0, 0, seq_len).to(dtype), rope_sin_.narrow(0, 0, seq_len).to(dtype), {}};
 }
 
-at::Tensor Llama::forward(const at::Tensor& tokens) {
+namespace {
+// Packed windows' documents must tile each window: one list per window, lengths > 0 summing to T.
+void check_documents(const std::vector<std::vector<int64_t>>& documents, int64_t B, int64_t T) {
+  CADRE_CHECK(static_cast<int64_t>(documents.size()) == B, "Llama.forward: ", documents.size(),
+              " document lists for a batch of ", B, " windows");
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t sum = 0;
+    for (const int64_t length : documents[b]) {
+      CADRE_CHECK(length > 0, "Llama.forward: window ", b, " has a document of length ", length);
+      sum += length;
+    }
+    CADRE_CHECK(sum == T, "Llama.forward: window ", b, "'s documents cover ", sum, " of its ", T, " tokens");
+  }
+}
+}  // namespace
+
+at::Tensor Llama::forward(const at::Tensor& tokens, const std::vector<std::vector<int64_t>>& documents) {
   CADRE_CHECK(tokens.dim() == 2, "Llama.forward: tokens must be [batch, seq], got ", tokens.sizes());
   const int64_t T = tokens.size(1);
   CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
               config_.max_seq_len);
+  if (!documents.empty()) check_documents(documents, tokens.size(0), T);
   const at::ScalarType dtype = tok_embeddings->weight.scalar_type();
   const at::Tensor& table = tok_embeddings->weight;
   at::Tensor h = tp_group                ? vocab_parallel_embedding(table, tokens, vocab_start, *tp_group)
                  : sparse_embedding_grad ? embedding_rows(table, tokens)
                                          : at::embedding(table, tokens);
-  Rope rope = rope_for(T, dtype, tokens.device());
-  for (auto& block : layers->blocks) h = call(block, h, rope);
+  Positions positions = positions_for(T, dtype, tokens.device());
+  // Windows of one document each attend as unpacked ones do (one call for the whole batch).
+  const bool one_each = std::all_of(documents.begin(), documents.end(), [](const auto& d) { return d.size() == 1; });
+  if (!one_each) positions.documents = documents;
+  for (auto& block : layers->blocks) h = call(block, h, positions);
   // Called through their hooks: under FSDP an untied head and the final norm are a unit of
   // their own (llama_parallelize), gathered while the last blocks compute.
   h = call(norm, h);

@@ -41,15 +41,18 @@ class RMSNorm : public torch::nn::Module {
   double eps;
 };
 
-// Rotary tables for the sequence positions in use: cos and sin, each [T, head_dim].
-struct Rope {
+// Where a forward's tokens sit: rotary tables for positions 0..T-1 (cos and sin, each
+// [T, head_dim]), and for packed windows the lengths of each window's documents (Batch's
+// `documents`; empty: each window is one sequence).
+struct Positions {
   at::Tensor cos, sin;
+  std::vector<std::vector<int64_t>> documents;
 };
 
 class Attention : public torch::nn::Module {
  public:
   explicit Attention(const LlamaConfig& config, bool deferred = false);
-  at::Tensor forward(const at::Tensor& x, const Rope& rope) const;
+  at::Tensor forward(const at::Tensor& x, const Positions& positions) const;
   std::shared_ptr<Projection> wq, wk, wv, wo;
   int64_t n_heads, n_kv_heads, head_dim;  // heads on this rank
   comm::Communicator* tp_group = nullptr;  // q/k/v column-parallel, wo row-parallel over it
@@ -57,6 +60,14 @@ class Attention : public torch::nn::Module {
  private:
   // Causal attention of q, k, v [B, H, T, hd] (k, v already repeated to H heads) -> [B, T, H * hd].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  // q, k, v [B, heads, T, hd] straight from the projections: rotated (cos, sin [T, hd]), k and v
+  // repeated to the query heads, then attended.
+  at::Tensor attend_rotated(at::Tensor q, at::Tensor k, at::Tensor v, const at::Tensor& cos,
+                            const at::Tensor& sin) const;
+  // The same for each document of each window on its own (packed windows): positions from 0,
+  // attending only within the document. Work is the sum of the documents' squared lengths, not T^2.
+  at::Tensor attend_documents(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const Positions& positions) const;
   LlamaConfig config_;
 };
 
@@ -71,7 +82,7 @@ class FeedForward : public torch::nn::Module {
 class Block : public torch::nn::Module {
  public:
   explicit Block(const LlamaConfig& config, bool deferred = false);
-  at::Tensor forward(const at::Tensor& x, const Rope& rope) const;
+  at::Tensor forward(const at::Tensor& x, const Positions& positions) const;
   std::shared_ptr<RMSNorm> attention_norm, ffn_norm;
   std::shared_ptr<Attention> attention;
   std::shared_ptr<FeedForward> feed_forward;
@@ -92,7 +103,8 @@ class Llama : public torch::nn::Module {
 
   // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype. Under tensor
   // parallelism: this rank's vocabulary columns [vocab_start, vocab_start + vocab / tp).
-  at::Tensor forward(const at::Tensor& tokens);
+  // `documents`: packed windows' document lengths (Batch::documents), or empty.
+  at::Tensor forward(const at::Tensor& tokens, const std::vector<std::vector<int64_t>>& documents = {});
   // Mean next-token cross-entropy of forward's logits against targets [B, T], float32; under
   // tensor parallelism without gathering the logits.
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) const;
@@ -122,7 +134,7 @@ class Llama : public torch::nn::Module {
   bool sparse_embedding_grad = false;
 
  private:
-  Rope rope_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device);
+  Positions positions_for(int64_t seq_len, at::ScalarType dtype, const c10::Device& device);
 
   LlamaConfig config_;
   at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, head_dim], float32
