@@ -57,12 +57,12 @@ test-torch1: build
 	@cd $(BUILD) && $(call CTEST_SPLIT,,$(CTEST_EXCLUDE))
 
 # libtorch 2.x from the project venv's torch wheel (or your own: TORCH2_PREFIX=<dir holding
-# share/cmake/Torch>), C++20, CADRE_CUDA=ON against the CUDA toolkit and NCCL. No benchmarks or
-# fuzzers. `unit` + `torch2` (the multi-process set named in tests/CMakeLists.txt) + `kernels`
+# share/cmake/Torch>), C++20, CADRE_CUDA=ON against the CUDA toolkit and NCCL. No benchmarks,
+# fuzzers, or test programs with no test it runs (CADRE_TEST_LABELS, tests/CMakeLists.txt). `unit` + `torch2` (the multi-process set named in tests/CMakeLists.txt) + `kernels`
 # (tests/kernels/: the parity and equivalence tests under each CPU kernel choice).
 TORCH2_BUILD ?= build-torch2
 TORCH2_PREFIX ?= $$($(VENV)/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
-TORCH2_CMAKE_FLAGS ?= -DCADRE_CUDA=ON -DCADRE_BENCH=OFF -DCADRE_FUZZ=OFF
+TORCH2_CMAKE_FLAGS ?= -DCADRE_CUDA=ON -DCADRE_BENCH=OFF -DCADRE_FUZZ=OFF '-DCADRE_TEST_LABELS=unit;torch2;kernels'
 test-torch2: setup-torch
 	@echo "== libtorch 2.x (PyPI wheel, CADRE_CUDA=ON): unit + torch2 tests in $(TORCH2_BUILD)/"
 	@cmake -S . -B $(TORCH2_BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_PREFIX_PATH="$(TORCH2_PREFIX)" \

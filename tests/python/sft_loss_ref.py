@@ -7,10 +7,13 @@ labels on instruction data Cadre prepared, over the same weights:
 
 `loss` reads Cadre's train split without Cadre's code (manifest.json; each shard a 64-byte
 header - magic, version, token width, count, checksum - then little-endian ids; the labels
-shard beside it holds the id where it is learned and one of the two values above every id
-where not), gives every window to LlamaForCausalLM with labels = -100 where nothing is learned,
-and prints the loss transformers returns (its mean over every learned target of the batch) in
-float32 (the folder's weights as float32, as Cadre trains them) and in float64 (the judge).
+shard beside it holds the id where it is learned and one of the values above every id where
+not: prompt top - 1, padding top, and in packed data a document's first token top - 2), gives
+every window to LlamaForCausalLM with labels = -100 where nothing is learned, and prints the
+loss transformers returns (its mean over every learned target of the batch) in float32 (the
+folder's weights as float32, as Cadre trains them) and in float64 (the judge). A packed split
+(manifest `packing: documents`) is cut back into its documents first, each given to the model
+alone (right-padded, positions from 0): the unpacked computation that packing must equal.
 """
 import json
 import os
@@ -40,15 +43,39 @@ def read_shard(path, per):
     return values.astype(np.int64).reshape(-1, per), (1 << (8 * width)) - 1
 
 
+def unpack(tokens, values, top):
+    """Packed windows cut at their document starts (top - 2) into one row per document, right-
+    padded with -100 labels; a window's padding tail (nothing learned) is left out."""
+    docs = []
+    for window, codes in zip(tokens, values):
+        starts = list(np.flatnonzero(codes == top - 2)) + [len(codes)]
+        for first, end in zip(starts, starts[1:]):
+            labels = np.where(codes[first:end] >= top - 2, -100, codes[first:end])
+            if (labels != -100).any():
+                docs.append((window[first:end], labels))
+    width = max(len(t) for t, _ in docs)
+    tokens_out = np.zeros((len(docs), width), dtype=np.int64)
+    labels_out = np.full((len(docs), width), -100, dtype=np.int64)
+    for i, (t, l) in enumerate(docs):
+        tokens_out[i, :len(t)], labels_out[i, :len(l)] = t, l
+    return tokens_out, labels_out
+
+
 def train_split(data_dir):
     with open(os.path.join(data_dir, "manifest.json")) as f:
         manifest = json.load(f)
     per = manifest["seq_len"] + 1
     tokens, labels = [], []
     for entry, label_entry in zip(manifest["train"], manifest["train_labels"]):
-        tokens.append(read_shard(os.path.join(data_dir, entry["file"]), per)[0])
+        window_tokens = read_shard(os.path.join(data_dir, entry["file"]), per)[0]
         values, top = read_shard(os.path.join(data_dir, label_entry["file"]), per)
-        labels.append(np.where(values >= top - 1, -100, values))  # prompt (top - 1) and padding (top)
+        if manifest.get("packing") == "documents":
+            window_tokens, values = unpack(window_tokens, values, top)
+        tokens.append(window_tokens)
+        labels.append(np.where(values >= top - 2, -100, values))  # the codes: nothing learned there
+    width = max(t.shape[1] for t in tokens)
+    tokens = [np.pad(t, ((0, 0), (0, width - t.shape[1]))) for t in tokens]
+    labels = [np.pad(l, ((0, 0), (0, width - l.shape[1])), constant_values=-100) for l in labels]
     return torch.from_numpy(np.concatenate(tokens)), torch.from_numpy(np.concatenate(labels))
 
 

@@ -442,6 +442,8 @@ TEST_F(InstructionTraining, EpochsSizeTheRun) {
 // Cadre's first loss (the whole split as one step) agree to within 8x transformers' own float32
 // error against its float64 run (two float32 implementations of the same sums, in other orders),
 // floored at 1e-5 relative; learning the prompt or a mean of means would be off by far more.
+// Packed: transformers gets each document alone (sft_loss_ref.py cuts the windows back into
+// documents), Cadre the packed windows.
 TEST_F(InstructionTraining, MaskedLossEqualsTransformers) {
   const std::string hf = path("hf");
   auto py = [&](std::vector<std::string> argv) {
@@ -452,24 +454,37 @@ TEST_F(InstructionTraining, MaskedLossEqualsTransformers) {
   };
   py({CADRE_SOURCE_DIR "/tests/python/hf_random_folder.py", hf, "64", "2", "4", "2", "192", "512", "200MB"});
   py({CADRE_SOURCE_DIR "/tests/python/sft_loss_ref.py", "tokenizer", hf});
-  const auto prep = cadre::test::run_process({CADRE_BIN, "data", "prepare", "--input", path("sft.jsonl"), "--out",
-                                              path("sft-hf"), "--tokenizer", hf, "--seq-len", "64", "--val-fraction", "0"},
-                                             {}, 300);
-  ASSERT_EQ(prep.exit_code, 0) << prep.output;
-  const uint64_t windows = cadre::manifest_read(path("sft-hf")).train.at(0).samples;
-  const auto r = cadre::test::run_process(
-      train_command("hf-run", path("sft-hf"), static_cast<int64_t>(windows), 1,
-                    {"train.steps=1", "train.init_from=" + hf, "model.ffn_dim=192", "train.eval_interval=0"}),
-      {}, 300);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const double cadre_loss = losses("hf-run").at(0);
-  const std::string out = py({CADRE_SOURCE_DIR "/tests/python/sft_loss_ref.py", "loss", hf, path("sft-hf")});
-  const json ref = json::parse(out.substr(out.rfind('{')));
-  const double hf64 = ref["loss64"], hf32 = ref["loss32"];
-  const double bound = std::max(8 * std::abs(hf32 - hf64), 1e-5 * hf64);
-  std::printf("[masked loss] cadre %.9f, transformers float64 %.9f (float32 %.9f), %d learned targets; |diff| %.3g, bound %.3g\n",
-              cadre_loss, hf64, hf32, ref["learned"].get<int>(), std::abs(cadre_loss - hf64), bound);
-  EXPECT_NEAR(cadre_loss, hf64, bound) << "transformers float32 " << hf32 << ", learned targets " << ref["learned"];
+  // Packed into the folder's whole context (256), where Llama 3.1's template (some 50 tokens a
+  // sample here) leaves several samples per window.
+  for (const std::string packing : {"pad", "documents"}) {
+    const std::string data = path("sft-hf-" + packing), run = "hf-run-" + packing;
+    const auto prep = cadre::test::run_process({CADRE_BIN, "data", "prepare", "--input", path("sft.jsonl"), "--out", data,
+                                                "--tokenizer", hf, "--seq-len", packing == "pad" ? "64" : "256",
+                                                "--val-fraction", "0", "--packing", packing},
+                                               {}, 300);
+    ASSERT_EQ(prep.exit_code, 0) << prep.output;
+    const uint64_t windows = cadre::manifest_read(data).train.at(0).samples;
+    if (packing == "documents") {
+      EXPECT_LT(2 * windows, cadre::manifest_read(data).documents) << "packing holds several samples a window";
+    }
+    const auto r = cadre::test::run_process(
+        train_command(run, data, static_cast<int64_t>(windows), 1,
+                      {"train.steps=1", "train.init_from=" + hf, "model.ffn_dim=192", "train.eval_interval=0",
+                       packing == "pad" ? "model.max_seq_len=64" : "model.max_seq_len=256"}),
+        {}, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double cadre_loss = losses(run).at(0);
+    const std::string out = py({CADRE_SOURCE_DIR "/tests/python/sft_loss_ref.py", "loss", hf, data});
+    const json ref = json::parse(out.substr(out.rfind('{')));
+    const double hf64 = ref["loss64"], hf32 = ref["loss32"];
+    const double bound = std::max(8 * std::abs(hf32 - hf64), 1e-5 * hf64);
+    std::printf("[masked loss, %s] cadre %.9f, transformers float64 %.9f (float32 %.9f), %d learned targets in %llu "
+                "windows; |diff| %.3g, bound %.3g\n",
+                packing.c_str(), cadre_loss, hf64, hf32, ref["learned"].get<int>(),
+                static_cast<unsigned long long>(windows), std::abs(cadre_loss - hf64), bound);
+    EXPECT_NEAR(cadre_loss, hf64, bound) << packing << ": transformers float32 " << hf32 << ", learned targets "
+                                         << ref["learned"];
+  }
 }
 
 }  // namespace
