@@ -88,8 +88,7 @@ def main():
     args = ap.parse_args()
     cadre = os.path.join(args.build, "bin", "cadre")
     tokenizer = os.path.join(ensure_dataset(cadre), "tokenizer.model")
-    model = dict(MODEL, max_seq_len=args.seq_len)
-    MODEL.update(model)
+    MODEL["max_seq_len"] = args.seq_len  # the shared small Llama, at this run's window
     layouts = ["pad", "documents"]
     with tempfile.TemporaryDirectory() as work:
         jsonl = os.path.join(work, "instructions.jsonl")
