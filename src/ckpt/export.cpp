@@ -9,40 +9,60 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/dcp_export.h"
+#include "ckpt/lora_export.h"
 #include "ckpt/tensor_file.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/lora_naming.h"
 
 namespace fs = std::filesystem;
 
 namespace cadre {
 
 std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_for) {
-  CADRE_CONFIG_CHECK(o.format == "hf" || o.format == "pt" || o.format == "dcp", "--format must be hf, pt or dcp, got '",
-                     o.format, "'");
+  CADRE_CONFIG_CHECK(o.format == "hf" || o.format == "peft" || o.format == "pt" || o.format == "dcp",
+                     "--format must be hf, peft, pt or dcp, got '", o.format, "'");
   CADRE_CONFIG_CHECK(!o.out.empty(), "--out is required");
   const std::string checkpoint = checkpoint_locate(o.checkpoint);
   CheckpointReader reader(checkpoint);
   // The checkpoint carries the config it was trained with: the export needs nothing else.
   Config config = config_parse(reader.manifest().config_yaml, checkpoint + "/" + kManifestFile, {});
   std::unique_ptr<StateDictAdapter> adapter = adapter_for(config);
-  CADRE_CONFIG_CHECK(adapter || o.format != "hf", "model.arch '", config.model.arch,
+  CADRE_CONFIG_CHECK(adapter || (o.format != "hf" && o.format != "peft"), "model.arch '", config.model.arch,
                      "' has no Hugging Face format; export it with --format pt or dcp (its own tensor names)");
+  const LoraCheckpoint lora = lora_checkpoint(reader, config);
+  CADRE_CONFIG_CHECK(!o.merge || o.format == "hf", "--merge applies to --format hf (the adapters merged into the base)");
+  CADRE_CONFIG_CHECK(!o.merge || !lora.empty(), "--merge: ", checkpoint,
+                     " holds no LoRA adapters (a run without lora.rank): export it with --format hf alone");
+  CADRE_CONFIG_CHECK(o.format != "hf" || lora.empty() || o.merge, checkpoint, " holds LoRA adapters (lora.rank ",
+                     lora.config.rank, ", ", lora.layers.size(), " layers), which a Hugging Face model folder has no "
+                     "place for: export them with --format peft (PEFT's adapter folder, for the base), or the model "
+                     "with the adapters merged into the base with --format hf --merge");
   CADRE_CONFIG_CHECK(o.tokenizer.empty() || fs::is_regular_file(o.tokenizer), "--tokenizer '", o.tokenizer,
                      "': no such file");
-  CADRE_CONFIG_CHECK(o.format == "hf" || (o.dtype.empty() && o.max_shard_size == "50GB"),
-                     "--dtype and --max-shard-size apply to --format hf; pt and dcp keep the checkpoint's float32");
+  CADRE_CONFIG_CHECK(o.format == "hf" || o.format == "peft" || (o.dtype.empty() && o.max_shard_size == "50GB"),
+                     "--dtype and --max-shard-size apply to --format hf (--dtype also to peft); pt and dcp keep the "
+                     "checkpoint's float32");
+  CADRE_CONFIG_CHECK(o.format != "peft" || o.max_shard_size == "50GB", "--max-shard-size applies to --format hf; "
+                     "a PEFT adapter is one file");
   CADRE_CONFIG_CHECK(o.format == "hf" || o.world_size == 1, "--format ", o.format,
                      " is written by one process; only --format hf splits its files over the ranks of `cadre run`");
 
-  // Parameters, then buffers (BatchNorm statistics) under their own names.
+  if (o.format == "peft")
+    return peft_export(reader, config, *adapter, lora, o.out, o.dtype.empty() ? at::kFloat : hf_export_dtype(o.dtype));
+
+  // Parameters, then buffers (BatchNorm statistics) under their own names; a merged export
+  // leaves the adapters out (they are in their weights).
   std::map<std::string, std::string> names;  // checkpoint tensor -> exported name
   for (const auto& [name, t] : reader.manifest().tensors) {
     std::string own;
+    if (o.merge && lora_is_adapter(name)) continue;
     if (name.rfind("model.", 0) == 0) own = name.substr(6);
     else if (name.rfind("buffer.", 0) == 0) own = name.substr(7);
     else continue;
-    std::string external = adapter ? adapter->external_name(own) : own;
+    std::string external = !adapter                ? own
+                           : lora_is_adapter(own) ? lora_external_name(*adapter, own)
+                                                  : adapter->external_name(own);
     if (!external.empty()) names[name] = external;
   }
   CADRE_CHECK(!names.empty(), "checkpoint '", checkpoint, "' holds no model.* tensors");
@@ -64,6 +84,8 @@ std::string checkpoint_export(const ExportOptions& o, const AdapterFor& adapter_
     h.world_size = o.world_size;
     h.agree = o.agree;
     h.tokenizer_ids = o.tokenizer_ids;
+    if (o.merge)
+      for (const auto& t : lora.layers) h.merges[t.weight] = {t.a, t.b, lora.scale};
     return hf_export(reader, config, *adapter, names, h);
   }
   std::map<std::string, at::Tensor> tensors;

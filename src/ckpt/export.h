@@ -19,10 +19,11 @@ namespace cadre {
 
 struct ExportOptions {
   std::string checkpoint; // a checkpoint, or a run/checkpoint directory (newest complete one)
-  std::string format;     // "hf" (a folder), "pt" (one file) or "dcp" (a folder)
+  std::string format;     // "hf" (a folder), "peft" (a LoRA run's adapters, a folder), "pt" (one file) or "dcp" (a folder)
+  bool merge = false;     // hf of a LoRA run: the adapters merged into the base (without: refused)
   std::string out;        // folder for hf and dcp, file for pt
   std::string tokenizer;  // SentencePiece model; default: the model's origin, else <data.dir>/tokenizer.model
-  std::string dtype;      // hf: float32|bfloat16|float16; default the origin's dtype, else bfloat16
+  std::string dtype;      // hf: float32|bfloat16|float16; default the origin's dtype, else bfloat16; peft: default float32
   std::string max_shard_size = "50GB";  // hf: the largest safetensors file ("100MB" = 1e8 bytes, "100MiB")
   int64_t rank = 0, world_size = 1;     // hf under `cadre run`: each rank writes its share of the files
   AgreeFn agree;

@@ -56,9 +56,11 @@ struct ExportTensor {
 // Streams one tensor into `writer`: float32 converted chunk by chunk, anything else as stored.
 class TensorStreamer {
  public:
-  TensorStreamer(const CheckpointReader& reader, int64_t largest_numel) : reader_(reader), largest_(largest_numel) {}
+  TensorStreamer(const CheckpointReader& reader, int64_t largest_numel, const std::map<std::string, HfMerge>& merges)
+      : reader_(reader), largest_(largest_numel), merges_(merges) {}
 
   void stream(const ExportTensor& t, SafetensorsWriter& writer) {
+    if (const auto m = merges_.find(t.stored); m != merges_.end()) return stream_merged(t, m->second, writer);
     const bool convert = t.stored_type == at::kFloat && t.out.dtype != at::kFloat;
     const int64_t elem = static_cast<int64_t>(at::elementSize(t.stored_type));
     const int64_t chunk = std::max<int64_t>(1, std::min(largest_, kChunkBytes / elem));  // elements
@@ -78,12 +80,31 @@ class TensorStreamer {
   }
 
  private:
+  // A weight with an adapter merged into it, whole rows at a time: W[rows] + scale * B[rows] A.
+  void stream_merged(const ExportTensor& t, const HfMerge& m, SafetensorsWriter& writer) {
+    CADRE_CHECK(t.stored_type == at::kFloat, "export --merge: ", t.stored, " is not stored in float32");
+    const at::Tensor a = reader_.read_tensor(m.a), b = reader_.read_tensor(m.b);  // [rank, in], [out, rank]
+    const int64_t cols = a.size(1), rows = b.size(0);
+    CADRE_CHECK(rows * cols == t.numel, "export --merge: ", t.stored, " has ", t.numel, " elements, its adapter makes ",
+                rows, " x ", cols);
+    const int64_t step = std::max<int64_t>(1, kChunkBytes / (cols * 4));
+    ensure(raw_, step * cols * 4, at::kByte);
+    for (int64_t row = 0; row < rows; row += step) {
+      const int64_t n = std::min(step, rows - row);
+      at::Tensor w = at::from_blob(raw_.data_ptr(), {n, cols}, at::kFloat);
+      reader_.read(t.stored, row * cols, n * cols, w.data_ptr());
+      const at::Tensor merged = w.addmm(b.narrow(0, row, n), a, /*beta=*/1.0, /*alpha=*/m.scale).to(t.out.dtype);
+      writer.write(merged.data_ptr(), static_cast<uint64_t>(merged.numel()) * at::elementSize(t.out.dtype));
+    }
+  }
+
   static void ensure(at::Tensor& buffer, int64_t numel, at::ScalarType type) {
     if (!buffer.defined() || buffer.numel() < numel || buffer.scalar_type() != type) buffer = at::empty({numel}, type);
   }
 
   const CheckpointReader& reader_;
   int64_t largest_;
+  const std::map<std::string, HfMerge>& merges_;
   at::Tensor raw_, converted_;
 };
 
@@ -111,7 +132,7 @@ int64_t write_files(const CheckpointReader& reader, const std::vector<ExportTens
   for (const auto& t : tensors) largest = std::max(largest, t.numel);
   for (size_t k = 0; k < files.size(); ++k)
     if (static_cast<int64_t>(k) % o.world_size == o.rank) mine += static_cast<int64_t>(files[k].bytes);
-  TensorStreamer streamer(reader, largest);
+  TensorStreamer streamer(reader, largest, o.merges);
   Progress progress(str("export: rank ", o.rank, " writing"), mine, "B", 2.0);
   for (size_t k = 0; k < files.size(); ++k) {
     if (static_cast<int64_t>(k) % o.world_size != o.rank) continue;

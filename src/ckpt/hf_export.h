@@ -26,6 +26,13 @@ using TokenizerIds = std::function<std::pair<int64_t, int64_t>(const std::string
 
 inline constexpr uint64_t kHfDefaultMaxFileBytes = 50'000'000'000;  // transformers 5's "50GB"
 
+// A LoRA adapter merged into the weight it adapts as that is written: W + scale * B A, in float32
+// (checkpoint tensor names; ckpt/lora_export.h).
+struct HfMerge {
+  std::string a, b;
+  double scale = 0;
+};
+
 struct HfExportOptions {
   std::string out;                                // the folder (created; earlier weights files in it replaced)
   std::string dtype;                              // float32|bfloat16|float16 (or fp32|bf16|fp16); "": the origin's, else bfloat16
@@ -34,6 +41,7 @@ struct HfExportOptions {
   int64_t rank = 0, world_size = 1;
   AgreeFn agree;                                  // collective over the ranks (null with one process)
   TokenizerIds tokenizer_ids;                     // null: a SentencePiece model's ids read as 1 and 2
+  std::map<std::string, HfMerge> merges;          // by the checkpoint name of the weight merged into
 };
 
 // Writes the folder from `reader`'s checkpoint (trained with `config`), exporting checkpoint

@@ -24,7 +24,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: cadre ckpt inspect <checkpoint|run_dir>\n"
     "       cadre ckpt verify <checkpoint|run_dir|checkpoint_dir>\n"
-    "       cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]\n"
+    "       cadre ckpt export <checkpoint|run_dir> --format hf|peft|pt|dcp --out <path> [--merge] [--tokenizer <file>]\n"
     "                         [--dtype bfloat16|float16|float32] [--max-shard-size 50GB]\n"
     "       cadre ckpt import --from hf <hf_dir> --out <checkpoint_dir>\n";
 
@@ -119,19 +119,23 @@ int ckpt_verify(const Args& args) {
 int ckpt_export(const Args& args) {
   ExportOptions o;
   std::string run;
-  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|pt|dcp --out <path> [--tokenizer <file>]\n"
+  Flags flags("cadre ckpt export <checkpoint|run_dir> --format hf|peft|pt|dcp --out <path> [--merge] [--tokenizer <file>]\n"
               "                         [--dtype bfloat16|float16|float32] [--max-shard-size 50GB]\n"
               "  hf streams the weights (64 MiB at a time) into safetensors files of at most --max-shard-size,\n"
               "  with model.safetensors.index.json when there are several; under `cadre run` each rank writes\n"
-              "  its share of the files.");
+              "  its share of the files. A LoRA run (lora.rank > 0) exports its adapters with --format peft, or\n"
+              "  the model with them merged into the base with --format hf --merge.");
   flags.add("--run", &run, "run directory (same as the positional argument)");
   flags.add("--format", &o.format,
-            "hf: Hugging Face Llama folder; pt: one torch.load-able file; dcp: a folder torch.distributed.checkpoint "
-            "loads (torch 1.13: torch.distributed._shard.checkpoint)");
-  flags.add("--out", &o.out, "output folder (hf, dcp) or file (pt)");
+            "hf: Hugging Face Llama folder; peft: a LoRA run's adapters as PEFT's adapter folder; pt: one "
+            "torch.load-able file; dcp: a folder torch.distributed.checkpoint loads (torch 1.13: "
+            "torch.distributed._shard.checkpoint)");
+  flags.add("--out", &o.out, "output folder (hf, peft, dcp) or file (pt)");
+  flags.add("--merge", &o.merge, "hf of a LoRA run: write W + alpha/rank * B A for each adapted layer");
   flags.add("--tokenizer", &o.tokenizer,
             "SentencePiece model to include (default: the tokenizer files the model came with, else the run's data.dir)");
-  flags.add("--dtype", &o.dtype, "hf: dtype of the weights written (default: the dtype the model came in, else bfloat16)");
+  flags.add("--dtype", &o.dtype, "hf: dtype of the weights written (default: the dtype the model came in, else "
+            "bfloat16); peft: of the adapters (default float32)");
   flags.add("--max-shard-size", &o.max_shard_size, "hf: largest safetensors file (100MB = 10^8 bytes, 100MiB = 100 x 2^20)");
   o.checkpoint = path_argument(flags, args, run);
   o.tokenizer_ids = [](const std::string& model) {

@@ -69,6 +69,10 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel.accumulate_unsharded", &c.parallel.accumulate_unsharded},
       {"parallel.wrap_min_params", &c.parallel.wrap_min_params},
       {"parallel.comm_timeout", &c.parallel.comm_timeout},
+      {"lora.rank", &c.lora.rank},
+      {"lora.alpha", &c.lora.alpha},
+      {"lora.dropout", &c.lora.dropout},
+      {"lora.targets", &c.lora.targets},
       {"checkpoint.interval", &c.checkpoint.interval},
       {"checkpoint.keep", &c.checkpoint.keep},
       {"checkpoint.dir", &c.checkpoint.dir},
@@ -296,6 +300,10 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(is_dtype(p.mixed_precision.reduce_dtype),
                      "parallel.mixed_precision.reduce_dtype: '", p.mixed_precision.reduce_dtype,
                      "' is not float32 or bfloat16");
+
+  CADRE_CONFIG_CHECK(c.lora.rank >= 0, "lora.rank must be >= 0 (0: no adapters), got ", c.lora.rank);
+  CADRE_CONFIG_CHECK(c.lora.alpha > 0, "lora.alpha must be > 0, got ", c.lora.alpha);
+  CADRE_CONFIG_CHECK(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout must be in [0, 1), got ", c.lora.dropout);
 
   CADRE_CONFIG_CHECK(c.checkpoint.interval >= 0, "checkpoint.interval must be >= 0");
   CADRE_CONFIG_CHECK(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");

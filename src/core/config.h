@@ -97,6 +97,22 @@ struct TrainConfig {
   std::string freeze;
 };
 
+// LoRA (Hu et al. 2021, as PEFT's LoraConfig; models/lora.h): low-rank adapters beside chosen
+// linear layers, y = x W^T + alpha / rank * (dropout(x) A^T) B^T. With rank > 0 every other
+// parameter is frozen: the base is sharded like any frozen parameter (no gradient, no optimizer
+// state) and only the adapters train.
+struct LoraConfig {
+  int64_t rank = 0;     // 0: no adapters
+  double alpha = 16;    // scale = alpha / rank
+  double dropout = 0;   // on the adapter's input, in training only (PEFT's lora_dropout)
+  // Comma-separated: the model's layer names or PEFT's target_modules names (q_proj, ...; each
+  // matches a layer whose name is it or ends in ".<it>"), `all-linear` (every linear layer but
+  // the output head, as PEFT), or a regular expression full-matching layer names (an entry with
+  // characters other than letters, digits, '_', '-' and '.'). "": the model's default (Llama: the
+  // attention projections wq, wk, wv, wo).
+  std::string targets;
+};
+
 struct MixedPrecisionConfig {
   std::string param_dtype = "float32";   // float32 | bfloat16: dtype of compute weights
   std::string reduce_dtype = "float32";  // float32 | bfloat16: dtype of gradient reduction
@@ -164,6 +180,7 @@ struct Config {
   OptimConfig optim;
   TrainConfig train;
   ParallelConfig parallel;
+  LoraConfig lora;
   CheckpointConfig checkpoint;
   ObsConfig obs;
   RunConfig run;

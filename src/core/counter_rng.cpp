@@ -63,4 +63,11 @@ void normal(uint64_t key, uint64_t start, int64_t count, double mean, double std
   }
 }
 
+void uniform(uint64_t key, uint64_t start, int64_t count, double low, double high, float* out) {
+  for (int64_t j = 0; j < count; ++j) {
+    const Block b = philox(key, start + uint64_t(j));
+    out[j] = float(low + (high - low) * uniform53(b.x[0], b.x[1]));
+  }
+}
+
 }  // namespace cadre::counter_rng

@@ -23,4 +23,8 @@ Block philox(uint64_t key, uint64_t index);
 // normal from the element's own block (53-bit uniforms, computed in double, rounded once).
 void normal(uint64_t key, uint64_t start, int64_t count, double mean, double std, float* out);
 
+// out[j] = U[low, high) for element start + j of the stream (a 53-bit uniform from the element's
+// own block, computed in double, rounded once).
+void uniform(uint64_t key, uint64_t start, int64_t count, double low, double high, float* out);
+
 }  // namespace cadre::counter_rng

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/param_source.h"
 #include "data/manifest.h"
+#include "models/lora.h"
 #include "shard/deferred_param.h"
 #include "shard/device_mesh.h"
 #include "shard/fully_shard.h"
@@ -168,6 +169,9 @@ class Model {
   virtual double flops_per_sample(int64_t sample_len) const { return 0; }
   // What one sample counts as in throughput figures: "tokens" (seq_len per sample) or "images".
   virtual const char* throughput_unit() const = 0;
+  // What its layers are called, for lora.targets (models/lora.h); empty names (the default):
+  // LoRA reaches its LoraLinear layers by their own names only.
+  virtual LoraNames lora_names() const { return {}; }
   // The model's text-generation side; null (the default) for one that does not generate text.
   virtual const CausalLm* causal_lm() const { return nullptr; }
 };

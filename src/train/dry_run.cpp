@@ -13,6 +13,7 @@
 #include "models/registry.h"
 #include "shard/device_mesh.h"
 #include "train/freeze.h"
+#include "train/lora_run.h"
 #include "train/memory_check.h"
 #include "train/run_setup.h"
 
@@ -35,12 +36,14 @@ void train_dry_run(const Config& config, int64_t world_size) {
   CADRE_CONFIG_CHECK(world_size >= 1 && world_size % p.tp_size == 0, "--world-size ", world_size,
                      " must be a positive multiple of parallel.tp_size ", p.tp_size);
   std::unique_ptr<Model> model = model_build(config, /*deferred=*/true);
+  const bool lora = !lora_add_adapters(config, *model, /*lead=*/true).empty();
   model->check_parallel(p);
   ParallelConfig one_rank = p;
   one_rank.tp_size = 1;
   DeviceMesh mesh(comm::JobEnv{}, 1, comm::CommOptions{});
   FSDPModule sharded = model->parallelize(mesh, shard_options_of(one_rank), one_rank);
   if (!config.train.freeze.empty()) freeze_parameters(model->module(), config.train.freeze, config.train.steps > 0);
+  if (lora) lora_freeze_base(model->module());
   ShardPlan plan = sharded.plan();
   for (auto* flats : {&plan.flats, &plan.frozen})
     for (auto& f : *flats) f.numel = (f.numel + p.tp_size - 1) / p.tp_size;

@@ -63,7 +63,8 @@ std::shared_ptr<HfParamSource> init_from_hf_source(const Config& c, Model& model
                      " has no Hugging Face names");
   // The shapes of the run's own model (before tensor parallelism splits it): a model key the
   // config changes is caught here, naming the tensor.
-  for (const auto& p : model.module().named_parameters()) target.parameters.push_back({p.key(), p.value().sizes().vec()});
+  for (const auto& p : model.module().named_parameters())
+    if (!lora_is_adapter(p.key())) target.parameters.push_back({p.key(), p.value().sizes().vec()});
   try {
     return std::make_shared<HfParamSource>(c.train.init_from, std::move(target));
   } catch (const ConfigError& e) {
@@ -79,7 +80,8 @@ void init_from_hf_report(const HfParamSource& source, double seconds, int rank, 
 
 std::shared_ptr<CheckpointParamSource> init_from_checkpoint_source(const Config& c, Model& model) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
-  for (const auto& p : model.module().named_parameters()) parameters.emplace_back(p.key(), p.value().sizes().vec());
+  for (const auto& p : model.module().named_parameters())
+    if (!lora_is_adapter(p.key())) parameters.emplace_back(p.key(), p.value().sizes().vec());
   const std::string path = locate(c);
   try {
     return std::make_shared<CheckpointParamSource>(path, parameters);

@@ -26,6 +26,7 @@
 #include "train/data_tokenizer_check.h"
 #include "train/freeze.h"
 #include "train/init_from.h"
+#include "train/lora_run.h"
 #include "train/memory_check.h"
 
 namespace fs = std::filesystem;
@@ -87,6 +88,7 @@ void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::
   r.device = device_select(r.c.train.device, "train.device");
   cpu_block_cache::install();  // before the model: steps reuse their large blocks
   r.model = model_build(r.c, /*deferred=*/true);  // shapes only, where the model can: made in shards
+  r.lora_layers = lora_add_adapters(r.c, *r.model, r.env.rank == 0);  // before anything reads the model's parameters
   check_inputs(r.c, *r.model, r.env.rank == 0);
   CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,
                      " does not divide WORLD_SIZE=", r.env.world_size,
@@ -135,6 +137,8 @@ void set_up_deferred(RunSetup& r) {
   else if (!r.c.train.init_from.empty())
     r.param_source = r.checkpoint_source = init_from_checkpoint_source(r.c, *r.model);
   else r.param_source = r.model->init_source(static_cast<uint64_t>(r.c.train.seed));
+  if (!r.lora_layers.empty())  // the adapters' initial values over the base's
+    r.param_source = lora_init_source(r.param_source, r.model->module(), static_cast<uint64_t>(r.c.train.seed));
   r.shard_options.param_source = r.param_source;
   r.shard_options.device = r.device;
 }
@@ -145,6 +149,7 @@ void set_up_deferred(RunSetup& r) {
 // and optimizer state are made there.
 void initialise_whole(RunSetup& r) {
   r.model->init_weights(static_cast<uint64_t>(r.c.train.seed));
+  lora_init_adapters(r.model->module(), static_cast<uint64_t>(r.c.train.seed));
   if (r.group) {
     c10::NoGradGuard no_grad;
     for (auto& p : r.model->module().parameters()) r.group->broadcast(p, 0);
@@ -167,6 +172,7 @@ void set_up_model(RunSetup& r) {
     const int64_t frozen = freeze_parameters(r.model->module(), c.train.freeze, c.train.steps > 0);
     if (r.lead) log::info(str("train.freeze: ", frozen, " parameters frozen (", c.train.freeze, ")"));
   }
+  if (!r.lora_layers.empty()) lora_freeze_base(r.model->module());  // only the adapters train
   r.memory = check_run_memory(r);  // before the shards exist: a run that cannot fit stops here
   r.sharded.flat_params();  // the tree set up: a deferred model's shards allocated and filled
   r.model_ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t_start).count();

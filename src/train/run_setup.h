@@ -32,6 +32,7 @@ struct RunSetup {
   comm::JobEnv env;
   c10::Device device{c10::kCPU};  // train.device resolved (under `cadre run`, LOCAL_RANK's GPU)
   std::unique_ptr<Model> model;
+  std::vector<std::string> lora_layers;  // the layers lora.* gave adapters (empty: lora.rank 0)
   int rank = 0, world = 1;
   bool lead = true;  // rank 0 writes the run directory and shows progress
   FullyShardOptions shard_options;

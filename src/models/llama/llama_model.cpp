@@ -59,6 +59,15 @@ int64_t LlamaModel::activation_bytes(const ActivationShape& shape) const {
   return llama_activation_bytes(config_, shape, frozen);
 }
 
+LoraNames LlamaModel::lora_names() const {
+  LoraNames names;
+  names.aliases = {{"q_proj", "wq"},      {"k_proj", "wk"},    {"v_proj", "wv"},      {"o_proj", "wo"},
+                   {"gate_proj", "w1"},   {"up_proj", "w3"},   {"down_proj", "w2"},   {"lm_head", "output"}};
+  names.defaults = {"wq", "wk", "wv", "wo"};  // the attention projections
+  names.not_all_linear = {"output"};
+  return names;
+}
+
 double LlamaModel::flops_per_sample(int64_t seq_len) const {
   return llama_flops_per_token(config_, seq_len) * double(seq_len);
 }

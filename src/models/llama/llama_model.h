@@ -29,6 +29,7 @@ class LlamaModel : public Model, public CausalLm {
   int64_t activation_bytes(const ActivationShape& shape) const override;
   const char* throughput_unit() const override { return "tokens"; }
   const CausalLm* causal_lm() const override { return this; }
+  LoraNames lora_names() const override;
 
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.max_seq_len; }

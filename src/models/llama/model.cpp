@@ -21,6 +21,7 @@
 #include "models/fused_rope.h"
 #include "models/fused_swiglu.h"
 #include "models/llama/init.h"
+#include "models/lora.h"
 #include "shard/deferred_param.h"
 #include "shard/module_hooks.h"
 #include "shard/tp_collectives.h"
@@ -32,12 +33,6 @@ namespace {
 // A parameter's tensor: uninitialised, or without storage when the model is built deferred.
 at::Tensor new_param(at::IntArrayRef sizes, bool deferred) { return deferred ? deferred_empty(sizes) : at::empty(sizes); }
 }  // namespace
-
-Projection::Projection(int64_t in, int64_t out, bool deferred) {
-  weight = register_parameter("weight", new_param({out, in}, deferred));
-}
-
-at::Tensor Projection::forward(const at::Tensor& x) const { return linear_no_bias(x, weight); }
 
 Embedding::Embedding(int64_t vocab, int64_t dim, bool deferred) {
   weight = register_parameter("weight", new_param({vocab, dim}, deferred));
@@ -236,6 +231,7 @@ void Llama::init_weights(uint64_t seed) {
   c10::NoGradGuard no_grad;
   const std::shared_ptr<const ParamSource> source = init_source(seed);
   for (auto& item : named_parameters()) {
+    if (lora_is_adapter(item.key())) continue;  // an adapter's values are LoRA's (models/lora.h)
     at::Tensor& p = item.value();
     CADRE_CHECK(p.is_contiguous() && p.scalar_type() == at::kFloat && p.is_cpu(), "Llama.init_weights: '", item.key(),
                 "' is not a contiguous float32 CPU tensor");

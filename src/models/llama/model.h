@@ -15,16 +15,13 @@
 #include "comm/comm.h"
 #include "core/param_source.h"
 #include "models/llama/config.h"
+#include "models/lora_linear.h"
 
 namespace cadre {
 
-// A bias-free linear map y = x W^T; W is [out, in] like torch.nn.Linear.
-class Projection : public torch::nn::Module {
- public:
-  Projection(int64_t in, int64_t out, bool deferred = false);
-  at::Tensor forward(const at::Tensor& x) const;
-  at::Tensor weight;
-};
+// A bias-free linear map y = x W^T (W [out, in] like torch.nn.Linear) that lora.* can give an
+// adapter (models/lora_linear.h).
+using Projection = LoraLinear;
 
 // Token embedding table [vocab, dim].
 class Embedding : public torch::nn::Module {
@@ -113,6 +110,7 @@ class Llama : public torch::nn::Module {
   // output projections (wo, w2) scaled by 1/sqrt(2 * n_layers); norms start at one. Each
   // element is a function of (seed, parameter name, index) (models/llama/init.h), so the
   // whole model here and the shards a deferred model fills from init_source are the same bits.
+  // LoRA adapters (models/lora.h) are left to lora_init_adapters.
   void init_weights(uint64_t seed);
   std::shared_ptr<const ParamSource> init_source(uint64_t seed) const;
 

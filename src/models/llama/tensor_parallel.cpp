@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include "core/error.h"
+#include "core/lora_naming.h"
 #include "shard/deferred_param.h"
 
 namespace cadre {
@@ -15,8 +16,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // The dimension a parameter is split along (0: rows of [out, in], the column-parallel half
-// and the vocabulary; 1: columns, the row-parallel half), or -1: replicated.
+// and the vocabulary; 1: columns, the row-parallel half), or -1: replicated. A LoRA adapter's
+// factors follow their layer's weight (models/lora_linear.h).
 int split_dim(const std::string& name) {
+  if (lora_is_adapter(name))
+    return lora_factor_split_dim(split_dim(lora_layer_of(name) + ".weight"), ends_with(name, ".lora_a"));
   for (const char* rows : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "feed_forward.w1.weight",
                            "feed_forward.w3.weight", "tok_embeddings.weight", "output.weight"})
     if (ends_with(name, rows)) return 0;
@@ -64,6 +68,11 @@ std::shared_ptr<TensorParallelLayout> llama_tensor_parallelize(Llama& model, com
     }
     layout->params.emplace(item.key(), std::move(where));
   }
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (auto layer = std::dynamic_pointer_cast<LoraLinear>(item.value()); layer && layer->has_adapter()) {
+      layer->tp_group = &group;
+      layer->tp_split = split_dim(item.key() + ".weight");
+    }
   for (auto& block : model.layers->blocks) {
     block->attention->n_heads /= tp;
     block->attention->n_kv_heads /= tp;

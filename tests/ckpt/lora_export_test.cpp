@@ -1,0 +1,128 @@
+// A LoRA run's exports, checked without Cadre's code: a run fine-tunes adapters on every
+// projection of a base read from a Hugging Face folder (written by transformers); then
+// - `--format peft` writes the adapter folder that peft's PeftModel.from_pretrained loads onto
+//   transformers' model of the base, reproducing Cadre's logits (tests/python/lora_export_check.py);
+// - `--format hf --merge` writes a plain folder (W + alpha/rank * B A) that transformers alone
+//   loads, reproducing them too (tests/python/hf_export_check.py, as for any export);
+// - `--format hf` without --merge, --merge or peft without adapters are refused (exit 2) saying
+//   what to do, and `--format pt` keeps the adapters under PEFT's in-model names.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_reader.h"
+#include "ckpt/tensor_file.h"
+#include "core/config.h"
+#include "models/llama/llama_model.h"
+#include "models/lora.h"
+#include "support/process.h"
+#include "support/tiny_dataset.h"
+#include "support/tiny_train.h"
+
+namespace {
+
+class LoraExport : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new cadre::test::TempDir("lora-export");
+    const std::string data = cadre::test::prepare_tiny_dataset(dir_->path(), 4, 20000);
+    hf_ = *dir_ / "hf";
+    auto folder = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_random_folder.py", hf_,
+                                            "64", "2", "4", "2", "192", "512", "60KB"},
+                                           {}, 600);
+    ASSERT_EQ(folder.exit_code, 0) << folder.output;
+    run_ = *dir_ / "run";
+    auto r = cadre::test::run_process(
+        cadre::test::tiny_train_command(data, run_, {"train.init_from=" + hf_, "model.ffn_dim=192", "lora.rank=4",
+                                                     "lora.alpha=8", "lora.targets=all-linear", "optim.lr=0.02",
+                                                     "optim.warmup_steps=0", "train.steps=4"}),
+        {}, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    write_cadre_logits();
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // Cadre's logits for a fixed batch from the final checkpoint, base and adapters.
+  static void write_cadre_logits() {
+    const cadre::Config config = cadre::config_load(run_ + "/config.yaml", {});
+    cadre::LlamaModel model(cadre::llama_config(config.model));
+    cadre::lora_apply(model.llama(), config.lora, model.lora_names());
+    const cadre::CheckpointReader reader(cadre::checkpoint_locate(run_));
+    c10::NoGradGuard no_grad;
+    for (auto& p : model.llama().named_parameters()) p.value().copy_(reader.read_tensor("model." + p.key()));
+    const at::Tensor tokens = at::randint(512, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
+    cadre::tensor_file_save(run_ + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", model.llama().forward(tokens)}});
+  }
+
+  static cadre::test::RunResult cadre_export(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {CADRE_BIN, "ckpt", "export", run_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return cadre::test::run_process(argv, {}, 300);
+  }
+
+  static cadre::test::TempDir* dir_;
+  static std::string hf_, run_;
+};
+cadre::test::TempDir* LoraExport::dir_ = nullptr;
+std::string LoraExport::hf_, LoraExport::run_;
+
+TEST_F(LoraExport, PeftAdapterLoadsOntoTheTransformersBaseAndReproducesCadre) {
+  const std::string out = *dir_ / "peft";
+  auto r = cadre_export({"--format", "peft", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote a PEFT LoRA adapter"), std::string::npos) << r.output;
+  auto check = cadre::test::run_process(
+      {CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/lora_export_check.py", hf_, out, run_ + "/cadre_logits.pt",
+       "4", "8"},
+      {}, 600);
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  std::printf("[lora export] %s", check.output.substr(check.output.find("ok:")).c_str());
+}
+
+TEST_F(LoraExport, MergedFolderIsAPlainModelThatReproducesCadre) {
+  const std::string out = *dir_ / "merged";
+  auto r = cadre_export({"--format", "hf", "--merge", "--dtype", "float32", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto check = cadre::test::run_process({CADRE_VENV_PYTHON, CADRE_SOURCE_DIR "/tests/python/hf_export_check.py", out,
+                                         "-", run_ + "/cadre_logits.pt"},
+                                        {}, 600);
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  std::printf("[lora merged] %s", check.output.substr(check.output.find("ok:")).c_str());
+}
+
+TEST_F(LoraExport, FormatsThatCannotHoldAdaptersAreRefused) {
+  auto plain = cadre_export({"--format", "hf", "--out", *dir_ / "plain"});
+  EXPECT_EQ(plain.exit_code, 2) << plain.output;
+  EXPECT_NE(plain.output.find("holds LoRA adapters (lora.rank 4, 14 layers), which a Hugging Face model folder has no "
+                              "place for: export them with --format peft"),
+            std::string::npos)
+      << plain.output;
+  auto merge_peft = cadre_export({"--format", "peft", "--merge", "--out", *dir_ / "x"});
+  EXPECT_EQ(merge_peft.exit_code, 2) << merge_peft.output;
+  EXPECT_NE(merge_peft.output.find("--merge applies to --format hf"), std::string::npos) << merge_peft.output;
+  // A checkpoint without adapters: the base's import.
+  const std::string imported = *dir_ / "imported";
+  auto imp = cadre::test::run_process({CADRE_BIN, "ckpt", "import", "--from", "hf", hf_, "--out", imported}, {}, 300);
+  ASSERT_EQ(imp.exit_code, 0) << imp.output;
+  for (const auto& [format, says] : std::vector<std::pair<std::string, std::string>>{
+           {"peft", "--format peft: "}, {"hf", "--merge: "}}) {
+    std::vector<std::string> argv = {CADRE_BIN, "ckpt", "export", imported, "--format", format, "--out", *dir_ / "y"};
+    if (format == "hf") argv.push_back("--merge");
+    auto r = cadre::test::run_process(argv, {}, 120);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("holds no LoRA adapters"), std::string::npos) << r.output;
+  }
+  // pt keeps everything, the adapters under PEFT's in-model names.
+  const std::string pt = *dir_ / "model.pt";
+  auto r = cadre_export({"--format", "pt", "--out", pt});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const cadre::TensorDict saved = cadre::tensor_file_load(pt);
+  EXPECT_EQ(saved.size(), size_t(3 + 2 * 9 + 2 * 2 * 7));
+  EXPECT_EQ(saved.at("model.layers.1.mlp.down_proj.lora_B.weight").sizes(), (std::vector<int64_t>{64, 4}));
+}
+
+}  // namespace
