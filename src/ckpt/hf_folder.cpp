@@ -95,6 +95,16 @@ HfFolder::HfFolder(std::string dir) : dir_(std::move(dir)) {
   }
 }
 
+HfFolder::HfFolder(std::string dir, const std::string& config_file, const std::string& weights_file)
+    : dir_(std::move(dir)) {
+  CADRE_CONFIG_CHECK(fs::is_directory(dir_), "'", dir_, "' is not a directory");
+  const fs::path root(dir_);
+  for (const auto& file : {config_file, weights_file})
+    CADRE_CONFIG_CHECK(fs::is_regular_file(root / file), "'", dir_, "' has no ", file);
+  config_json_ = read_text((root / config_file).string());
+  open_file(weights_file);
+}
+
 HfFolder::~HfFolder() {
   for (auto& [name, fd] : fds_) ::close(fd);
 }

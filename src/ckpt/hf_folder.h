@@ -26,6 +26,9 @@ struct HfTensor {
 class HfFolder {
  public:
   explicit HfFolder(std::string dir);
+  // A folder of another kind with one weights file: `config_file` beside `weights_file` (a PEFT
+  // adapter: adapter_config.json and adapter_model.safetensors).
+  HfFolder(std::string dir, const std::string& config_file, const std::string& weights_file);
   ~HfFolder();
   HfFolder(const HfFolder&) = delete;
   HfFolder& operator=(const HfFolder&) = delete;

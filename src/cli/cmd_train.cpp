@@ -13,6 +13,7 @@
 #include "train/dry_run.h"
 #include "train/epochs.h"
 #include "train/init_from.h"
+#include "train/lora_import.h"
 #include "train/load_only.h"
 #include "train/trainer.h"
 
@@ -79,6 +80,7 @@ int cmd_train(const Args& args) {
   TrainArgs parsed = train_args(args);
   Config& config = parsed.config;
   init_from_config(config);      // fine-tuning: model keys from train.init_from's checkpoint
+  lora_init_from_config(config);  // a PEFT adapter to start from: its rank, alpha and layers
   model_config_resolve(config);  // the model's own keys: exit 2 before any work
   // A dry run plans memory, which the number of steps does not change: it needs no data.
   const char* world = std::getenv("WORLD_SIZE");

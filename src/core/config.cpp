@@ -73,6 +73,7 @@ std::vector<Field> config_fields(Config& c) {
       {"lora.alpha", &c.lora.alpha},
       {"lora.dropout", &c.lora.dropout},
       {"lora.targets", &c.lora.targets},
+      {"lora.init_from", &c.lora.init_from},
       {"checkpoint.interval", &c.checkpoint.interval},
       {"checkpoint.keep", &c.checkpoint.keep},
       {"checkpoint.dir", &c.checkpoint.dir},

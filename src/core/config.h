@@ -111,6 +111,10 @@ struct LoraConfig {
   // characters other than letters, digits, '_', '-' and '.'). "": the model's default (Llama: the
   // attention projections wq, wk, wv, wo).
   std::string targets;
+  // A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, as peft saves one
+  // and `cadre ckpt export --format peft` writes) to start the adapters from: its r, lora_alpha,
+  // lora_dropout and adapted layers become the run's (train/lora_import.h).
+  std::string init_from;
 };
 
 struct MixedPrecisionConfig {

@@ -34,6 +34,9 @@ bool names_layer(const std::string& layer, const std::string& name) {
 }
 
 std::vector<std::string> split_targets(const std::string& text, const LoraNames& names) {
+  CADRE_CONFIG_CHECK(!text.empty() || !names.defaults.empty(),
+                     "lora.targets is empty and the model names no default targets");
+  if (text.empty()) return names.defaults;
   std::vector<std::string> entries;
   size_t start = 0;
   while (start <= text.size()) {
@@ -46,8 +49,6 @@ std::vector<std::string> split_targets(const std::string& text, const LoraNames&
     entries.push_back(entry);
     start = comma + 1;
   }
-  if (text.empty()) entries = names.defaults;
-  CADRE_CONFIG_CHECK(!entries.empty(), "lora.targets is empty and the model names no default targets");
   return entries;
 }
 

@@ -26,6 +26,7 @@
 #include "train/data_tokenizer_check.h"
 #include "train/freeze.h"
 #include "train/init_from.h"
+#include "train/lora_import.h"
 #include "train/lora_run.h"
 #include "train/memory_check.h"
 
@@ -83,6 +84,7 @@ void set_threads(int64_t threads) {
 void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::JobEnv>& env) {
   r.c = config;
   init_from_config(r.c);      // fine-tuning: model keys the config leaves out come from the checkpoint
+  lora_init_from_config(r.c);  // a PEFT adapter to start from: its rank, alpha and layers
   model_config_resolve(r.c);  // the model's keys, checked and complete in config.yaml
   r.env = env ? *env : comm::JobEnv::from_env();
   r.device = device_select(r.c.train.device, "train.device");
@@ -137,7 +139,9 @@ void set_up_deferred(RunSetup& r) {
   else if (!r.c.train.init_from.empty())
     r.param_source = r.checkpoint_source = init_from_checkpoint_source(r.c, *r.model);
   else r.param_source = r.model->init_source(static_cast<uint64_t>(r.c.train.seed));
-  if (!r.lora_layers.empty())  // the adapters' initial values over the base's
+  if (!r.c.lora.init_from.empty())  // the adapters' initial values over the base's
+    r.param_source = lora_init_from_source(r.param_source, r.c, *r.model);
+  else if (!r.lora_layers.empty())
     r.param_source = lora_init_source(r.param_source, r.model->module(), static_cast<uint64_t>(r.c.train.seed));
   r.shard_options.param_source = r.param_source;
   r.shard_options.device = r.device;

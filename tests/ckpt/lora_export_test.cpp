@@ -5,12 +5,18 @@
 // - `--format hf --merge` writes a plain folder (W + alpha/rank * B A) that transformers alone
 //   loads, reproducing them too (tests/python/hf_export_check.py, as for any export);
 // - `--format hf` without --merge, --merge or peft without adapters are refused (exit 2) saying
-//   what to do, and `--format pt` keeps the adapters under PEFT's in-model names.
+//   what to do, and `--format pt` keeps the adapters under PEFT's in-model names;
+// - the PEFT folder comes back through lora.init_from as the run's adapters bit for bit, with
+//   its rank, alpha and layers, and folders that are not a plain LoRA adapter are refused.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
@@ -21,6 +27,7 @@
 #include "support/process.h"
 #include "support/tiny_dataset.h"
 #include "support/tiny_train.h"
+#include "train/lora_import.h"
 
 namespace {
 
@@ -35,6 +42,7 @@ class LoraExport : public ::testing::Test {
                                            {}, 600);
     ASSERT_EQ(folder.exit_code, 0) << folder.output;
     run_ = *dir_ / "run";
+    data_ = data;
     auto r = cadre::test::run_process(
         cadre::test::tiny_train_command(data, run_, {"train.init_from=" + hf_, "model.ffn_dim=192", "lora.rank=4",
                                                      "lora.alpha=8", "lora.targets=all-linear", "optim.lr=0.02",
@@ -64,10 +72,10 @@ class LoraExport : public ::testing::Test {
   }
 
   static cadre::test::TempDir* dir_;
-  static std::string hf_, run_;
+  static std::string hf_, run_, data_;
 };
 cadre::test::TempDir* LoraExport::dir_ = nullptr;
-std::string LoraExport::hf_, LoraExport::run_;
+std::string LoraExport::hf_, LoraExport::run_, LoraExport::data_;
 
 TEST_F(LoraExport, PeftAdapterLoadsOntoTheTransformersBaseAndReproducesCadre) {
   const std::string out = *dir_ / "peft";
@@ -123,6 +131,60 @@ TEST_F(LoraExport, FormatsThatCannotHoldAdaptersAreRefused) {
   const cadre::TensorDict saved = cadre::tensor_file_load(pt);
   EXPECT_EQ(saved.size(), size_t(3 + 2 * 9 + 2 * 2 * 7));
   EXPECT_EQ(saved.at("model.layers.1.mlp.down_proj.lora_B.weight").sizes(), (std::vector<int64_t>{64, 4}));
+}
+
+TEST_F(LoraExport, PeftAdapterComesBackThroughLoraInitFrom) {
+  const std::string peft = *dir_ / "peft32";
+  auto r = cadre_export({"--format", "peft", "--out", peft});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  cadre::Config config = cadre::config_load(run_ + "/config.yaml", {"lora.init_from=" + peft, "lora.rank=0",
+                                                                   "lora.alpha=1", "lora.targets=wq"});
+  cadre::lora_init_from_config(config);
+  EXPECT_EQ(config.lora.rank, 4);
+  EXPECT_EQ(config.lora.alpha, 8.0);
+  cadre::LlamaModel model(cadre::llama_config(config.model), /*deferred=*/true);
+  EXPECT_EQ(cadre::lora_apply(model.llama(), config.lora, model.lora_names()).size(), 14u);
+  auto source = cadre::lora_init_from_source(model.init_source(1), config, model);
+  const cadre::CheckpointReader reader(cadre::checkpoint_locate(run_));
+  int64_t factors = 0;
+  for (const auto& p : model.llama().named_parameters()) {
+    if (!cadre::lora_is_adapter(p.key())) continue;
+    const at::Tensor want = reader.read_tensor("model." + p.key());
+    at::Tensor got = at::empty(want.sizes(), at::kFloat);
+    source->read(p.key(), 0, got.numel(), got.data_ptr<float>());
+    EXPECT_TRUE(at::equal(got, want)) << p.key();
+    ++factors;
+  }
+  EXPECT_EQ(factors, 28);
+
+  // A run from it: the same adapters, rank and alpha.
+  auto train = [&](const std::vector<std::string>& sets) {
+    std::vector<std::string> all = {"train.init_from=" + hf_, "model.ffn_dim=192", "train.steps=2"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    return cadre::test::run_process(cadre::test::tiny_train_command(data_, *dir_ / "continued", all), {}, 300);
+  };
+  auto continued = train({"lora.init_from=" + peft});
+  ASSERT_EQ(continued.exit_code, 0) << continued.output;
+  EXPECT_NE(continued.output.find("lora: rank 4, alpha 8, dropout 0 on 14 layers"), std::string::npos)
+      << continued.output;
+  auto wrong_rank = train({"lora.init_from=" + peft, "lora.rank=8"});
+  EXPECT_EQ(wrong_rank.exit_code, 2) << wrong_rank.output;
+  EXPECT_NE(wrong_rank.output.find("lora.rank 8 is not the rank of lora.init_from"), std::string::npos)
+      << wrong_rank.output;
+  auto not_adapter = train({"lora.init_from=" + hf_});
+  EXPECT_EQ(not_adapter.exit_code, 2) << not_adapter.output;
+  EXPECT_NE(not_adapter.output.find("has no adapter_config.json"), std::string::npos) << not_adapter.output;
+  const std::string dora = *dir_ / "dora";
+  std::filesystem::create_directories(dora);
+  std::filesystem::copy_file(peft + "/adapter_model.safetensors", dora + "/adapter_model.safetensors");
+  std::ifstream in(peft + "/adapter_config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plain = "\"use_dora\": false";
+  text.replace(text.find(plain), plain.size(), "\"use_dora\": true");
+  cadre::test::write_text(dora + "/adapter_config.json", text);
+  auto refused = train({"lora.init_from=" + dora});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("use_dora = true is not supported"), std::string::npos) << refused.output;
 }
 
 }  // namespace

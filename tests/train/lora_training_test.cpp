@@ -3,7 +3,8 @@
 // into files). Two FULL_SHARD ranks with activation checkpointing and two tensor-parallel
 // ranks follow one rank's losses step for step within its order spread; in every final
 // checkpoint the base is the folder's values bit for bit with no optimizer state, and the
-// adapters have theirs. lora.* keys that name nothing or make no sense stop the run before any
+// adapters have theirs; the memory report counts gradients and optimizer state for the adapters
+// alone. lora.* keys that name nothing or make no sense stop the run before any
 // work (exit 2), naming the key.
 #include <gtest/gtest.h>
 
@@ -64,6 +65,12 @@ class LoraTraining : public ::testing::Test {
       lead_output = results[0].output;
     }
     EXPECT_NE(lead_output.find("lora: rank 4, alpha 8, dropout 0 on 14 layers"), std::string::npos) << lead_output;
+    // The memory report: gradients and optimizer state for the adapters' 2 x 4 x (in + out) per
+    // layer (9,728) alone; the base is reported as frozen parameters.
+    if (world == 1) {
+      EXPECT_NE(lead_output.find("x 0.009728M params"), std::string::npos) << lead_output;
+      EXPECT_NE(lead_output.find("; frozen parameters 0.6"), std::string::npos) << lead_output;
+    }
     std::vector<double> losses;
     std::ifstream in(*dir_ / (run + "/metrics.jsonl"));
     for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
