@@ -121,10 +121,11 @@ demo: configure
 
 # Fine-tuning on instruction data (scripts/finetune.sh): the demo's model (its first chunk trained
 # first if there is none), the repository's small instruction set, the masked held-out loss as it
-# falls, then the model served and asked through the openai client.
+# falls, then the model served and asked through the openai client. LORA=1: LoRA adapters on a
+# frozen base instead, exported as a PEFT adapter and merged for serving.
 finetune: configure
 	@cmake --build $(BUILD) -j $$(nproc) --target cadre
-	@bash scripts/finetune.sh $(BUILD)
+	@LORA=$(LORA) bash scripts/finetune.sh $(BUILD)
 
 # The second model: ResNet on MNIST digits, 2 DDP workers, accuracy per evaluation and a plot.
 mnist: configure

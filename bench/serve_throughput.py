@@ -106,10 +106,11 @@ def post(port, body):
     assert answer["usage"]["completion_tokens"] == body["max_tokens"], answer["usage"]
 
 
-def wall_of(port, B, tokens, vocab):
-    """Seconds from sending B requests of `tokens` new tokens each to the last answer."""
-    bodies = [dict(model="bench", prompt=[(1 + 131 * s + 31 * t) % vocab for t in range(PROMPT_LEN)], max_tokens=tokens,
-                   temperature=0, logit_bias={str(EOS): -100}) for s in range(B)]
+def wall_of(port, B, tokens, vocab, models=("bench",)):
+    """Seconds from sending B requests of `tokens` new tokens each (request s for models[s % len(models)])
+    to the last answer."""
+    bodies = [dict(model=models[s % len(models)], prompt=[(1 + 131 * s + 31 * t) % vocab for t in range(PROMPT_LEN)],
+                   max_tokens=tokens, temperature=0, logit_bias={str(EOS): -100}) for s in range(B)]
     threads = [threading.Thread(target=post, args=(port, b)) for b in bodies]
     t0 = time.perf_counter()
     for t in threads:
@@ -124,19 +125,27 @@ def vm_hwm(pid):
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
 
 
-def cadre_sitting(cadre, folder, B, tokens):
+def start_server(cadre, folder, B, tokens, extra=()):
+    """`cadre serve` of `folder` as model "bench" whose first step waits for B requests; (process, port)."""
     server = subprocess.Popen([cadre, "serve", "--model", folder, "--model-name", "bench", "--port", "0", "--threads", "2",
                                "--max-batch", str(B),
-                               "--batch-wait-ms", "60000", "--context", str(PROMPT_LEN + tokens + 1)],
+                               "--batch-wait-ms", "60000", "--context", str(PROMPT_LEN + tokens + 1), *extra],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = None
+    for line in server.stdout:
+        if line.startswith("listening on http://127.0.0.1:"):
+            port = int(line.rsplit(":", 1)[1])
+            break
+    if not port:
+        server.kill()
+        raise SystemExit("cadre serve did not start")
+    threading.Thread(target=server.stdout.read, daemon=True).start()  # keep its log flowing
+    return server, port
+
+
+def cadre_sitting(cadre, folder, B, tokens):
+    server, port = start_server(cadre, folder, B, tokens)
     try:
-        port = None
-        for line in server.stdout:
-            if line.startswith("listening on http://127.0.0.1:"):
-                port = int(line.rsplit(":", 1)[1])
-                break
-        assert port, "cadre serve did not start"
-        threading.Thread(target=server.stdout.read, daemon=True).start()  # keep its log flowing
         vocab = vocab_of(folder)
         wall_of(port, B, tokens, vocab)  # warm-up
         one, full = wall_of(port, B, 1, vocab), wall_of(port, B, tokens, vocab)

@@ -10,9 +10,15 @@ Precision: fp32, or bf16 as each wrapper is meant to be used: torch.autocast for
 (fp32 parameters and gradient all-reduce), MixedPrecisionPolicy(param_dtype=bf16,
 reduce_dtype=fp32) for FSDP2 (Cadre's bf16 setting: bf16 compute parameters, fp32 reduction).
 --attention sdpa uses F.scaled_dot_product_attention; --ac checkpoints every block's activations.
+--lora R: PEFT's LoRA (rank R, alpha 2R, no dropout) on every projection (PEFT's all-linear),
+the base frozen, as a PEFT + FSDP2 user fine-tunes; --fused: AdamW(fused=True); --meta: the model
+built on the meta device and materialised after sharding (each rank allocates its shards only,
+as FSDP2's documentation does for large models), its values drawn locally (values do not change
+the speed or memory measured).
 
 Prints one JSON line (rank 0): tokens_per_s (global tokens / step time, median after --warmup
-steps), final_loss, peak_rss_bytes (rank 0's high-water mark, as Cadre's summary.json), torch.
+steps), final_loss, peak_rss_bytes (rank 0's high-water mark, as Cadre's summary.json),
+baseline_rss_bytes (rank 0's RSS before the model: torch imported, the process group up), torch.
 """
 import argparse
 import json
@@ -48,6 +54,45 @@ def checkpoint_blocks(model):
         layer.forward = (lambda f: lambda *a: checkpoint(f, *a, use_reentrant=False))(layer.forward)
 
 
+def add_lora(model, rank):
+    """PEFT's LoRA on every projection; returns the Llama inside (what FSDP2 wraps and runs)."""
+    from peft import LoraConfig, get_peft_model
+    targets = ["wq", "wk", "wv", "wo", "w1", "w2", "w3"]
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                                                  target_modules=targets, bias="none"))
+    return peft_model.base_model.model
+
+
+def materialise(model, cfg):
+    """After fully_shard on the meta device: storage for this rank's shards, values drawn locally."""
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if name.endswith("norm.weight"):
+                local.fill_(1.0)
+            elif "lora_B" in name:
+                local.zero_()
+            else:
+                local.normal_(0.0, 0.02)
+        hd = cfg["dim"] // cfg["n_heads"]  # the rotary tables (buffers, not sharded): as llama_ref makes them
+        inv = cfg["rope_theta"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ang = torch.outer(torch.arange(cfg["max_seq_len"], dtype=torch.float64), inv)
+        ang = torch.cat((ang, ang), dim=-1)
+        model.cos.copy_(ang.cos().float())
+        model.sin.copy_(ang.sin().float())
+
+
+def make_optimizer(model, args):
+    if args.lora == 0 and not args.fused:
+        return make_adamw(model, 1e-3, (0.9, 0.95), 1e-8, 0.1)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=args.fused or None)
+
+
 def wrap(model, args, world):
     if args.mode == "ddp":
         return torch.nn.parallel.DistributedDataParallel(model)
@@ -64,16 +109,27 @@ def wrap(model, args, world):
     return torch.compile(model) if args.compile else model
 
 
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def train(args, rank, world):
+    baseline = rss_bytes()  # libraries loaded and the process group up, before the model
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
     samples, seq_len = load_samples(args.data)
     cfg = dict(json.loads(args.model), attention=args.attention)
-    model = Llama(cfg)
+    with torch.device("meta" if args.meta else "cpu"):
+        model = Llama(cfg)
+    if args.lora:
+        model = add_lora(model, args.lora)
     if args.ac:
         checkpoint_blocks(model)
     model = wrap(model, args, world)
-    opt = make_adamw(model, 1e-3, (0.9, 0.95), 1e-8, 0.1)  # after wrapping: FSDP2 registers new (DTensor) parameters
+    if args.meta:
+        materialise(model, cfg)
+    opt = make_optimizer(model, args)  # after wrapping: FSDP2 registers new (DTensor) parameters
     autocast = args.precision == "bf16" and args.mode != "fsdp2"
     gen = np.random.default_rng(1234 + rank)
     times, losses = [], []
@@ -85,7 +141,7 @@ def train(args, rank, world):
             logits = model(batch[:, :-1])
         loss = loss_fn(logits, batch[:, 1:])
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
@@ -94,7 +150,8 @@ def train(args, rank, world):
                   f"{world * args.batch * seq_len / times[-1]:.0f} tok/s", file=sys.stderr, flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # VmHWM, as Cadre's summary reports
     rate = statistics.median(world * args.batch * seq_len / t for t in times[args.warmup:])
-    return dict(tokens_per_s=rate, final_loss=losses[-1], peak_rss_bytes=rss, torch=torch.__version__)
+    return dict(tokens_per_s=rate, final_loss=losses[-1], peak_rss_bytes=rss, baseline_rss_bytes=baseline,
+                torch=torch.__version__)
 
 
 def worker(args):
@@ -133,11 +190,16 @@ def main():
     ap.add_argument("--attention", choices=["sdpa", "math"], default="sdpa")
     ap.add_argument("--ac", action="store_true", help="activation checkpointing per block")
     ap.add_argument("--compile", action="store_true", help="torch.compile (single only)")
+    ap.add_argument("--lora", type=int, default=0, help="PEFT LoRA rank on every projection (0: full training)")
+    ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
+    ap.add_argument("--meta", action="store_true", help="build on the meta device, materialise after sharding")
     args = ap.parse_args()
     if args.warmup >= args.steps:
         ap.error(f"--warmup {args.warmup} leaves no step of --steps {args.steps} to time")
     if args.compile and args.mode != "single":
         ap.error("--compile is for --mode single")
+    if args.meta and args.mode != "fsdp2":
+        ap.error("--meta is for --mode fsdp2 (the model is materialised after sharding)")
     if args.mode == "single":
         print(json.dumps(train(args, 0, 1)), flush=True)
         return 0

@@ -26,8 +26,10 @@
 #include "generate/model_source.h"
 #include "models/batch_invariant_linear.h"
 #include "models/model.h"
+#include "models/registry.h"
 #include "serve/http_server.h"
 #include "serve/kv_cache_budget.h"
+#include "serve/lora_adapters.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 
@@ -37,6 +39,7 @@ int cmd_serve(const Args& args) {
   std::string model, tokenizer_path, chat_template, dtype, model_name, trusted_proxies;
   std::string device_name = "cpu", kv_cache_memory;
   HttpOptions http;
+  std::vector<std::string> lora;
   int64_t port = 8000, max_batch = 32, max_queue = 64, context = 0, threads = 2, step_tokens = 256, batch_wait_ms = 0;
   int64_t max_body_kib = 1024, max_header_kib = 32, max_connections = 256, max_per_client = 64;
   double drain_timeout = 60;
@@ -46,6 +49,9 @@ int cmd_serve(const Args& args) {
   flags.add("--port", &port, "port (default 8000; 0 picks a free one and prints it)");
   flags.add("--api-key", &http.api_key, "require `Authorization: Bearer KEY` on /v1/* (default: $CADRE_API_KEY, else none)");
   flags.add("--model-name", &model_name, "the model id clients send (default: the model directory's name)");
+  flags.add("--lora", &lora,
+            "name=path: a PEFT LoRA adapter folder served beside the base as model id `name` (repeat for several; "
+            "requests for different adapters and the base share decoding steps)");
   flags.add("--tokenizer", &tokenizer_path, "a tokenizer.model, tokenizer.json or its folder (default: the model's own)");
   flags.add("--chat-template", &chat_template,
             "a Jinja template file, llama2 or chatml (default: the model's own, chat_template.jinja or "
@@ -153,6 +159,8 @@ int cmd_serve(const Args& args) {
   http.max_connections = static_cast<int>(max_connections);
   http.max_connections_per_client = static_cast<int>(max_per_client);
   http.model_name = model_name.empty() ? m.name : model_name;
+  if (!lora.empty())
+    http.adapters = serve_load_adapters(lora, http.model_name, *model_state_dict_adapter(m.config), *decoder);
   http.vocab_size = decoder->vocab_size();
   HttpServer server(http, scheduler, tokenizer, chat, metrics);
   server.bind();

@@ -28,6 +28,7 @@ namespace {
 void open_hf(const std::string& path, InferenceModel& out) {
   const std::string config_json = file_read(path + "/config.json");
   HfImportTarget target = model_hf_import_target(config_json, path + "/config.json");
+  out.config = target.config;
   out.model = model_build_causal_lm(target.config, "Hugging Face folder '" + path + "'", /*deferred=*/true);
   auto source = std::make_shared<HfParamSource>(path, std::move(target));
   bool all_bf16 = true;
@@ -42,6 +43,12 @@ void open_checkpoint(const std::string& path, InferenceModel& out) {
   try {
     const CheckpointManifest manifest = manifest_parse(file_read(dir + "/" + kManifestFile), dir);
     Config config = config_parse(manifest.config_yaml, dir + "/" + kManifestFile, {});
+    // A LoRA run's checkpoint holds a base and adapters; the decoder reads a plain model.
+    CADRE_CONFIG_CHECK(config.lora.rank == 0, "--model '", path, "': checkpoint '", dir, "' is a LoRA run's (lora.rank ",
+                       config.lora.rank, "); serve the model with its adapters merged (`cadre ckpt export ", dir,
+                       " --format hf --merge --out <dir>`, then --model <dir>), or serve its base with the "
+                       "adapters' `--format peft` export beside it (cadre serve --lora name=<dir>)");
+    out.config = config;
     out.model = model_build_causal_lm(config, "checkpoint '" + dir + "'", /*deferred=*/true);
     std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
     for (const auto& p : out.model->module().named_parameters()) parameters.push_back({p.key(), p.value().sizes().vec()});

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/config.h"
 #include "core/param_source.h"
 #include "models/model.h"
 
@@ -17,6 +18,7 @@ namespace cadre {
 
 struct InferenceModel {
   std::unique_ptr<Model> model;            // eval mode; model->causal_lm() is set; no storage unless loaded
+  Config config;                           // the model's (its model section resolved)
   std::shared_ptr<const ParamSource> weights;  // the trained values, read where they are stored
   std::string stored_dtype;                // "bfloat16" or "float32": what the weights came in (the decode default)
   std::string tokenizer;                   // the tokenizer.model or tokenizer.json found ("" when none)

@@ -13,7 +13,6 @@
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "models/lora_linear.h"
-#include "shard/deferred_param.h"
 
 namespace cadre {
 namespace {

@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -68,6 +69,16 @@ struct DecodeRow {
   int64_t slot = 0;
   int64_t token = 0;
   bool logits = false;  // return this row's next-token logits
+  int64_t adapter = -1;  // the LoRA adapter (Decoder::add_adapter's index) this row runs with; -1: the base
+};
+
+// A LoRA adapter a decoder serves beside its base (`cadre serve --lora`): each adapted layer's
+// factors by the model's names ("<layer>.lora_a" [rank, in], "<layer>.lora_b" [out, rank],
+// float32) and the scale alpha / rank.
+struct LoraWeights {
+  std::string name;  // for errors
+  double scale = 0;
+  std::map<std::string, at::Tensor> factors;
 };
 
 // KV-cache decoding (continuous batching): each call feeds new tokens only, any mix of prompt
@@ -96,6 +107,13 @@ class Decoder {
   // whole context up front reports max_len() as its block.
   virtual int64_t cache_bytes_per_token() const = 0;
   virtual int64_t cache_block_tokens() const = 0;
+  // Adds an adapter rows can name (DecodeRow::adapter); returns its index. A row with an adapter
+  // gets y += scale * (x A^T) B^T on each adapted layer, computed for that row alone (the result
+  // stays independent of the batch). ConfigError naming the adapter when its layers or shapes do
+  // not fit the model, or the decoder serves none.
+  virtual int64_t add_adapter(const LoraWeights& adapter) {
+    throw ConfigError(str("LoRA adapter '", adapter.name, "': this decoder serves no adapters"));
+  }
 };
 
 // What text generation needs from a language model before decoding: its limits, and a

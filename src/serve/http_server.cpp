@@ -69,7 +69,8 @@ class HttpServer::Impl {
   void answer_whole(const Accepted& accepted, http::Response& res, const std::string& route, Clock::time_point t0);
   void answer_stream(const Accepted& accepted, http::Response& res, const std::string& route, Clock::time_point t0);
   void check_auth(const http::Request& req) const;
-  void check_request(const ApiRequest& r) const;  // the model's name, logit_bias within the vocabulary
+  // The model's name (the base or an adapter: its index, -1 for the base), logit_bias within the vocabulary.
+  int64_t check_request(const ApiRequest& r) const;
   std::vector<int> prompt_tokens(const ApiRequest& r) const;
   // The body of an error the HTTP layer answers itself (413, 431, 408, 503 over the connection
   // cap, ...), and its count.
@@ -130,32 +131,37 @@ ApiError context_error(Endpoint endpoint, int64_t context, int64_t used, int64_t
 
 }  // namespace
 
-void HttpServer::Impl::check_request(const ApiRequest& r) const {
-  if (r.model != options.model_name)
-    throw ApiError(404, "The model '" + r.model + "' does not exist (this server serves '" + options.model_name + "')",
-                   "model", "model_not_found");
+int64_t HttpServer::Impl::check_request(const ApiRequest& r) const {
+  const auto adapter = options.adapters.find(r.model);
+  if (r.model != options.model_name && adapter == options.adapters.end()) {
+    std::string served = "'" + options.model_name + "'";
+    for (const auto& [name, index] : options.adapters) served += ", '" + name + "'";
+    throw ApiError(404, "The model '" + r.model + "' does not exist (this server serves " + served + ")", "model",
+                   "model_not_found");
+  }
   for (const auto& [token, bias] : r.params.sampling.logit_bias)
     if (token >= options.vocab_size)
       throw ApiError(400, "'logit_bias' names token " + std::to_string(token) + ", beyond the vocabulary of " +
                               std::to_string(options.vocab_size), "logit_bias");
+  return adapter == options.adapters.end() ? -1 : adapter->second;
 }
 
 HttpServer::Impl::Accepted HttpServer::Impl::accept(const http::Request& req, Endpoint endpoint) {
   check_auth(req);
   const int64_t max_n = scheduler.options().max_batch;
   ApiRequest r = endpoint == Endpoint::Chat ? parse_chat_request(req.body, max_n) : parse_completion_request(req.body, max_n);
-  check_request(r);
+  const int64_t adapter = check_request(r);
   std::vector<int> prompt = prompt_tokens(r);
   const int64_t context = scheduler.context(), used = static_cast<int64_t>(prompt.size());
   if (r.params.max_tokens < 0) r.params.max_tokens = context - used;  // chat without max_tokens: the rest
   if (used + r.params.max_tokens > context || used >= context)
     throw context_error(endpoint, context, used, r.params.max_tokens);
   const uint64_t seed = r.seeded ? r.params.sampling.seed : random_seed();
-  std::shared_ptr<RequestState> state = scheduler.submit(std::move(prompt), r.params, r.n, seed);
+  std::shared_ptr<RequestState> state = scheduler.submit(std::move(prompt), r.params, r.n, seed, adapter);
   if (!state)
     throw ApiError(429, "The server is at capacity (" + std::to_string(scheduler.options().max_queue) +
                             " requests queued); retry later", "", "rate_limit_exceeded", "requests");
-  return {state, response_context(endpoint, options.model_name, tokenizer, r.params.logprobs >= 0), r.n, r.stream,
+  return {state, response_context(endpoint, r.model, tokenizer, r.params.logprobs >= 0), r.n, r.stream,
           r.include_usage};
 }
 
@@ -252,11 +258,16 @@ void HttpServer::Impl::generate(const http::Request& req, http::Response& res, E
 
 void HttpServer::Impl::models(const http::Request& req, http::Response& res) {
   check_auth(req);
-  const json model = {{"id", options.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "cadre"}};
-  if (req.path == "/v1/models") return send_json(res, json_text({{"object", "list"}, {"data", json::array({model})}}));
+  // The base, then each adapter with the base as its parent (as vLLM lists LoRA modules).
+  json list = json::array({{{"id", options.model_name}, {"object", "model"}, {"created", created}, {"owned_by", "cadre"}}});
+  for (const auto& [name, index] : options.adapters)
+    list.push_back({{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "cadre"},
+                    {"parent", options.model_name}});
+  if (req.path == "/v1/models") return send_json(res, json_text({{"object", "list"}, {"data", list}}));
   const std::string id = req.path.substr(std::string("/v1/models/").size());
-  if (id != options.model_name) throw ApiError(404, "The model '" + id + "' does not exist", "model", "model_not_found");
-  send_json(res, json_text(model));
+  for (const auto& model : list)
+    if (model["id"] == id) return send_json(res, json_text(model));
+  throw ApiError(404, "The model '" + id + "' does not exist", "model", "model_not_found");
 }
 
 void HttpServer::Impl::route(const http::Request& req, http::Response& res) {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,9 @@ struct HttpOptions {
   http::TrustedProxies trusted_proxies;  // whose X-Forwarded-For names the client the cap counts
   bool proxy_protocol = false;           // trusted proxies' connections begin with a PROXY header
   std::string model_name;
+  // LoRA adapters served beside the base (--lora name=path): the id a request's `model` names ->
+  // the decoder's adapter index. /v1/models lists them after the base.
+  std::map<std::string, int64_t> adapters;
   int64_t vocab_size = 0;
 };
 

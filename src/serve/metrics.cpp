@@ -43,9 +43,10 @@ void ServeMetrics::first_token(double seconds) {
   ttft_.observe(seconds);
 }
 
-void ServeMetrics::step(int64_t sequences, int64_t generated) {
+void ServeMetrics::step(int64_t sequences, int64_t generated, int64_t models) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++steps_;
+  if (models >= 2) ++mixed_steps_;
   batch_.observe(static_cast<double>(sequences));
   const auto now = Clock::now();
   recent_.push_back({now, generated});
@@ -110,6 +111,9 @@ std::string ServeMetrics::text() const {
       {"cadre_serve_queue_depth", "gauge", "Requests waiting for a decoding slot.", static_cast<double>(queued_)},
       {"cadre_serve_active_sequences", "gauge", "Sequences being decoded.", static_cast<double>(active_)},
       {"cadre_serve_decode_steps_total", "counter", "Decoding steps run.", static_cast<double>(steps_)},
+      {"cadre_serve_mixed_adapter_steps_total", "counter",
+       "Decoding steps whose rows ran with two or more models (the base and LoRA adapters, --lora).",
+       static_cast<double>(mixed_steps_)},
       {"cadre_serve_kv_cache_bytes", "gauge", "KV cache held by the running sequences.", static_cast<double>(kv_bytes_)},
       {"cadre_serve_kv_cache_peak_bytes", "gauge", "The most KV cache held at once since the start.",
        static_cast<double>(kv_peak_bytes_)},

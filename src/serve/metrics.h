@@ -34,7 +34,9 @@ class ServeMetrics {
   void request_done(const std::string& endpoint, int status, double seconds);
   void tokens(int64_t prompt, int64_t generated);
   void first_token(double seconds);
-  void step(int64_t sequences, int64_t generated);
+  // A decoding step of `sequences` running sequences; `models` distinct ones among the base and
+  // the LoRA adapters its rows ran with.
+  void step(int64_t sequences, int64_t generated, int64_t models = 1);
   void cancelled();
   void rejected(const std::string& reason);
   void set_queue(int64_t queued, int64_t active);
@@ -50,7 +52,7 @@ class ServeMetrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejected_;
-  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0, steps_ = 0;
+  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0, steps_ = 0, mixed_steps_ = 0;
   int64_t queued_ = 0, active_ = 0;
   int64_t kv_budget_bytes_ = 0, kv_bytes_ = 0, kv_peak_bytes_ = 0, kv_reserved_bytes_ = 0;
   uint64_t kv_waits_ = 0;

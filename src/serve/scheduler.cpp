@@ -77,7 +77,7 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<RequestState> Scheduler::submit(std::vector<int> prompt, GenerationParams params, int64_t n,
-                                                uint64_t seed) {
+                                                uint64_t seed, int64_t adapter) {
   CADRE_CHECK(n >= 1 && n <= options_.max_batch, "scheduler: n = ", n, " is outside 1..", options_.max_batch);
   CADRE_CHECK(!prompt.empty() && static_cast<int64_t>(prompt.size()) < decoder_.max_len(), "scheduler: a prompt of ",
               prompt.size(), " tokens does not fit a context of ", decoder_.max_len());
@@ -92,6 +92,7 @@ std::shared_ptr<RequestState> Scheduler::submit(std::vector<int> prompt, Generat
   state->params_ = std::move(params);
   state->n_ = n;
   state->seed_ = seed;
+  state->adapter_ = adapter;
   state->unfinished_ = n;
   state->submitted_ = Clock::now();
   {
@@ -229,7 +230,8 @@ void Scheduler::step() {
   auto feed = [&](size_t i, const std::vector<int>& tokens) {
     const Running& r = running_[i];
     const bool complete = r.sequence->prompt_done(r.sequence->fed() + static_cast<int64_t>(tokens.size()));
-    for (size_t k = 0; k < tokens.size(); ++k) rows.push_back({r.slot, tokens[k], complete && k + 1 == tokens.size()});
+    for (size_t k = 0; k < tokens.size(); ++k)
+      rows.push_back({r.slot, tokens[k], complete && k + 1 == tokens.size(), r.request->adapter_});
     fed.push_back({i, static_cast<int64_t>(tokens.size())});
     if (complete) sampled.push_back(i);
   };
@@ -253,7 +255,11 @@ void Scheduler::step() {
   // Counted before any result is pushed: a client that has its last token reads /metrics at
   // once, and must find it counted.
   metrics_.tokens(0, static_cast<int64_t>(sampled.size()));
-  metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()));
+  std::vector<int64_t> models;  // the base (-1) and the adapters this step's rows ran with
+  for (const auto& row : rows)
+    if (std::find(models.begin(), models.end(), row.adapter) == models.end()) models.push_back(row.adapter);
+  metrics_.step(static_cast<int64_t>(running_.size()), static_cast<int64_t>(sampled.size()),
+                static_cast<int64_t>(models.size()));
   std::vector<std::pair<std::shared_ptr<RequestState>, SequenceEvent>> events;
   for (size_t k = 0; k < sampled.size(); ++k) {
     Running& r = running_[sampled[k]];

@@ -72,6 +72,7 @@ class RequestState {
   GenerationParams params_;
   int64_t n_ = 1;
   uint64_t seed_ = 0;
+  int64_t adapter_ = -1;  // the LoRA adapter its rows run with; -1: the base
   std::chrono::steady_clock::time_point submitted_;
   bool first_token_ = false;
   bool waited_for_cache_ = false;  // counted once in the metrics
@@ -94,7 +95,9 @@ class Scheduler {
   // Queues a request of n sequences (n <= max_batch; the prompt must leave room for at least
   // one token). Null when the queue is full; ApiError(503) once draining; ApiError(400) when
   // its n sequences of prompt + max_tokens could never fit the KV-cache budget.
-  std::shared_ptr<RequestState> submit(std::vector<int> prompt, GenerationParams params, int64_t n, uint64_t seed);
+  // `adapter`: the decoder's LoRA adapter its rows run with (Decoder::add_adapter), -1 the base.
+  std::shared_ptr<RequestState> submit(std::vector<int> prompt, GenerationParams params, int64_t n, uint64_t seed,
+                                       int64_t adapter = -1);
   // From now on submit() refuses; what is queued or running still completes (a batching wait
   // ends at once).
   void drain();

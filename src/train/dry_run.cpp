@@ -63,7 +63,7 @@ void train_dry_run(const Config& config, int64_t world_size) {
               plan.frozen.empty() ? "" : " training", format_bytes(plan.largest_padded() * 4).c_str(),
               static_cast<long long>(plan.shard_numel()), static_cast<long long>(plan.numel()));
   if (!plan.frozen.empty())
-    std::printf("frozen (train.freeze): %zu units; each rank keeps %lld of %lld frozen parameters\n",
+    std::printf("frozen (train.freeze, a LoRA base): %zu units; each rank keeps %lld of %lld frozen parameters\n",
                 plan.frozen.size(), static_cast<long long>(plan.frozen_shard_numel()),
                 static_cast<long long>(plan.frozen_numel()));
   std::printf("%s\n", check.to_text().c_str());

@@ -47,6 +47,11 @@ void init_from_config(Config& c) {
   } catch (const ConfigError& e) {
     throw ConfigError(str("train.init_from: ", e.what()));
   }
+  // Its adapters would be dropped: the base would come back alone.
+  CADRE_CONFIG_CHECK(source.lora.rank == 0, "train.init_from: checkpoint '", path, "' is a LoRA run's (lora.rank ",
+                     source.lora.rank, "): start from its merged export (`cadre ckpt export ", path,
+                     " --format hf --merge --out <dir>`), or from its base with its adapters as lora.init_from "
+                     "(their `--format peft` export)");
   CADRE_CONFIG_CHECK(source.model.arch == c.model.arch, "train.init_from: ", hf ? "Hugging Face folder '" : "checkpoint '",
                      path, "' holds a ", source.model.arch, " model, the config's model.arch is ", c.model.arch);
   std::set<std::string> given;

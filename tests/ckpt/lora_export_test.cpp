@@ -5,7 +5,9 @@
 // - `--format hf --merge` writes a plain folder (W + alpha/rank * B A) that transformers alone
 //   loads, reproducing them too (tests/python/hf_export_check.py, as for any export);
 // - `--format hf` without --merge, --merge or peft without adapters are refused (exit 2) saying
-//   what to do, and `--format pt` keeps the adapters under PEFT's in-model names;
+//   what to do, and `--format pt` keeps the adapters under PEFT's in-model names; generating
+//   from the checkpoint or fine-tuning from it as a plain model (which would drop the adapters)
+//   is refused too;
 // - the PEFT folder comes back through lora.init_from as the run's adapters bit for bit, with
 //   its rank, alpha and layers, and folders that are not a plain LoRA adapter are refused.
 #include <gtest/gtest.h>
@@ -124,6 +126,18 @@ TEST_F(LoraExport, FormatsThatCannotHoldAdaptersAreRefused) {
     EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("holds no LoRA adapters"), std::string::npos) << r.output;
   }
+  // Reading the checkpoint as a plain model would drop its adapters: refused, saying what to do.
+  auto generate = cadre::test::run_process({CADRE_BIN, "generate", "--model", run_, "--prompt", "x", "--max-tokens", "1"},
+                                           {}, 120);
+  EXPECT_EQ(generate.exit_code, 2) << generate.output;
+  EXPECT_NE(generate.output.find("is a LoRA run's (lora.rank 4); serve the model with its adapters merged"),
+            std::string::npos)
+      << generate.output;
+  auto init_from = cadre::test::run_process(
+      cadre::test::tiny_train_command(data_, *dir_ / "from-lora", {"train.init_from=" + run_, "train.steps=1"}), {}, 120);
+  EXPECT_EQ(init_from.exit_code, 2) << init_from.output;
+  EXPECT_NE(init_from.output.find("is a LoRA run's (lora.rank 4): start from its merged export"), std::string::npos)
+      << init_from.output;
   // pt keeps everything, the adapters under PEFT's in-model names.
   const std::string pt = *dir_ / "model.pt";
   auto r = cadre_export({"--format", "pt", "--out", pt});

@@ -76,7 +76,9 @@ def moved_one_ulp(state, seed):
     return out
 
 
-def main(case_dir):
+def run_case(case_dir, run):
+    """`run(case, state, tokens, dtype)` on the case's inputs in float32, float64 and the one-ulp
+    float32 runs; outputs.pt gets them all. Returns how many tensors it wrote."""
     torch.set_num_threads(1)
     case = json.load(open(os.path.join(case_dir, "case.json")))
     inputs = torch.load(os.path.join(case_dir, "inputs.pt"))
@@ -89,7 +91,12 @@ def main(case_dir):
             out["ulp%d.%s" % (k, name)] = t
     out["ulp_runs"] = torch.tensor(ULP_RUNS)
     torch.save(out, os.path.join(case_dir, "outputs.pt"))
-    print(f"ok: torch {torch.__version__}: {len(out)} tensors from {ULP_RUNS} float32 runs and a float64 run")
+    return len(out)
+
+
+def main(case_dir):
+    count = run_case(case_dir, run)
+    print(f"ok: torch {torch.__version__}: {count} tensors from {ULP_RUNS} float32 runs and a float64 run")
 
 
 if __name__ == "__main__":

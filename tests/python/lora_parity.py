@@ -11,7 +11,6 @@ AdamW step over PEFT's trainable parameters (grad_norms), and every parameter af
 (after.<name>, the frozen base included): float32 (<name>), float64 (ref.<name>) and float32
 from weights moved by one ulp (ulp<k>.<name>; llama_parity.py says why).
 """
-import json
 import os
 import sys
 
@@ -20,7 +19,7 @@ from peft import LoraConfig, get_peft_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(__file__))
-from llama_parity import ULP_RUNS, moved_one_ulp  # noqa: E402
+from llama_parity import ULP_RUNS, run_case  # noqa: E402
 from llama_ref import Llama, loss_fn  # noqa: E402
 
 FACTORS = {"lora_a": "lora_A", "lora_b": "lora_B"}
@@ -92,19 +91,8 @@ def run(case, state, tokens, dtype):
 
 
 def main(case_dir):
-    torch.set_num_threads(1)
-    case = json.load(open(os.path.join(case_dir, "case.json")))
-    inputs = torch.load(os.path.join(case_dir, "inputs.pt"))
-    state = {k[len("param."):]: v for k, v in inputs.items() if k.startswith("param.")}
-    out = run(case, state, inputs["tokens"], torch.float32)
-    for name, t in run(case, state, inputs["tokens"], torch.float64).items():
-        out["ref." + name] = t
-    for k in range(1, ULP_RUNS):
-        for name, t in run(case, moved_one_ulp(state, k), inputs["tokens"], torch.float32).items():
-            out["ulp%d.%s" % (k, name)] = t
-    out["ulp_runs"] = torch.tensor(ULP_RUNS)
-    torch.save(out, os.path.join(case_dir, "outputs.pt"))
-    print(f"ok: torch {torch.__version__}, peft {__import__('peft').__version__}: {len(out)} tensors from "
+    count = run_case(case_dir, run)
+    print(f"ok: torch {torch.__version__}, peft {__import__('peft').__version__}: {count} tensors from "
           f"{ULP_RUNS} float32 runs and a float64 run")
 
 

@@ -1,11 +1,11 @@
 // LoRA training end to end (lora.*): real `cadre train` processes fine-tune adapters on every
 // projection of a base read from a Hugging Face folder (written by transformers, bf16, split
-// into files). Two FULL_SHARD ranks with activation checkpointing and two tensor-parallel
-// ranks follow one rank's losses step for step within its order spread; in every final
-// checkpoint the base is the folder's values bit for bit with no optimizer state, and the
-// adapters have theirs; the memory report counts gradients and optimizer state for the adapters
-// alone. lora.* keys that name nothing or make no sense stop the run before any
-// work (exit 2), naming the key.
+// into files). Two FULL_SHARD ranks with activation checkpointing, two tensor-parallel ranks and
+// FULL_SHARD over dp 2 x tp 2 follow one rank's losses step for step within its order spread;
+// in every final checkpoint the base is the folder's values bit for bit with no optimizer state,
+// and the adapters have theirs; the memory report counts gradients and optimizer state for the
+// adapters alone. lora.* keys that name nothing or make no sense stop the run before any work
+// (exit 2), naming the key.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -131,7 +131,9 @@ TEST_F(LoraTraining, ShardedAndTensorParallelRanksFollowOneRank) {
                                                    "parallel.activation_checkpointing=true"}),
                         "[lora] FULL_SHARD x 2 + activation checkpointing vs 1 rank");
   spread.expect_follows(train("tp2", 2, 1, {"parallel.tp_size=2"}), "[lora] tp 2 vs 1 rank");
-  for (const char* run : {"one", "full-shard", "tp2"}) expect_frozen_base(run);
+  spread.expect_follows(train("dp2-tp2", 4, 2, {"parallel.tp_size=2", "parallel.strategy=FULL_SHARD"}),
+                        "[lora] FULL_SHARD dp 2 x tp 2 vs 1 rank");
+  for (const char* run : {"one", "full-shard", "tp2", "dp2-tp2"}) expect_frozen_base(run);
 }
 
 TEST_F(LoraTraining, BadLoraKeysStopBeforeAnyWork) {

@@ -47,7 +47,7 @@ void rope_in_place(float* x, const float* cos, const float* sin, int64_t hd) {
 }  // namespace
 
 LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options, const ParamSource* weights)
-    : config_(model.config()), options_(options) {
+    : config_(model.config()), options_(options), adapters_(model.config()) {
   const LlamaConfig& c = config_;
   if (options_.max_len <= 0) options_.max_len = c.max_seq_len;
   CADRE_CHECK(options_.slots >= 1, "decoder: slots must be >= 1");
@@ -184,6 +184,7 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
     positions[static_cast<size_t>(r)] = len++;
   }
   grow_caches(next);
+  const bool with_adapters = adapters_.used_by(rows);
   at::Tensor h = at::empty({R, D}, at::kFloat), x = at::empty({R, D}, at::kFloat);
   for (int64_t r = 0; r < R; ++r) h[r].copy_(embedding_[rows[static_cast<size_t>(r)].token]);  // widened when bf16
   const int64_t width = (H + 2 * KV) * hd;
@@ -194,6 +195,8 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
     const Layer& layer = layers_[static_cast<size_t>(l)];
     rms_norm_rows(h, layer.attention_norm, c.norm_eps, x);
     batch_invariant_linear_out(x, layer.wqkv, qkv);
+    if (with_adapters)
+      for (auto p : {LlamaDecodeAdapters::Q, LlamaDecodeAdapters::K, LlamaDecodeAdapters::V}) adapters_.apply(l, p, rows, x, qkv);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t pos = positions[static_cast<size_t>(r)], slot = rows[static_cast<size_t>(r)].slot;
       const float* cos = rope_cos_.data_ptr<float>() + pos * hd;
@@ -207,9 +210,12 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
     }
     attention(l, rows, positions, qkv, att);
     batch_invariant_linear_out(att, layer.wo, proj);
+    if (with_adapters) adapters_.apply(l, LlamaDecodeAdapters::O, rows, att, proj);
     h.add_(proj);
     rms_norm_rows(h, layer.ffn_norm, c.norm_eps, x);
     batch_invariant_linear_out(x, layer.w13, gate_up);
+    if (with_adapters)
+      for (auto p : {LlamaDecodeAdapters::Gate, LlamaDecodeAdapters::Up}) adapters_.apply(l, p, rows, x, gate_up);
     at::parallel_for(0, R, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* g = gate_up.data_ptr<float>() + r * 2 * F;
@@ -218,6 +224,7 @@ at::Tensor LlamaDecoder::forward(const std::vector<DecodeRow>& rows) {
       }
     });
     batch_invariant_linear_out(act, layer.w2, proj);
+    if (with_adapters) adapters_.apply(l, LlamaDecodeAdapters::Down, rows, act, proj);
     h.add_(proj);
   }
   std::vector<int64_t> wanted;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/param_source.h"
+#include "models/llama/decode_adapters.h"
 #include "models/llama/decoder_weights.h"
 #include "models/llama/model.h"
 #include "models/model.h"
@@ -42,6 +43,7 @@ class LlamaDecoder : public Decoder {
   int64_t cache_peak_bytes() const override { return peak_blocks_held_ * block_bytes(); }
   int64_t cache_bytes_per_token() const override;
   int64_t cache_block_tokens() const override { return block_tokens_; }
+  int64_t add_adapter(const LoraWeights& adapter) override { return adapters_.add(adapter); }
 
   static constexpr int64_t kCacheBlockTokens = 256;
 
@@ -61,6 +63,7 @@ class LlamaDecoder : public Decoder {
   at::Tensor embedding_, norm_, head_;  // embedding and head weight_dtype (one tensor when tied)
   at::Tensor rope_cos_, rope_sin_;      // [max_seq_len, head_dim] float32
   std::vector<Layer> layers_;
+  LlamaDecodeAdapters adapters_;  // LoRA adapters rows may name (DecodeRow::adapter)
   std::vector<int64_t> lengths_;
   // Per slot, its cache blocks: [n_layers, 2 (key, value), n_kv_heads, block_tokens_, head_dim]
   // each, in the weight dtype.

@@ -1,0 +1,127 @@
+// LlamaDecodeAdapters (decode_adapters.h).
+#include "models/llama/decode_adapters.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "core/error.h"
+#include "models/batch_invariant_linear.h"
+
+namespace cadre {
+namespace {
+
+// "layers.<n>.attention.wq.lora_a" -> (n, Q, true).
+struct FactorName {
+  int64_t layer = -1;
+  LlamaDecodeAdapters::Projection projection = LlamaDecodeAdapters::Q;
+  bool a = true;
+};
+
+bool parse_factor(const std::string& name, FactorName& out) {
+  static const std::regex pattern(R"(^layers\.(\d+)\.(attention\.w[qkvo]|feed_forward\.w[123])\.lora_([ab])$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return false;
+  static const std::vector<std::pair<std::string, LlamaDecodeAdapters::Projection>> kinds = {
+      {"attention.wq", LlamaDecodeAdapters::Q},       {"attention.wk", LlamaDecodeAdapters::K},
+      {"attention.wv", LlamaDecodeAdapters::V},       {"attention.wo", LlamaDecodeAdapters::O},
+      {"feed_forward.w1", LlamaDecodeAdapters::Gate}, {"feed_forward.w3", LlamaDecodeAdapters::Up},
+      {"feed_forward.w2", LlamaDecodeAdapters::Down}};
+  out.layer = std::stoll(m[1]);
+  for (const auto& [path, p] : kinds)
+    if (m[2] == path) out.projection = p;
+  out.a = m[3] == "a";
+  return true;
+}
+
+}  // namespace
+
+LlamaDecodeAdapters::LlamaDecodeAdapters(const LlamaConfig& config)
+    : config_(config), head_dim_(config.dim / config.n_heads), ffn_(llama_ffn_dim(config)) {}
+
+int64_t LlamaDecodeAdapters::in_features(Projection p) const {
+  if (p == O) return config_.n_heads * head_dim_;
+  return p == Down ? ffn_ : config_.dim;
+}
+
+int64_t LlamaDecodeAdapters::out_features(Projection p) const {
+  switch (p) {
+    case Q: return config_.n_heads * head_dim_;
+    case K:
+    case V: return config_.n_kv_heads * head_dim_;
+    case Gate:
+    case Up: return ffn_;
+    default: return config_.dim;  // O, Down
+  }
+}
+
+int64_t LlamaDecodeAdapters::offset(Projection p) const {
+  if (p == K) return config_.n_heads * head_dim_;
+  if (p == V) return (config_.n_heads + config_.n_kv_heads) * head_dim_;
+  return p == Up ? ffn_ : 0;
+}
+
+int64_t LlamaDecodeAdapters::add(const LoraWeights& w) {
+  CADRE_CONFIG_CHECK(w.scale > 0, "LoRA adapter '", w.name, "': scale ", w.scale, " (alpha / rank) must be > 0");
+  Adapter adapter{w.name, w.scale, std::vector<std::array<Factors, kProjections>>(size_t(config_.n_layers))};
+  for (const auto& [name, t] : w.factors) {
+    FactorName f;
+    CADRE_CONFIG_CHECK(parse_factor(name, f) && f.layer < config_.n_layers, "LoRA adapter '", w.name, "' has '", name,
+                       "': served adapters apply to the blocks' projections only");
+    const std::vector<int64_t> want = f.a ? std::vector<int64_t>{-1, in_features(f.projection)}
+                                          : std::vector<int64_t>{out_features(f.projection), -1};
+    CADRE_CONFIG_CHECK(t.dim() == 2 && (want[0] < 0 || t.size(0) == want[0]) && (want[1] < 0 || t.size(1) == want[1]),
+                       "LoRA adapter '", w.name, "': ", name, " is ", t.sizes(), ", which does not fit the model's layer");
+    Factors& slot = adapter.layers[size_t(f.layer)][f.projection];
+    (f.a ? slot.a : slot.bt) = f.a ? t.to(at::kFloat).contiguous() : t.to(at::kFloat).t().contiguous();
+  }
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (const Factors& f : adapter.layers[l])
+      CADRE_CONFIG_CHECK(f.a.defined() == f.bt.defined() && (!f.a.defined() || f.a.size(0) == f.bt.size(0)),
+                         "LoRA adapter '", w.name, "': a factor of block ", l, " has no partner of its rank");
+  adapters_.push_back(std::move(adapter));
+  return count() - 1;
+}
+
+bool LlamaDecodeAdapters::used_by(const std::vector<DecodeRow>& rows) const {
+  bool any = false;
+  for (const auto& r : rows) {
+    CADRE_CHECK(r.adapter < count(), "decoder: row names adapter ", r.adapter, " of ", count());
+    any = any || r.adapter >= 0;
+  }
+  return any;
+}
+
+void LlamaDecodeAdapters::apply(int64_t layer, Projection p, const std::vector<DecodeRow>& rows, const at::Tensor& x,
+                                at::Tensor& y) const {
+  const int64_t in = in_features(p), out = out_features(p), first = offset(p);
+  CADRE_CHECK(x.is_contiguous() && y.is_contiguous() && x.size(1) == in, "decoder: adapter input is not [rows, ", in, "]");
+  const float* xs = x.data_ptr<float>();
+  float* ys = y.data_ptr<float>();
+  at::parallel_for(0, static_cast<int64_t>(rows.size()), 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> h, delta;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t adapter = rows[size_t(r)].adapter;
+      if (adapter < 0) continue;
+      const Factors& f = adapters_[size_t(adapter)].layers[size_t(layer)][p];
+      if (!f.a.defined()) continue;
+      const int64_t rank = f.a.size(0);
+      h.resize(size_t(rank));
+      delta.resize(size_t(out));
+      batch_invariant_dots(xs + r * in, f.a.data_ptr<float>(), rank, in, h.data());  // A x
+      std::fill(delta.begin(), delta.end(), 0.0f);
+      const float* bt = f.bt.data_ptr<float>();
+      for (int64_t j = 0; j < rank; ++j) {  // B (A x): B^T's rows, in order
+        const float hj = h[size_t(j)];
+        for (int64_t o = 0; o < out; ++o) delta[size_t(o)] += hj * bt[j * out + o];
+      }
+      const float scale = static_cast<float>(adapters_[size_t(adapter)].scale);
+      float* row = ys + r * y.size(1) + first;
+      for (int64_t o = 0; o < out; ++o) row[o] += scale * delta[size_t(o)];
+    }
+  });
+}
+
+}  // namespace cadre
