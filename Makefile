@@ -8,12 +8,13 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 CTEST_EXCLUDE ?= soak|cuda|gpucheck
 CTEST_FLAGS ?= -LE '^($(CTEST_EXCLUDE))$$'
 # `unit` tests are in-process and single-threaded (each gtest case its own process, most of its
-# time spent loading libtorch): they run $(nproc) at a time; every other label runs one test at a
+# time spent loading libtorch), and so are the `fuzz` runs (one libFuzzer process each, for a
+# fixed FUZZ_SECONDS): they run $(nproc) at a time; every other label runs one test at a
 # time, as the multi-process tests' ranks need the cores. Both passes run even when one fails.
 # $(1): ctest's -L option choosing the labels to run (empty: all), $(2): the labels to leave out.
 CTEST_SPLIT = run_ctest() { ctest --output-on-failure --timeout 900 "$$@"; }; \
-  run_ctest -j $$(nproc) -L '^unit$$' -LE '^($(2))$$'; unit=$$?; \
-  run_ctest $(1) -LE '^(unit|$(2))$$'; rest=$$?; \
+  run_ctest -j $$(nproc) -L '^(unit|fuzz)$$' -LE '^($(2))$$'; unit=$$?; \
+  run_ctest $(1) -LE '^(unit|fuzz|$(2))$$'; rest=$$?; \
   [ $$unit -eq 0 ] && [ $$rest -eq 0 ]
 
 .PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz soak sanitize demo finetune mnist vision bench clean

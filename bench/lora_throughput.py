@@ -12,7 +12,8 @@ param_dtype bfloat16 / reduce_dtype float32; FSDP2's MixedPrecisionPolicy), ever
 activations checkpointed, AdamW with clipping. The peer is what a careful PyTorch user runs
 (bench/torch_peer.py --lora): PEFT's get_peft_model on the same Llama (python/llama_ref.py, SDPA
 attention), FSDP2 fully_shard per block and at the root over Gloo, the model built on the meta
-device and materialised after sharding, AdamW(fused=True), jemalloc (Cadre has its own block
+device and materialised after sharding, the frozen base stored in bf16 (as Cadre keeps it under
+bf16 compute) and the adapters in float32, AdamW(fused=True), jemalloc (Cadre has its own block
 cache). Sittings alternate (Cadre, peer, Cadre, peer, ...); tokens/s is each run's median step
 after 2 warm-up steps; peak RSS is rank 0's high-water mark (VmHWM) on both sides, whole and
 above the process's RSS before the model (libraries loaded: the CUDA wheel's torch is far larger
@@ -74,7 +75,8 @@ def peer_side(args, data):
         env["LD_PRELOAD"] = JEMALLOC
     out = run([peer_python(), os.path.join(ROOT, "bench/torch_peer.py"), "--data", data, "--model", json.dumps(model),
                "--mode", "fsdp2", "--world", "2", "--threads", "1", "--batch", "1", "--precision", "bf16", "--ac",
-               "--lora", str(RANK), "--fused", "--meta", "--steps", str(args.steps), "--warmup", str(WARMUP)], env=env)
+               "--lora", str(RANK), "--base-dtype", "bf16", "--fused", "--meta", "--steps", str(args.steps),
+               "--warmup", str(WARMUP)], env=env)
     result = json.loads(out.strip().splitlines()[-1])
     result["above_baseline_bytes"] = result["peak_rss_bytes"] - result["baseline_rss_bytes"]
     return result
@@ -121,7 +123,8 @@ def main():
 
     lines = [f"# LoRA fine-tuning, {args.layers}-layer Llama 3.2 1B-shaped model, rank {RANK} on every projection, "
              f"2 ranks x 1 thread, bf16 compute, activation checkpointing; {args.sittings} sittings, median (min-max)",
-             "", f"Peer: PEFT + FSDP2 on torch {result['torch']}, AdamW(fused=True), meta-device init, jemalloc.", "",
+             "", f"Peer: PEFT + FSDP2 on torch {result['torch']}, AdamW(fused=True), meta-device init, the base in bf16, "
+             "jemalloc.", "",
              "| | Cadre | peer | Cadre / peer |", "|---|---|---|---|",
              row("tokens/s (2 ranks)", "tokens_per_s", 1, "tok/s"),
              row("peak RSS, rank 0", "peak_rss_bytes", 2**20, "MiB"),
@@ -129,8 +132,8 @@ def main():
              "The baseline is each process's RSS before the model: libraries loaded and the process group up "
              f"(Cadre {result['cadre']['peak_rss_bytes']['median'] / 2**20 - result['cadre']['above_baseline_bytes']['median'] / 2**20:.0f} MiB, "
              f"the peer's CUDA wheel with peft {result['peer']['peak_rss_bytes']['median'] / 2**20 - result['peer']['above_baseline_bytes']['median'] / 2**20:.0f} MiB; "
-             "medians). Both keep the frozen base as float32 shards (FSDP2's parameters as initialised; Cadre's frozen "
-             "masters) and gather it in bf16.", ""]
+             "medians). Both keep the frozen base as bf16 shards (the peer's parameters stored in bf16; Cadre's frozen "
+             "flat parameters in the compute dtype) and the adapters' masters in float32.", ""]
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))

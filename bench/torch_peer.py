@@ -124,6 +124,10 @@ def train(args, rank, world):
         model = Llama(cfg)
     if args.lora:
         model = add_lora(model, args.lora)
+        if args.base_dtype == "bf16":  # the frozen base stored as it computes; the adapters stay float32
+            for p in model.parameters():
+                if not p.requires_grad:
+                    p.data = p.data.to(torch.bfloat16)
     if args.ac:
         checkpoint_blocks(model)
     model = wrap(model, args, world)
@@ -193,6 +197,8 @@ def main():
     ap.add_argument("--lora", type=int, default=0, help="PEFT LoRA rank on every projection (0: full training)")
     ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     ap.add_argument("--meta", action="store_true", help="build on the meta device, materialise after sharding")
+    ap.add_argument("--base-dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="--lora: the frozen base's storage dtype (bf16: as a careful user loads it for bf16 compute)")
     args = ap.parse_args()
     if args.warmup >= args.steps:
         ap.error(f"--warmup {args.warmup} leaves no step of --steps {args.steps} to time")

@@ -67,7 +67,8 @@ PY
 checkpoint=$(newest_checkpoint "$run")
 if [[ ${LORA:-0} == 1 ]]; then
   "$cadre" ckpt export "$checkpoint" --format peft --out "$run/peft"
-  echo "finetune: the adapter is $(du -sh "$run/peft" | cut -f1); the base it belongs to $(du -sh "$checkpoint" | cut -f1) as a checkpoint"
+  echo "finetune: the adapter is $(du -sh "$run/peft" | cut -f1); the run's checkpoint (adapters, their optimizer" \
+       "state, no base) $(du -sh "$checkpoint" | cut -f1); the base's $(du -sh "$base" | cut -f1)"
   "$cadre" ckpt export "$checkpoint" --format hf --merge --out "$run/hf" >/dev/null
 else
   "$cadre" ckpt export "$checkpoint" --format hf --out "$run/hf" >/dev/null

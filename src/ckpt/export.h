@@ -8,14 +8,26 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ckpt/hf_export.h"
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
+#include "core/param_source.h"
 
 namespace cadre {
+
+// The frozen base of a LoRA run whose checkpoints leave it out, read from where the run read it
+// (train.init_from, or the initialisation of train.seed): its parameters by the model's names.
+struct BaseWeights {
+  std::shared_ptr<const ParamSource> source;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::string description;  // for messages
+};
+using BaseFor = std::function<BaseWeights(const Config&)>;
 
 struct ExportOptions {
   std::string checkpoint; // a checkpoint, or a run/checkpoint directory (newest complete one)
@@ -28,6 +40,7 @@ struct ExportOptions {
   int64_t rank = 0, world_size = 1;     // hf under `cadre run`: each rank writes its share of the files
   AgreeFn agree;
   TokenizerIds tokenizer_ids;           // bos/eos of a SentencePiece model (null: 1 and 2)
+  BaseFor base_for;                     // --merge of a checkpoint that leaves its base out
 };
 
 // The adapter of the model a checkpoint's config describes (null: the model has none).

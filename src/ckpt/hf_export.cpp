@@ -56,8 +56,8 @@ struct ExportTensor {
 // Streams one tensor into `writer`: float32 converted chunk by chunk, anything else as stored.
 class TensorStreamer {
  public:
-  TensorStreamer(const CheckpointReader& reader, int64_t largest_numel, const std::map<std::string, HfMerge>& merges)
-      : reader_(reader), largest_(largest_numel), merges_(merges) {}
+  TensorStreamer(const CheckpointReader& reader, int64_t largest_numel, const HfExportOptions& o)
+      : reader_(reader), largest_(largest_numel), merges_(o.merges), base_(o.base) {}
 
   void stream(const ExportTensor& t, SafetensorsWriter& writer) {
     if (const auto m = merges_.find(t.stored); m != merges_.end()) return stream_merged(t, m->second, writer);
@@ -68,7 +68,7 @@ class TensorStreamer {
     if (convert) ensure(converted_, chunk, t.out.dtype);
     for (int64_t done = 0; done < t.numel; done += chunk) {
       const int64_t n = std::min(chunk, t.numel - done);
-      reader_.read(t.stored, done, n, raw_.data_ptr());
+      read(t.stored, done, n, raw_.data_ptr());
       if (!convert) {
         writer.write(raw_.data_ptr(), static_cast<uint64_t>(n * elem));
         continue;
@@ -92,10 +92,17 @@ class TensorStreamer {
     for (int64_t row = 0; row < rows; row += step) {
       const int64_t n = std::min(step, rows - row);
       at::Tensor w = at::from_blob(raw_.data_ptr(), {n, cols}, at::kFloat);
-      reader_.read(t.stored, row * cols, n * cols, w.data_ptr());
+      read(t.stored, row * cols, n * cols, w.data_ptr());
       const at::Tensor merged = w.addmm(b.narrow(0, row, n), a, /*beta=*/1.0, /*alpha=*/m.scale).to(t.out.dtype);
       writer.write(merged.data_ptr(), static_cast<uint64_t>(merged.numel()) * at::elementSize(t.out.dtype));
     }
+  }
+
+  // Elements [start, start + n) of a stored tensor: from the checkpoint, or (a tensor it leaves
+  // out) float32 from the base.
+  void read(const std::string& stored, int64_t start, int64_t n, void* out) const {
+    if (base_ && !reader_.has(stored)) return base_->read(stored.substr(6), start, n, static_cast<float*>(out));
+    reader_.read(stored, start, n, out);
   }
 
   static void ensure(at::Tensor& buffer, int64_t numel, at::ScalarType type) {
@@ -105,20 +112,23 @@ class TensorStreamer {
   const CheckpointReader& reader_;
   int64_t largest_;
   const std::map<std::string, HfMerge>& merges_;
+  const ParamSource* base_;
   at::Tensor raw_, converted_;
 };
 
 std::vector<ExportTensor> plan_tensors(const CheckpointReader& reader, const std::map<std::string, std::string>& names,
-                                       at::ScalarType dtype) {
+                                       at::ScalarType dtype, const HfExportOptions& o) {
   std::vector<ExportTensor> list;
   for (const auto& [stored, external] : names) {
-    const TensorRecord& rec = reader.tensor(stored);
+    const auto base = o.base_tensors.find(stored);
+    const bool from_base = !reader.has(stored) && base != o.base_tensors.end();
+    const std::vector<int64_t>& shape = from_base ? base->second : reader.tensor(stored).shape;
     ExportTensor t;
     t.stored = stored;
-    t.stored_type = checkpoint_scalar_type(rec.dtype);
+    t.stored_type = from_base ? at::kFloat : checkpoint_scalar_type(reader.tensor(stored).dtype);
     t.numel = 1;
-    for (int64_t d : rec.shape) t.numel *= d;
-    t.out = {external, t.stored_type == at::kFloat ? dtype : t.stored_type, rec.shape};
+    for (int64_t d : shape) t.numel *= d;
+    t.out = {external, t.stored_type == at::kFloat ? dtype : t.stored_type, shape};
     list.push_back(std::move(t));
   }
   std::sort(list.begin(), list.end(), [](const ExportTensor& a, const ExportTensor& b) { return natural_less(a.out.name, b.out.name); });
@@ -132,7 +142,7 @@ int64_t write_files(const CheckpointReader& reader, const std::vector<ExportTens
   for (const auto& t : tensors) largest = std::max(largest, t.numel);
   for (size_t k = 0; k < files.size(); ++k)
     if (static_cast<int64_t>(k) % o.world_size == o.rank) mine += static_cast<int64_t>(files[k].bytes);
-  TensorStreamer streamer(reader, largest, o.merges);
+  TensorStreamer streamer(reader, largest, o);
   Progress progress(str("export: rank ", o.rank, " writing"), mine, "B", 2.0);
   for (size_t k = 0; k < files.size(); ++k) {
     if (static_cast<int64_t>(k) % o.world_size != o.rank) continue;
@@ -268,7 +278,7 @@ std::string hf_export(const CheckpointReader& reader, const Config& config, cons
   std::string dtype_text = o.dtype;
   if (dtype_text.empty()) dtype_text = origin_dtype == "float32" || origin_dtype == "float16" ? origin_dtype : "bfloat16";
   const at::ScalarType dtype = hf_export_dtype(dtype_text);
-  const std::vector<ExportTensor> tensors = plan_tensors(reader, names, dtype);
+  const std::vector<ExportTensor> tensors = plan_tensors(reader, names, dtype, o);
   std::vector<uint64_t> sizes;
   std::vector<std::string> external;
   int64_t parameters = 0;

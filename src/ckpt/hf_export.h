@@ -18,6 +18,7 @@
 #include "ckpt/checkpoint_saver.h"
 #include "ckpt/state_dict_adapter.h"
 #include "core/config.h"
+#include "core/param_source.h"
 
 namespace cadre {
 
@@ -42,6 +43,10 @@ struct HfExportOptions {
   AgreeFn agree;                                  // collective over the ranks (null with one process)
   TokenizerIds tokenizer_ids;                     // null: a SentencePiece model's ids read as 1 and 2
   std::map<std::string, HfMerge> merges;          // by the checkpoint name of the weight merged into
+  // Tensors the checkpoint leaves out (a LoRA run's frozen base), by checkpoint name
+  // ("model.<param>") with their shapes, read as float32 from `base` (by the model's names).
+  const ParamSource* base = nullptr;
+  std::map<std::string, std::vector<int64_t>> base_tensors;
 };
 
 // Writes the folder from `reader`'s checkpoint (trained with `config`), exporting checkpoint

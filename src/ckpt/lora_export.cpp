@@ -23,7 +23,7 @@ namespace {
 
 // "model.layers.0.self_attn.q_proj.weight" -> "model.layers.0.self_attn.q_proj".
 std::string module_of(const std::string& hf_weight) {
-  CADRE_CHECK(lora_name_ends_with(hf_weight, ".weight"), "LoRA export: '", hf_weight, "' is not a layer's weight");
+  CADRE_CHECK(ends_with(hf_weight, ".weight"), "LoRA export: '", hf_weight, "' is not a layer's weight");
   return hf_weight.substr(0, hf_weight.size() - 7);
 }
 
@@ -48,23 +48,30 @@ nlohmann::json target_modules(const std::set<std::string>& adapted, const std::s
 
 std::string lora_external_name(const StateDictAdapter& adapter, const std::string& factor) {
   const std::string module = module_of(adapter.external_name(lora_layer_of(factor) + ".weight"));
-  return module + (lora_name_ends_with(factor, ".lora_a") ? ".lora_A.weight" : ".lora_B.weight");
+  return module + (ends_with(factor, ".lora_a") ? ".lora_A.weight" : ".lora_B.weight");
 }
 
 LoraCheckpoint lora_checkpoint(const CheckpointReader& reader, const Config& config) {
   LoraCheckpoint out;
   out.config = config.lora;
   const auto& tensors = reader.manifest().tensors;
+  // A checkpoint that leaves its base out has no weights to check the factors against: those
+  // are checked as the base is read (export --merge).
+  const bool with_base = !manifest_leaves_out_base(reader.manifest());
   for (const auto& [name, record] : tensors) {
-    if (name.rfind("model.", 0) != 0 || !lora_name_ends_with(name, ".lora_a")) continue;
+    if (name.rfind("model.", 0) != 0 || !ends_with(name, ".lora_a")) continue;
     LoraLayerTensors t;
     t.layer = lora_layer_of(name.substr(6));
     t.weight = "model." + t.layer + ".weight";
     t.a = name;
     t.b = "model." + t.layer + ".lora_b";
-    if (!tensors.count(t.weight) || !tensors.count(t.b))
+    const bool has_weight = !with_base || tensors.count(t.weight);
+    if (!has_weight || !tensors.count(t.b))
       throw CheckpointError(str(reader.dir(), ": adapter ", name, " has no ", tensors.count(t.b) ? t.weight : t.b));
-    const auto &w = tensors.at(t.weight).shape, &a = record.shape, &b = tensors.at(t.b).shape;
+    const auto &a = record.shape, &b = tensors.at(t.b).shape;
+    std::vector<int64_t> w;
+    if (with_base) w = tensors.at(t.weight).shape;
+    else if (a.size() == 2 && b.size() == 2) w = {b[0], a[1]};
     if (w.size() != 2 || a.size() != 2 || b.size() != 2 || a[1] != w[1] || b[0] != w[0] || a[0] != b[1] ||
         a[0] != config.lora.rank)
       throw CheckpointError(str(reader.dir(), ": adapter of ", t.layer, " does not fit its layer (weight ",
@@ -90,7 +97,7 @@ std::string peft_export(const CheckpointReader& reader, const Config& config, co
   for (const auto& [name, record] : reader.manifest().tensors)
     if (name.rfind("model.", 0) == 0 && !lora_is_adapter(name) && record.shape.size() == 2) {
       const std::string external = adapter.external_name(name.substr(6));
-      if (lora_name_ends_with(external, ".weight")) all_modules.insert(module_of(external));
+      if (ends_with(external, ".weight")) all_modules.insert(module_of(external));
     }
   const ModelOrigin origin = model_origin_find(reader.dir(), config.train.init_from);
   const nlohmann::json cfg = {

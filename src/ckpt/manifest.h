@@ -46,6 +46,12 @@ struct FileRecord {
   int64_t rank = 0;  // the rank that wrote it
 };
 
+// The state key of a checkpoint that holds the trained parameters alone, without the frozen
+// base they were trained on (a LoRA run's adapters): the fingerprint of that base
+// (core/value_fingerprint.h, as an int64's bits). Resuming and exporting read the base from
+// where the run read it and check it against this.
+inline constexpr const char* kBaseFingerprintState = "base_fingerprint";
+
 struct CheckpointManifest {
   static constexpr int kVersion = 2;  // 2: boxes; 1: ranges of the flattened tensor
   // 4 MiB: a rank reads at most a block more than it needs at each end of its part of a
@@ -65,6 +71,9 @@ struct CheckpointManifest {
 };
 
 int64_t dtype_element_size(const std::string& dtype);  // Error on an unknown name
+
+// Whether the checkpoint leaves its frozen base out (kBaseFingerprintState is in its state).
+inline bool manifest_leaves_out_base(const CheckpointManifest& m) { return m.state.count(kBaseFingerprintState) > 0; }
 
 // The checksum blocks of a piece of `bytes` bytes: blocks of `block_bytes`, the last shorter;
 // none (the piece is checked whole) when it fits one block or `block_bytes` is 0.

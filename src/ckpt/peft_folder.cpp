@@ -49,7 +49,7 @@ PeftAdapterFolder::PeftAdapterFolder(const std::string& dir, const StateDictAdap
   if (j.contains("lora_dropout") && j["lora_dropout"].is_number()) dropout_ = j["lora_dropout"].get<double>();
 
   for (const auto& [name, t] : folder_.tensors()) {
-    const bool a = lora_name_ends_with(name, ".lora_A.weight"), b = lora_name_ends_with(name, ".lora_B.weight");
+    const bool a = ends_with(name, ".lora_A.weight"), b = ends_with(name, ".lora_B.weight");
     CADRE_CONFIG_CHECK(name.rfind(kPrefix, 0) == 0 && (a || b), what, ": '", dir, "/", kAdapterWeights, "' holds '",
                        name, "', which is not a LoRA factor (", kPrefix, "<module>.lora_A.weight)");
     const std::string module = name.substr(kPrefix.size(), name.size() - kPrefix.size() - 14);
@@ -59,14 +59,14 @@ PeftAdapterFolder::PeftAdapterFolder(const std::string& dir, const StateDictAdap
     } catch (const Error& e) {
       throw ConfigError(str(what, ": '", dir, "' adapts '", module, "', a layer the model has no name for: ", e.what()));
     }
-    CADRE_CONFIG_CHECK(lora_name_ends_with(own, ".weight"), what, ": '", module, "' is not a linear layer");
+    CADRE_CONFIG_CHECK(ends_with(own, ".weight"), what, ": '", module, "' is not a linear layer");
     CADRE_CONFIG_CHECK(t.shape.size() == 2 && t.shape[a ? 0 : 1] == rank_, what, ": '", name, "' in '", dir,
                        "' is not of rank r = ", rank_);
     factors_[own.substr(0, own.size() - 7) + (a ? ".lora_a" : ".lora_b")] = &t;
   }
   CADRE_CONFIG_CHECK(!factors_.empty(), what, ": '", dir, "/", kAdapterWeights, "' holds no tensors");
   for (const auto& [factor, t] : factors_) {
-    const std::string other = lora_layer_of(factor) + (lora_name_ends_with(factor, ".lora_a") ? ".lora_b" : ".lora_a");
+    const std::string other = lora_layer_of(factor) + (ends_with(factor, ".lora_a") ? ".lora_b" : ".lora_a");
     CADRE_CONFIG_CHECK(factors_.count(other), what, ": '", dir, "' has ", factor, " without ", other);
   }
 }
@@ -74,7 +74,7 @@ PeftAdapterFolder::PeftAdapterFolder(const std::string& dir, const StateDictAdap
 std::vector<std::string> PeftAdapterFolder::layers() const {
   std::vector<std::string> out;
   for (const auto& [factor, t] : factors_)
-    if (lora_name_ends_with(factor, ".lora_a")) out.push_back(lora_layer_of(factor));
+    if (ends_with(factor, ".lora_a")) out.push_back(lora_layer_of(factor));
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "models/registry.h"
+#include "train/adapter_checkpoint.h"
 
 namespace cadre {
 namespace {
@@ -142,6 +143,7 @@ int ckpt_export(const Args& args) {
     SentencePieceTokenizer tokenizer(model);
     return std::pair<int64_t, int64_t>{tokenizer.bos_id(), tokenizer.eos_id()};
   };
+  o.base_for = adapter_base_weights;
   JobRanks ranks;
   o.rank = ranks.env.rank;
   o.world_size = ranks.env.world_size;

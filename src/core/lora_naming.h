@@ -5,16 +5,13 @@
 
 #include <string>
 
-namespace cadre {
+#include "core/text.h"
 
-inline bool lora_name_ends_with(const std::string& s, const char* suffix) {
-  const std::string tail(suffix);
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
+namespace cadre {
 
 // Whether a parameter name is an adapter factor's.
 inline bool lora_is_adapter(const std::string& name) {
-  return lora_name_ends_with(name, ".lora_a") || lora_name_ends_with(name, ".lora_b");
+  return ends_with(name, ".lora_a") || ends_with(name, ".lora_b");
 }
 
 // "<layer>.lora_a" or "<layer>.lora_b" -> "<layer>".

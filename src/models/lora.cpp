@@ -12,14 +12,11 @@
 
 #include "core/counter_rng.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "models/lora_linear.h"
 
 namespace cadre {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // A layer name (matched as the layer's name or its last dotted parts), not a regular expression.
 bool plain_name(const std::string& entry) {

@@ -55,10 +55,12 @@ at::Tensor zeros_on_first_touch(int64_t numel, const at::TensorOptions& options)
 FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names, std::vector<at::Tensor> ps,
                      int group_size, int group_rank, at::ScalarType compute, bool replicated,
                      bool compute_dtype_grads, const ParamValues& values_of, std::optional<c10::Device> device,
-                     bool trainable_params)
+                     bool trainable_params, bool master_in_compute)
     : unit(std::move(unit_name)), names(std::move(param_names)), params(std::move(ps)), trainable(trainable_params) {
   c10::NoGradGuard no_grad;
   CADRE_CHECK(!params.empty(), "FSDP unit ", unit, " has no parameters");
+  CADRE_CHECK(!(master_in_compute && trainable), "FSDP unit ", unit,
+              ": only frozen parameters keep their master in the compute dtype");
   for (auto& p : params) {
     offsets.push_back(numel);
     numels.push_back(p.numel());
@@ -76,10 +78,12 @@ FlatParam::FlatParam(std::string unit_name, std::vector<std::string> param_names
   const int64_t lo = shard_only ? shard_offset : 0;
   at::Tensor values = at::zeros({shard_only ? shard_numel : padded}, on_device.dtype(at::kFloat));
   fill_values(lo, values, values_of);
-  if (group_size == 1 && compute == at::kFloat) {
+  if (master_in_compute) values = values.to(compute);
+  const bool values_in_compute = values.scalar_type() == compute;
+  if (group_size == 1 && values_in_compute) {
     full = values;
     master = full;
-  } else if (replicated && compute == at::kFloat) {
+  } else if (replicated && values_in_compute) {
     full = values;
     master = full.narrow(0, shard_offset, shard_numel);  // the optimizer updates it in place
   } else if (shard_only) {

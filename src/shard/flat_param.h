@@ -42,7 +42,9 @@ struct FlatParam {
   // so accumulation rounds as it would in a float32 grad_full. Undefined when there are none.
   at::Tensor grad_carry;
   bool carries_grads = false;  // grad_full is in a narrower dtype than float32 (not ZeRO-1's)
-  at::Tensor master;     // float32 [shard_numel]: this rank's shard, what the optimizer updates
+  // float32 [shard_numel]: this rank's shard, what the optimizer updates (a frozen one's may be
+  // in the compute dtype: master_in_compute below)
+  at::Tensor master;
   at::Tensor grad_shard; // [shard_numel]: reduced gradient of the shard (ZeRO-1: a view of grad_full)
   std::vector<at::Tensor> grad_views;  // each parameter's view of grad_full: its .grad
 
@@ -55,9 +57,12 @@ struct FlatParam {
   // `compute_dtype_grads` (the gradients autograd produces, unconverted), float32 otherwise.
   // Frozen parameters (requires_grad off; `trainable` false) get the same master, full buffer
   // and views, and no gradient buffers: grad_full and grad_shard stay undefined.
+  // `master_in_compute` (frozen only): the master is kept in the compute dtype, a view of the
+  // full buffer where that holds this rank's values anyway (one rank per group, ZeRO-1).
   FlatParam(std::string unit, std::vector<std::string> names, std::vector<at::Tensor> params, int group_size,
             int group_rank, at::ScalarType compute, bool replicated = false, bool compute_dtype_grads = false,
-            const ParamValues& values = {}, std::optional<c10::Device> device = std::nullopt, bool trainable = true);
+            const ParamValues& values = {}, std::optional<c10::Device> device = std::nullopt, bool trainable = true,
+            bool master_in_compute = false);
 
   bool full_allocated() const;
   void full_allocate();  // storage back to its size (contents undefined)

@@ -44,7 +44,8 @@ ShardMemory FsdpTree::memory() const {
   }
   for (auto& f : frozen_flats) {  // no gradients; not in the parameter counts, which are the trained ones
     const bool full_at_rest = f->master_in_full() || !free_after_backward_;
-    m.frozen += (f->master_in_full() ? 0 : f->shard_numel * 4) + (full_at_rest ? f->full_bytes() : 0);
+    m.frozen += (f->master_in_full() ? 0 : f->shard_numel * int64_t(f->master.element_size())) +
+                (full_at_rest ? f->full_bytes() : 0);
   }
   return m;
 }
@@ -62,7 +63,7 @@ bool FsdpTree::replicas_identical() {
   for (FlatParam* f : all) {
     at::Tensor full = f->master;
     if (options.groups.shard) {
-      full = at::empty({f->padded}, f->master.options().dtype(at::kFloat));
+      full = at::empty({f->padded}, f->master.options());
       options.groups.shard->all_gather(full, f->master.contiguous());
     }
     // Every rank's values equal the maximum over all ranks exactly when all agree.

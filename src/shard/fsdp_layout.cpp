@@ -202,7 +202,8 @@ std::unique_ptr<FlatParam> FsdpTree::make_flat(const std::string& name, const st
   const c10::Device device = values ? options.device : params.front().device();
   const bool compute_dtype_grads = sharded() && !zero1() && group > 1 && device.is_cpu();
   return std::make_unique<FlatParam>(name, names, params, group, group_rank, options.mixed_precision.param_dtype,
-                                     zero1(), compute_dtype_grads, values, device, trainable);
+                                     zero1(), compute_dtype_grads, values, device, trainable,
+                                     !trainable && options.frozen_in_compute_dtype);
 }
 
 // How a flat parameter's deferred parameters are filled: from options.param_source, each rank

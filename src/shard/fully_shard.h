@@ -99,6 +99,11 @@ struct FullyShardOptions {
   // the parameters were initialised before fully_shard.
   std::shared_ptr<const ParamSource> param_source;
   c10::Device device = c10::Device(c10::kCPU);
+  // Keep frozen parameters in the compute dtype (mixed_precision.param_dtype) instead of a
+  // float32 master: half the bytes in bf16, and a gather without a cast. Their values are
+  // rounded once, as every forward would round them; a frozen piece (frozen_parameters()) is
+  // then a bf16 tensor. For a LoRA base; train.freeze keeps float32, whose checkpoints hold it.
+  bool frozen_in_compute_dtype = false;
 };
 
 // Bytes this rank holds for model state, and the most gathered-unit bytes alive at once.

@@ -21,18 +21,6 @@
 namespace cadre {
 namespace {
 
-// Where an optimizer piece's parameter sits in the global tensor: its tensor-parallel box, or
-// the whole parameter.
-struct GlobalPlace {
-  std::vector<int64_t> shape;
-  Box part;
-};
-GlobalPlace global_place(const ShardPiece& where, const TensorParallelLayout* tp) {
-  const Placement* p = tp ? tp->find(where.name) : nullptr;
-  if (!p) return {where.shape, box_whole(where.shape)};
-  return {p->global_shape, {p->offsets, where.shape}};
-}
-
 // Written by this rank: a tensor-parallel copy of a replicated parameter only by the first
 // rank of the group (data-parallel replicas are sorted out by the caller).
 bool writes_tensor_parallel_copy(const ShardPiece& where, const TensorParallelLayout* tp) {
@@ -51,34 +39,44 @@ struct Staging {
   bool borrows(const at::Tensor& t) const { return cpu == CpuStaging::Borrow && t.device().is_cpu(); }
 };
 
-// Reads a checkpoint range into `t` wherever it lives: directly into CPU memory, through a
-// host buffer for a device tensor (so a checkpoint saved on one device loads on another).
+// Reads a checkpoint range (float32: check_checkpoint_fits) into `t` wherever it lives:
+// directly into float32 CPU memory, else through a host buffer (a device tensor, so a
+// checkpoint saved on one device loads on another; a frozen piece kept in bf16).
 void read_into(const CheckpointReader& reader, const std::string& name, const Box& part, int64_t start,
                const at::Tensor& t) {
-  if (t.device().is_cpu()) return reader.read(name, part, start, t.numel(), t.data_ptr());
-  at::Tensor host = at::empty({t.numel()}, t.options().device(at::kCPU));
+  if (t.device().is_cpu() && t.scalar_type() == at::kFloat) return reader.read(name, part, start, t.numel(), t.data_ptr());
+  at::Tensor host = at::empty({t.numel()}, t.options().device(at::kCPU).dtype(at::kFloat));
   reader.read(name, part, start, t.numel(), host.data_ptr());
   t.view({-1}).copy_(host);
 }
 
-void stage_float(Snapshot& snapshot, Staging& staging, const std::string& name, const ShardPiece& where,
+// Checkpoint dtype names of the parameter dtypes staged: float32, and bf16 for a frozen piece
+// kept in the compute dtype (only in-memory copies take those: a LoRA run's checkpoints leave
+// its base out).
+const char* param_dtype(const at::Tensor& t, const std::string& name) {
+  CADRE_CHECK(t.is_contiguous() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16),
+              "checkpoint: '", name, "' is not a contiguous float32 or bfloat16 tensor");
+  return t.scalar_type() == at::kFloat ? "float32" : "bfloat16";
+}
+
+void stage_param(Snapshot& snapshot, Staging& staging, const std::string& name, const ShardPiece& where,
                  const GlobalPlace& place, const at::Tensor& values) {
-  CADRE_CHECK(values.scalar_type() == at::kFloat && values.is_contiguous(), "checkpoint: '", name,
-              "' is not a contiguous float32 tensor");
+  const char* dtype = param_dtype(values, name);
+  const size_t element = values.element_size();
   const char* from = static_cast<const char*>(values.data_ptr());
   std::vector<size_t> pieces;
   for (const Box& box : box_split_range(place.part, where.start, values.numel())) {
     if (staging.borrows(values)) {
-      snapshot.add_borrowed({name, "float32", place.shape, box}, from);
-      from += static_cast<size_t>(box.numel()) * sizeof(float);
+      snapshot.add_borrowed({name, dtype, place.shape, box}, from);
+      from += static_cast<size_t>(box.numel()) * element;
       continue;
     }
-    char* out = snapshot.add({name, "float32", place.shape, box});
+    char* out = snapshot.add({name, dtype, place.shape, box});
     if (staging.queues(values)) {
       pieces.push_back(snapshot.pieces().size() - 1);
       continue;
     }
-    const size_t bytes = static_cast<size_t>(box.numel()) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(box.numel()) * element;
     std::memcpy(out, from, bytes);
     from += bytes;
   }
@@ -129,18 +127,6 @@ at::Tensor rng_state() {
   return gen.get_state();
 }
 
-// The pieces of `layout` this rank writes: a shard that several replicas hold is written once
-// (units are spread over the replicas so they share the writing), a tensor-parallel copy once.
-std::vector<size_t> pieces_to_write(FSDPModule& model, const std::vector<ShardPiece>& layout) {
-  const TensorParallelLayout* tp = model.tensor_parallel();
-  std::vector<size_t> mine;
-  for (size_t k = 0; k < layout.size(); ++k)
-    if (static_cast<int>(layout[k].unit % model.replica_count()) == model.replica_index() &&
-        writes_tensor_parallel_copy(layout[k], tp))
-      mine.push_back(k);
-  return mine;
-}
-
 // The bytes of every piece stage_train_state adds, in the order it adds them: each of this
 // rank's shard pieces (the parameter, then each optimizer state), its frozen pieces, the
 // buffers, the RNG state.
@@ -154,7 +140,7 @@ std::vector<size_t> staged_sizes(FSDPModule& model, const std::vector<size_t>& m
     if (staging.borrows(piece)) return;  // (its optimizer states live where it does)
     for (size_t copy = 0; copy < copies; ++copy)
       for (const Box& box : box_split_range(global_place(where, tp).part, where.start, piece.numel()))
-        sizes.push_back(static_cast<size_t>(box.numel()) * sizeof(float));
+        sizes.push_back(static_cast<size_t>(box.numel()) * piece.element_size());
   };
   for (size_t k : mine) add(model.piece_layout()[k], model.parameters()[k], states + 1);
   for (size_t k : frozen) add(model.frozen_piece_layout()[k], model.frozen_parameters()[k], 1);
@@ -165,13 +151,32 @@ std::vector<size_t> staged_sizes(FSDPModule& model, const std::vector<size_t>& m
 
 }  // namespace
 
-void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank, CpuStaging cpu) {
+GlobalPlace global_place(const ShardPiece& where, const TensorParallelLayout* tp) {
+  const Placement* p = tp ? tp->find(where.name) : nullptr;
+  if (!p) return {where.shape, box_whole(where.shape)};
+  return {p->global_shape, {p->offsets, where.shape}};
+}
+
+std::vector<size_t> pieces_this_rank_writes(FSDPModule& model, const std::vector<ShardPiece>& layout) {
+  const TensorParallelLayout* tp = model.tensor_parallel();
+  std::vector<size_t> mine;
+  for (size_t k = 0; k < layout.size(); ++k)
+    if (static_cast<int>(layout[k].unit % model.replica_count()) == model.replica_index() &&
+        writes_tensor_parallel_copy(layout[k], tp))
+      mine.push_back(k);
+  return mine;
+}
+
+void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank, CpuStaging cpu,
+                       FrozenStaging frozen_staging) {
   const auto& layout = model.piece_layout();
   const auto& pieces = model.parameters();
   const TensorParallelLayout* tp = model.tensor_parallel();
   const std::vector<OptimizerState> state = optimizer.state();
-  const std::vector<size_t> mine = pieces_to_write(model, layout);
-  const std::vector<size_t> frozen = pieces_to_write(model, model.frozen_piece_layout());
+  const std::vector<size_t> mine = pieces_this_rank_writes(model, layout);
+  const std::vector<size_t> frozen = frozen_staging == FrozenStaging::Include
+                                         ? pieces_this_rank_writes(model, model.frozen_piece_layout())
+                                         : std::vector<size_t>{};
   // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   std::vector<std::pair<std::string, at::Tensor>> buffers;
   if (rank == 0)
@@ -185,13 +190,13 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
   for (size_t k : mine) {
     const ShardPiece& where = layout[k];
     const GlobalPlace place = global_place(where, tp);
-    stage_float(snapshot, staging, "model." + where.name, where, place, pieces[k]);
+    stage_param(snapshot, staging, "model." + where.name, where, place, pieces[k]);
     for (const OptimizerState& s : state)
-      stage_float(snapshot, staging, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
+      stage_param(snapshot, staging, "optim." + s.name + "." + where.name, where, place, (*s.tensors)[k]);
   }
   for (size_t k : frozen) {  // no optimizer state
     const ShardPiece& where = model.frozen_piece_layout()[k];
-    stage_float(snapshot, staging, "model." + where.name, where, global_place(where, tp), model.frozen_parameters()[k]);
+    stage_param(snapshot, staging, "model." + where.name, where, global_place(where, tp), model.frozen_parameters()[k]);
   }
   for (const auto& [name, values] : buffers) {
     const std::string dtype = buffer_dtype(values, name);
@@ -226,6 +231,7 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Op
   };
   global_shapes(model.flat_params(), expected);
   global_shapes(model.frozen_flat_params(), frozen);
+  const bool base_left_out = manifest_leaves_out_base(reader.manifest());
   const std::string where = checkpoint_misfit(reader);
   std::vector<std::string> prefixes{"model."};
   if (optimizer) {
@@ -234,7 +240,8 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Op
   }
   for (const auto& [name, shape] : expected)
     for (const std::string& prefix : prefixes) require_float32_tensor(reader, prefix + name, shape);
-  for (const auto& [name, shape] : frozen) require_float32_tensor(reader, "model." + name, shape);  // no optimizer state
+  if (!base_left_out)
+    for (const auto& [name, shape] : frozen) require_float32_tensor(reader, "model." + name, shape);  // no optimizer state
   require_only_model_tensors(reader, [&](const std::string& name) { return expected.count(name) || frozen.count(name); });
   for (const auto& [name, t] : model.unsharded_state()) {
     auto it = reader.manifest().tensors.find("buffer." + name);
@@ -253,7 +260,8 @@ void load_model_state(const CheckpointReader& reader, FSDPModule& model) {
     const ShardPiece& where = layout[k];
     read_into(reader, "model." + where.name, global_place(where, tp).part, where.start, pieces[k]);
   }
-  for (size_t k = 0; k < model.frozen_piece_layout().size(); ++k) {
+  const size_t frozen = manifest_leaves_out_base(reader.manifest()) ? 0 : model.frozen_piece_layout().size();
+  for (size_t k = 0; k < frozen; ++k) {
     const ShardPiece& where = model.frozen_piece_layout()[k];
     read_into(reader, "model." + where.name, global_place(where, tp).part, where.start, model.frozen_parameters()[k]);
   }

@@ -32,19 +32,42 @@ enum class CpuStaging {
   Queue,   // (tests) through the queued copies a device's tensors take
 };
 
+// Whether stage_train_state takes the frozen parameters.
+enum class FrozenStaging {
+  Include,  // a checkpoint of a run that freezes parameters itself (train.freeze), the in-memory copies
+  Leave,    // a LoRA run's checkpoints: the base is read again from where the run read it
+};
+
 // Stages this rank's part of the model, optimizer and RNG state into `snapshot`. Tensors on a
 // device are copied into page-locked host buffers without waiting for the device; the writer
 // waits for those copies (Snapshot::finish) before reading. CPU tensors as `cpu` says.
 void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimizer, int rank,
-                       CpuStaging cpu = CpuStaging::Copy);
+                       CpuStaging cpu = CpuStaging::Copy, FrozenStaging frozen = FrozenStaging::Include);
+
+// The pieces of `layout` (model.piece_layout() or model.frozen_piece_layout()) this rank
+// writes: a shard that several replicas hold is written once (units are spread over the
+// replicas so they share the writing), a tensor-parallel copy once. Over all ranks, every
+// element of every parameter exactly once.
+std::vector<size_t> pieces_this_rank_writes(FSDPModule& model, const std::vector<ShardPiece>& layout);
+
+// Where a piece's elements sit in its global tensor: the global shape, and the box of it that
+// the piece's (tensor-parallel) part is; the piece is elements [start, start + numel) of that
+// box's row-major order.
+struct GlobalPlace {
+  std::vector<int64_t> shape;
+  Box part;
+};
+GlobalPlace global_place(const ShardPiece& where, const TensorParallelLayout* tp);
 
 // Checks that the checkpoint was written for this model (every parameter present with the
 // same shape, nothing extra; with `optimizer`, that optimizer's state too, and no other
-// optimizer's): ConfigError naming the first difference otherwise.
+// optimizer's; the frozen parameters unless the checkpoint leaves its base out,
+// manifest_leaves_out_base): ConfigError naming the first difference otherwise.
 void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer);
 
 // Reads this rank's part of model.* and the buffers into the model's shard (fine-tuning from
-// another run's or an imported checkpoint). CheckpointError when it is damaged.
+// another run's or an imported checkpoint); the frozen parameters keep their values when the
+// checkpoint leaves its base out. CheckpointError when it is damaged.
 void load_model_state(const CheckpointReader& reader, FSDPModule& model);
 // Reads the checkpoint's buffer.* into the model's unsharded buffers (a model whose shards
 // were read as they were made: CheckpointParamSource). ConfigError for another dtype or shape.

@@ -12,10 +12,10 @@
 //   ZERO1                     cN compute parameters (the master when c = 4, else + 4S),
 //                             cN whole gradients, KS
 // Accumulating unsharded keeps every unit's whole gradient between micro-batches: + Ng.
-// Frozen parameters (F of them kept, the largest unit's Uf) hold masters and compute copies as
-// trainable ones do and nothing else: sharded 4F, and a unit held whole holds its frozen
-// part too (FULL_SHARD: 2 x the largest unit's U(c + g) + Uf c); NO_SHARD 4F
-// (+ cF); ZERO1 cF (+ 4F'  where F' is its own block).
+// Frozen parameters (F of them kept, the largest unit's Uf) hold masters of f bytes (4, or c
+// for a LoRA base kept in the compute dtype) and compute copies, nothing else: sharded fF, and
+// a unit held whole holds its frozen part too (FULL_SHARD: 2 x the largest unit's U(c + g) +
+// Uf c); NO_SHARD fF (+ cF when c != f); ZERO1 cF (+ fF' where F' is its own block, c != f).
 // Loading only (train.steps 0) allocates no optimizer and touches no sharded gradient. Each
 // buffer is counted as the pages it makes resident (huge pages round it up; estimate_memory).
 #include "train/memory_estimate.h"
@@ -80,7 +80,7 @@ int64_t largest_gathered_unit(const ShardPlan& plan, int64_t c, int64_t g, int64
 MemoryEstimate estimate_memory(const EstimateInputs& in) {
   const ShardPlan& plan = in.plan;
   const int64_t S = plan.shard_numel(), N = plan.padded_numel(), U = plan.largest_padded(), page = in.huge_page_bytes;
-  const int64_t c = in.compute_bytes, K = in.optimizer_bytes_per_param;
+  const int64_t c = in.compute_bytes, K = in.optimizer_bytes_per_param, f = in.frozen_master_bytes;
   const int64_t g = plan.shard_group > 1 && in.cpu ? c : 4;
   auto shards = [&](int64_t bytes_per_element) { return per_flat(plan.flats, bytes_per_element, false, page); };
   auto wholes = [&](int64_t bytes_per_element) { return per_flat(plan.flats, bytes_per_element, true, page); };
@@ -91,20 +91,20 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   switch (plan.strategy) {
     case Strategy::NoShard:
       e.params = wholes(4) + (c != 4 ? wholes(c) : 0);
-      e.frozen = frozen_wholes(4) + (c != 4 ? frozen_wholes(c) : 0);
+      e.frozen = frozen_wholes(f) + (c != f ? frozen_wholes(c) : 0);
       e.grads = wholes(4);
       e.optimizer = K * N;
       break;
     case Strategy::Zero1:
       e.params = wholes(c) + (c != 4 ? shards(4) : 0);
-      e.frozen = frozen_wholes(c) + (c != 4 ? frozen_shards(4) : 0);
+      e.frozen = frozen_wholes(c) + (c != f ? frozen_shards(f) : 0);
       e.grads = wholes(c);
       e.optimizer = K * S;
       break;
     default: {
       const int64_t units_whole = in.prefetch ? 2 : 1;
       e.params = shards(4);
-      e.frozen = frozen_shards(4);
+      e.frozen = frozen_shards(f);
       e.grads = 4 * S;      // mapped directly, not from the block cache: no huge pages
       e.optimizer = K * S;  // one tensor per parameter's piece, most of them small
       e.gathered = plan.strategy == Strategy::ShardGradOp
@@ -120,9 +120,10 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.activations = in.training ? in.activations : 0;
   if (in.training && in.periodic_checkpoints && in.cpu) {
     // What stage_train_state copies: each float32 shard piece this rank writes with its
-    // optimizer states (K bytes per element), and its frozen pieces; replicas split the writing.
-    const int64_t staged =
-        ((4 + K) * plan.shard_numel() + 4 * plan.frozen_shard_numel()) / std::max<int64_t>(1, in.replicas);
+    // optimizer states (K bytes per element), and its frozen pieces (not a LoRA run's base);
+    // replicas split the writing.
+    const int64_t frozen = in.checkpoint_frozen ? f * plan.frozen_shard_numel() : 0;
+    const int64_t staged = ((4 + K) * plan.shard_numel() + frozen) / std::max<int64_t>(1, in.replicas);
     const int64_t overlapped = e.gathered + std::max<int64_t>(0, e.activations);
     e.checkpoint = in.async_checkpoints ? staged : std::max<int64_t>(0, staged - overlapped);
   }

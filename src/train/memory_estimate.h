@@ -28,6 +28,8 @@ struct EstimateInputs {
   // the state itself. Counted where the state is host memory (on a GPU the copy is not).
   bool periodic_checkpoints = false;
   bool async_checkpoints = true;         // the copy is written while the next steps run
+  bool checkpoint_frozen = true;         // false: a LoRA run's checkpoints leave the frozen base out
+  int64_t frozen_master_bytes = 4;       // a frozen master's bytes per element (a LoRA base: the compute dtype's)
   int64_t replicas = 1;                  // data-parallel ranks holding the same shards share their writing
 };
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "obs/progress_heartbeat.h"
+#include "train/adapter_checkpoint.h"
 #include "train/checkpointing.h"
 
 namespace fs = std::filesystem;
@@ -35,7 +36,8 @@ void refuse_newer_checkpoints(const std::string& dir, const std::string& path, i
 }  // namespace
 
 Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, Optimizer& optimizer,
-                        BatchSource& train_data, int rank, comm::Communicator* group) {
+                        BatchSource& train_data, int rank, comm::Communicator* group,
+                        std::optional<uint64_t> base_fingerprint) {
   const auto t0 = std::chrono::steady_clock::now();
   // A crash mid-save leaves partial directories; only the lead removes them, and nobody
   // looks at the directory before it is done.
@@ -69,7 +71,8 @@ Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& mod
     int64_t step = 0, position = 0;
     try {
       CheckpointReader reader(path);
-      check_checkpoint_fits(reader, model, &optimizer);  // ConfigError: the same on every rank, so all stop
+      check_adapter_base(reader, c, base_fingerprint);   // ConfigError: the same on every rank, so all stop
+      check_checkpoint_fits(reader, model, &optimizer);
       const auto& m = reader.manifest();
       if (mode != "auto") refuse_newer_checkpoints(dir, path, m.step);
       CADRE_CONFIG_CHECK(m.step <= c.train.steps, "checkpoint '", path, "' is at step ", m.step, ", beyond train.steps ",

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "comm/comm.h"
@@ -26,7 +27,10 @@ struct Resumed {
   int64_t skipped = 0;       // damaged checkpoints passed over
 };
 
+// `base_fingerprint`: a LoRA run's frozen base (adapter_checkpoint.h), which a checkpoint that
+// leaves its base out must have been trained on.
 Resumed resume_training(const Config& config, const std::string& checkpoint_dir, FSDPModule& model, Optimizer& optimizer,
-                        BatchSource& train_data, int rank, comm::Communicator* group);
+                        BatchSource& train_data, int rank, comm::Communicator* group,
+                        std::optional<uint64_t> base_fingerprint = std::nullopt);
 
 }  // namespace cadre

@@ -204,6 +204,7 @@ std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<c
   set_up_inputs(*r, config, env);
   set_threads(r->c.train.threads);
   r->shard_options = shard_options_of(r->c.parallel);
+  r->shard_options.frozen_in_compute_dtype = r->c.lora.rank > 0;  // a LoRA base: bf16 under bf16 compute
   set_up_mesh(*r);
   r->rss_before_model = process_rss_bytes();
   r->anon_before_model = process_anon_rss_bytes();

@@ -30,9 +30,11 @@ void Trainer::start_observing() {
   const ShardMemory shard_memory = run_->sharded.memory();
   const int64_t optimizer_bytes = run_->optimizer->state_bytes_per_param() * shard_numel;
   observer_->set_model_state_bytes(shard_memory.params + shard_memory.frozen + shard_memory.grads + optimizer_bytes);
-  // A resume reads the float32 masters (frozen ones too) and the optimizer's state.
+  // A resume reads the float32 masters (frozen ones too, unless a LoRA run's checkpoint left
+  // its base out) and the optimizer's state.
+  const int64_t frozen_read = base_fingerprint_ ? 0 : 4 * frozen_numel;
   observer_->started(resumed_.step, resumed_.path, resumed_.load_s,
-                     resumed_.path.empty() ? 0 : 4 * (shard_numel + frozen_numel) + optimizer_bytes);
+                     resumed_.path.empty() ? 0 : 4 * shard_numel + frozen_read + optimizer_bytes);
   summary_.run_dir = c_.run.dir;
   summary_.lead = run_->lead;
   summary_.resumed_from = resumed_.path;

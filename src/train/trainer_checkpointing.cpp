@@ -6,8 +6,9 @@ namespace cadre::detail {
 
 void Trainer::resume() {
   checkpoint_dir_ = c_.checkpoint.dir.empty() ? c_.run.dir + "/checkpoints" : c_.checkpoint.dir;
+  if (c_.lora.rank > 0) base_fingerprint_ = frozen_base_fingerprint(run_->sharded, run_->group);
   resumed_ = resume_training(c_, checkpoint_dir_, run_->sharded, *run_->optimizer, *run_->train_data, run_->rank,
-                             run_->group);
+                             run_->group, base_fingerprint_);
   // A fine-tuning run starts from train.init_from; once it has checkpoints of its own, a
   // restart resumes from those instead.
   if (resumed_.path.empty() && !c_.train.init_from.empty())
@@ -55,7 +56,8 @@ void Trainer::stage_checkpoint(nlohmann::json& record, int64_t done) {
   // it is written (finish() waits for it), so it is written from where it is, without a copy
   // the size of the state on top of the run's peak.
   const bool last = done == end_step_ || stopping_;
-  stage_train_state(snapshot, run_->sharded, *run_->optimizer, run_->rank, last ? CpuStaging::Borrow : CpuStaging::Copy);
+  stage_train_state(snapshot, run_->sharded, *run_->optimizer, run_->rank, last ? CpuStaging::Borrow : CpuStaging::Copy,
+                    base_fingerprint_ ? FrozenStaging::Leave : FrozenStaging::Include);
   CheckpointManifest header;
   header.step = done;
   header.world_size = run_->world;
@@ -63,6 +65,7 @@ void Trainer::stage_checkpoint(nlohmann::json& record, int64_t done) {
   header.strategy = c_.parallel.tp_size > 1 ? str(strategy, ", tp ", c_.parallel.tp_size) : strategy;
   header.state = {{"data_position", static_cast<int64_t>(run_->train_data->position())},
                   {"optimizer_steps", run_->optimizer->steps()}};
+  if (base_fingerprint_) header.state[kBaseFingerprintState] = static_cast<int64_t>(*base_fingerprint_);
   header.config_yaml = config_to_yaml(c_);
   saver_->submit(std::move(header));
   record["checkpoint_stage_s"] = std::chrono::duration<double>(Clock::now() - t_stage).count();

@@ -29,6 +29,7 @@
 #include "core/sysinfo.h"
 #include "obs/progress_heartbeat.h"
 #include "obs/train_observer.h"
+#include "train/adapter_checkpoint.h"
 #include "train/checkpointing.h"
 #include "train/copies_adopt.h"
 #include "train/evaluate.h"
@@ -125,6 +126,8 @@ class Trainer {
   std::string checkpoint_dir_;
   Resumed resumed_;
   std::string initialised_from_;
+  // A LoRA run's base (adapter_checkpoint.h): recorded in its checkpoints, which leave it out.
+  std::optional<uint64_t> base_fingerprint_;
   std::unique_ptr<comm::Communicator> checkpoint_group_;
   std::unique_ptr<CheckpointSaver> saver_;
   // Sharded state under --recovery memory: copies of this rank's part in a peer's memory, and

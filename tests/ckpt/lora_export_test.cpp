@@ -5,9 +5,10 @@
 // - `--format hf --merge` writes a plain folder (W + alpha/rank * B A) that transformers alone
 //   loads, reproducing them too (tests/python/hf_export_check.py, as for any export);
 // - `--format hf` without --merge, --merge or peft without adapters are refused (exit 2) saying
-//   what to do, and `--format pt` keeps the adapters under PEFT's in-model names; generating
-//   from the checkpoint or fine-tuning from it as a plain model (which would drop the adapters)
-//   is refused too;
+//   what to do; the checkpoint holds the adapters alone, so `--format pt` and `dcp` are refused,
+//   and so is merging onto a base changed since the run (its fingerprint); generating from the
+//   checkpoint or fine-tuning from it as a plain model (which would drop the adapters) is
+//   refused too;
 // - the PEFT folder comes back through lora.init_from as the run's adapters bit for bit, with
 //   its rank, alpha and layers, and folders that are not a plain LoRA adapter are refused.
 #include <gtest/gtest.h>
@@ -22,10 +23,15 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checkpoint_reader.h"
+#include "ckpt/hf_folder.h"
+#include "ckpt/manifest.h"
 #include "ckpt/tensor_file.h"
 #include "core/config.h"
 #include "models/llama/llama_model.h"
 #include "models/lora.h"
+#include "models/registry.h"
+#include "core/lora_naming.h"
+#include "support/hf_folder_edit.h"
 #include "support/process.h"
 #include "support/tiny_dataset.h"
 #include "support/tiny_train.h"
@@ -55,14 +61,25 @@ class LoraExport : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // Cadre's logits for a fixed batch from the final checkpoint, base and adapters.
+  // Cadre's logits for a fixed batch: the base from the folder, the adapters from the final
+  // checkpoint, which holds them alone (with their optimizer state and the base's fingerprint).
   static void write_cadre_logits() {
     const cadre::Config config = cadre::config_load(run_ + "/config.yaml", {});
     cadre::LlamaModel model(cadre::llama_config(config.model));
     cadre::lora_apply(model.llama(), config.lora, model.lora_names());
     const cadre::CheckpointReader reader(cadre::checkpoint_locate(run_));
+    ASSERT_TRUE(cadre::manifest_leaves_out_base(reader.manifest()));
+    const cadre::HfFolder folder(hf_);
+    auto adapter = cadre::model_state_dict_adapter(config);
     c10::NoGradGuard no_grad;
-    for (auto& p : model.llama().named_parameters()) p.value().copy_(reader.read_tensor("model." + p.key()));
+    for (auto& p : model.llama().named_parameters()) {
+      if (cadre::lora_is_adapter(p.key())) {
+        p.value().copy_(reader.read_tensor("model." + p.key()));
+        continue;
+      }
+      EXPECT_FALSE(reader.has("model." + p.key())) << "the checkpoint holds base tensor " << p.key();
+      folder.read_float32(folder.tensors().at(adapter->external_name(p.key())), p.value().data_ptr<float>());
+    }
     const at::Tensor tokens = at::randint(512, {2, 16}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
     cadre::tensor_file_save(run_ + "/cadre_logits.pt", {{"tokens", tokens}, {"logits", model.llama().forward(tokens)}});
   }
@@ -138,13 +155,23 @@ TEST_F(LoraExport, FormatsThatCannotHoldAdaptersAreRefused) {
   EXPECT_EQ(init_from.exit_code, 2) << init_from.output;
   EXPECT_NE(init_from.output.find("is a LoRA run's (lora.rank 4): start from its merged export"), std::string::npos)
       << init_from.output;
-  // pt keeps everything, the adapters under PEFT's in-model names.
-  const std::string pt = *dir_ / "model.pt";
-  auto r = cadre_export({"--format", "pt", "--out", pt});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const cadre::TensorDict saved = cadre::tensor_file_load(pt);
-  EXPECT_EQ(saved.size(), size_t(3 + 2 * 9 + 2 * 2 * 7));
-  EXPECT_EQ(saved.at("model.layers.1.mlp.down_proj.lora_B.weight").sizes(), (std::vector<int64_t>{64, 4}));
+  // pt and dcp hold a whole model, and the checkpoint holds the adapters alone.
+  for (const char* format : {"pt", "dcp"}) {
+    auto r = cadre_export({"--format", format, "--out", *dir_ / "z"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("holds a LoRA run's adapters without the base they were trained on: export them with "
+                            "--format peft, or the model with them merged into the base with --format hf --merge"),
+              std::string::npos)
+        << r.output;
+  }
+  // Merging reads the base from where the run read it: a base changed since is refused.
+  cadre::test::change_one_hf_weight(hf_);
+  auto changed = cadre_export({"--format", "hf", "--merge", "--out", *dir_ / "changed"});
+  EXPECT_EQ(changed.exit_code, 2) << changed.output;
+  EXPECT_NE(changed.output.find("holds adapters trained on another base than the Hugging Face folder '" + hf_ + "'"),
+            std::string::npos)
+      << changed.output;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "changed")) << "nothing is written";
 }
 
 TEST_F(LoraExport, PeftAdapterComesBackThroughLoraInitFrom) {

@@ -42,12 +42,13 @@ TEST(Communicator, RanksWithoutTheJobSecretAreRefused) {
     return rank == 1 ? std::vector<std::string>{"CADRE_JOB_SECRET=a-secret-of-another-job-0123"}
                      : std::vector<std::string>{};
   };
-  options.limit = std::chrono::seconds(20);  // rank 0 then waits for rank 1 until it is killed
-  auto results = run_ranks(2, {COMM_WORKER, "ops"}, options);
+  options.limit = std::chrono::seconds(20);  // rank 0 waits for rank 1 until its 5 s timeout
+  auto results = run_ranks(2, {COMM_WORKER, "refused"}, options);
   EXPECT_NE(results[1].exit_code, 0) << results[1].output;
   EXPECT_NE(results[1].output.find("wrong job secret"), std::string::npos) << results[1].output;
+  EXPECT_NE(results[0].exit_code, 0) << results[0].output;  // left waiting for rank 1
 
   options.env = [](int rank) { return std::vector<std::string>{"CADRE_JOB_SECRET="}; };
-  results = run_ranks(2, {COMM_WORKER, "ops"}, options);
+  results = run_ranks(2, {COMM_WORKER, "refused"}, options);
   for (const auto& r : results) EXPECT_NE(r.output.find("needs the job secret"), std::string::npos) << r.output;
 }

@@ -330,7 +330,7 @@ void scenario_abort(Communicator& comm, const cadre::comm::JobEnv& env) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: comm_worker ops|mismatch|missing|out_of_step|abort\n");
+    std::fprintf(stderr, "usage: comm_worker ops|refused|mismatch|missing|out_of_step|abort\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -339,9 +339,13 @@ int main(int argc, char** argv) {
     rank = env.rank;
     cadre::comm::CommOptions options;
     // In `missing` the skipping rank waits long enough for the others to time out and rebuild.
-    options.timeout = std::chrono::seconds(scenario == "missing" ? (env.rank == env.world_size - 1 ? 60 : 8) : 60);
+    // `refused` is `ops` for ranks a store may refuse: whoever is left waiting for a refused rank
+    // gives up after 5 s instead of a minute.
+    options.timeout = std::chrono::seconds(scenario == "missing"   ? (env.rank == env.world_size - 1 ? 60 : 8)
+                                           : scenario == "refused" ? 5
+                                                                   : 60);
     Communicator comm(env, options);
-    if (scenario == "ops") scenario_ops(comm);
+    if (scenario == "ops" || scenario == "refused") scenario_ops(comm);
     else if (scenario == "mismatch") scenario_mismatch(comm);
     else if (scenario == "missing") scenario_missing(comm);
     else if (scenario == "out_of_step") scenario_out_of_step(comm);

@@ -33,7 +33,7 @@ std::unique_ptr<cadre::LlamaModel> adapted(const std::string& targets, int64_t r
   c10::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (auto& p : model->llama().named_parameters())
-    if (cadre::lora_name_ends_with(p.key(), ".lora_b")) p.value().normal_(0, 0.05, gen);
+    if (cadre::ends_with(p.key(), ".lora_b")) p.value().normal_(0, 0.05, gen);
   return model;
 }
 
@@ -108,7 +108,7 @@ TEST(LoraDecode, MixedBatchesEqualEachSequenceAloneAndTheTrainingForward) {
       cadre::Llama& m = *by_adapter[size_t(seqs[s].first + 1)];
       if (seqs[s].first < 0) {  // the base model's own adapter (wq) would add a delta: switch it off with B = 0
         for (auto& p : m.named_parameters())
-          if (cadre::lora_name_ends_with(p.key(), ".lora_b")) p.value().zero_();
+          if (cadre::ends_with(p.key(), ".lora_b")) p.value().zero_();
       }
       full = m.forward(seqs[s].second.unsqueeze(0)).squeeze(0);
     }

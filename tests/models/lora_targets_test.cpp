@@ -124,7 +124,7 @@ TEST(LoraDropout, CheckpointedBlocksGetTheSameGradients) {
     {
       c10::NoGradGuard no_grad;  // B nonzero: A's gradient (through the dropped-out input) is compared too
       for (auto& p : model.llama().named_parameters())
-        if (cadre::lora_name_ends_with(p.key(), ".lora_b")) p.value().fill_(0.01);
+        if (cadre::ends_with(p.key(), ".lora_b")) p.value().fill_(0.01);
     }
     cadre::lora_freeze_base(model.llama());
     std::vector<cadre::HookHandle> wrapped;

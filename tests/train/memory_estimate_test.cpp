@@ -122,7 +122,8 @@ TEST(MemoryEstimate, ARunOverItsMemoryLimitStopsBeforeStartingNamingTheBreakdown
 // memory above its baseline (before the model) is the estimate it printed, within 15%: what the
 // estimate leaves out (allocator slack, the loader's batches, autograd's small tensors) is a few
 // percent here (measured: FULL_SHARD 1.01-1.05, ZERO1 1.01 on this model shape at 8 layers;
-// FULL_SHARD with half the blocks frozen 1.02).
+// FULL_SHARD with half the blocks frozen 1.02; LoRA 1.05, its base held in bf16 shards, checked
+// byte for byte).
 TEST(MemoryEstimate, TrainingPeakAboveTheBaselineIsTheEstimateWithinFifteenPercent) {
   cadre::test::TempDir dir("memory-estimate");
   const std::string data = cadre::test::prepare_tiny_dataset(dir / "data-root", 4, 40000);
@@ -134,13 +135,22 @@ TEST(MemoryEstimate, TrainingPeakAboveTheBaselineIsTheEstimateWithinFifteenPerce
                           "parallel:\n  mixed_precision:\n    param_dtype: bfloat16\n");
   // The third run freezes half the blocks (train.freeze): their masters stay, sharded, without
   // gradients or optimizer state; the embedding trains, so every block keeps its activations.
-  const std::vector<std::pair<std::string, std::string>> runs = {
-      {"FULL_SHARD", ""}, {"ZERO1", ""}, {"FULL_SHARD", "^layers\\.[0-3]\\."}};
-  for (const auto& [strategy, freeze] : runs) {
-    const std::string run = dir / ("run-" + strategy + (freeze.empty() ? "" : "-frozen"));
+  // The fourth trains LoRA adapters (rank 8, every projection): the whole base frozen, its
+  // shards kept in bf16 (2 bytes a parameter where train.freeze keeps 4).
+  struct Case {
+    std::string name, strategy, set;
+  };
+  const std::vector<Case> runs = {{"FULL_SHARD", "FULL_SHARD", ""},
+                                  {"ZERO1", "ZERO1", ""},
+                                  {"FULL_SHARD half frozen", "FULL_SHARD", "train.freeze=^layers\\.[0-3]\\."},
+                                  {"FULL_SHARD LoRA", "FULL_SHARD", "lora.rank=8"}};
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const auto& [name, strategy, set] = runs[k];
+    const std::string run = dir / ("run-" + std::to_string(k));
     std::vector<std::string> argv = {CADRE_BIN, "train", "--config", dir / "model.yaml", "--set", "data.dir=" + data,
                                      "--set", "run.dir=" + run, "--set", "parallel.strategy=" + strategy};
-    if (!freeze.empty()) argv.insert(argv.end(), {"--set", "train.freeze=" + freeze});
+    if (!set.empty()) argv.insert(argv.end(), {"--set", set});
+    if (set.rfind("lora.", 0) == 0) argv.insert(argv.end(), {"--set", "lora.targets=all-linear"});
     auto results = cadre::testing::run_ranks(2, argv);
     for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << cadre::testing::describe(results);
     std::smatch m;
@@ -156,9 +166,20 @@ TEST(MemoryEstimate, TrainingPeakAboveTheBaselineIsTheEstimateWithinFifteenPerce
     }
     ASSERT_GT(peak, baseline) << run;
     const double ratio = estimate / (peak - baseline);
-    std::cout << "[memory] " << strategy << (freeze.empty() ? "" : " half frozen") << ": estimate " << estimate / (1 << 20) << " MiB, peak above baseline "
+    std::cout << "[memory] " << name << ": estimate " << estimate / (1 << 20) << " MiB, peak above baseline "
               << (peak - baseline) / (1 << 20) << " MiB, ratio " << ratio << std::endl;
     EXPECT_GT(ratio, 0.85) << run;
     EXPECT_LT(ratio, 1.15) << run;
+    if (set.rfind("lora.", 0) != 0) continue;
+    // The base's shards as allocated (summary.json's measured frozen_bytes): 2 bytes for each
+    // of rank 0's half of the base's parameters (+ at most a few elements of padding per unit).
+    ASSERT_TRUE(std::regex_search(results[0].output, m, std::regex(R"(the base's (\d+) are frozen)")))
+        << results[0].output;
+    const double base = std::stod(m[1]);
+    std::ifstream summary_file(run + "/summary.json");
+    const double frozen_bytes = nlohmann::json::parse(summary_file)["memory"]["frozen_bytes"].get<double>();
+    std::cout << "[memory] LoRA base: " << base << " parameters, rank 0 keeps " << frozen_bytes / (1 << 20)
+              << " MiB of them" << std::endl;
+    EXPECT_NEAR(frozen_bytes, 2 * (base / 2), 64.0) << "bf16 shards of the base";
   }
 }

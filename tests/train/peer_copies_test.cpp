@@ -1,8 +1,9 @@
 // Sharded in-memory recovery between real ranks on loopback (peer_copies_worker): each rank's
 // part of a FULL_SHARD model and its AdamW moments reach a buddy's memory, and a group of another
 // size (or with a newcomer) rebuilds its own parts from the copies the survivors hold, every
-// element in its place, with the step, data position, optimizer steps, global batch, record and
-// each rank's RNG; when some part's every copy is gone nothing is adopted (resume from disk).
+// element in its place (frozen parameters too, kept in bf16 as a LoRA base is), with the step,
+// data position, optimizer steps, global batch, record and each rank's RNG; when some part's
+// every copy is gone nothing is adopted (resume from disk).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -60,9 +61,12 @@ class PeerCopiesRecovery : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
   std::vector<cadre::testing::RankResult> run(int processes, const std::string& scenario,
-                                              const std::string& strategy = "FULL_SHARD") {
-    auto results = cadre::testing::run_ranks(
-        processes, {PEER_COPIES_WORKER, data_, scenario, std::to_string(cadre::testing::free_port()), strategy});
+                                              const std::string& strategy = "FULL_SHARD",
+                                              const std::string& option = "") {
+    std::vector<std::string> argv = {PEER_COPIES_WORKER, data_, scenario, std::to_string(cadre::testing::free_port()),
+                                     strategy};
+    if (!option.empty()) argv.push_back(option);
+    auto results = cadre::testing::run_ranks(processes, argv);
     for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << r.output;
     return results;
   }
@@ -111,6 +115,11 @@ TEST_F(PeerCopiesRecovery, AReplacedRankGetsItsPartFromItsBuddysCopy) {
 TEST_F(PeerCopiesRecovery, ShardGradOpPartsSurviveAShrink) { expect_adopted(run(3, "shrink", "SHARD_GRAD_OP"), 2, 3); }
 TEST_F(PeerCopiesRecovery, Zero1PartsSurviveAShrink) { expect_adopted(run(3, "shrink", "ZERO1"), 2, 3); }
 TEST_F(PeerCopiesRecovery, HybridShardPartsReachANewcomer) { expect_adopted(run(3, "grow", "HYBRID_SHARD"), 3, 2); }
+// A LoRA base is kept in bf16 (FullyShardOptions::frozen_in_compute_dtype): its parts travel as
+// bf16 and land where they belong.
+TEST_F(PeerCopiesRecovery, FrozenPartsKeptInBf16SurviveAShrink) {
+  expect_adopted(run(3, "shrink", "FULL_SHARD", "bf16-frozen"), 2, 3);
+}
 
 TEST_F(PeerCopiesRecovery, NothingIsAdoptedWhenEveryCopyOfAPartIsGone) {
   auto results = run(3, "copies_lost");

@@ -6,7 +6,10 @@
 // then the ranks of a new group (another size, or a newcomer) adopt what the survivors hold and
 // check every element they now own against that value.
 //
-//   peer_copies_worker <data_dir> <scenario> <new_port> [strategy]
+//   peer_copies_worker <data_dir> <scenario> <new_port> [strategy] [bf16-frozen]
+//
+// bf16-frozen: bf16 compute with the frozen parameters kept in it (a LoRA base,
+// FullyShardOptions::frozen_in_compute_dtype): their parts travel as bf16.
 //
 // shrink:      3 -> 2: rank 2 is lost after the exchange; its part comes from rank 0's copy.
 // grow:        2 -> 3: ranks 0 and 1 hold their own parts; rank 2 is a newcomer.
@@ -64,7 +67,7 @@ struct Job {
   std::unique_ptr<cadre::Optimizer> optimizer;
 };
 
-std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, cadre::Strategy strategy) {
+std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, cadre::Strategy strategy, bool bf16_frozen) {
   auto job = std::make_unique<Job>();
   job->groups = cadre::make_parallel_groups(env, strategy, /*shard_group_size=*/1, {});
   job->net = std::make_shared<usernet::Net>();
@@ -72,21 +75,28 @@ std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, cadre::Strategy strat
   cadre::FullyShardOptions options;
   options.strategy = strategy;
   options.groups = job->groups.groups;
+  if (bf16_frozen) {
+    options.mixed_precision.param_dtype = at::kBFloat16;
+    options.frozen_in_compute_dtype = true;
+  }
   for (auto* unit : job->net->units()) cadre::fully_shard(*unit, options);
   job->model = cadre::fully_shard(*job->net, options);
+  for (const at::Tensor& piece : job->model.frozen_parameters())
+    CADRE_CHECK(piece.scalar_type() == (bf16_frozen ? at::kBFloat16 : at::kFloat), "a frozen piece is ",
+                piece.scalar_type());
   job->optimizer = cadre::make_optimizer(cadre::OptimConfig{}, job->model.parameters(), job->model.decay_mask());
   return job;
 }
 
-// Every element of this rank's part: set to (fill) or compared with (check) its value. Buffers
-// and frozen parameters hold 3 everywhere.
+// Every element of this rank's part: set to (fill) or compared with (check) its value (a frozen
+// piece kept in bf16: the value rounded to it). Buffers hold 3 everywhere.
 int64_t visit(Job& job, bool fill) {
   c10::NoGradGuard no_grad;
   int64_t wrong = 0;
   const auto& layout = job.model.piece_layout();
   const std::vector<cadre::OptimizerState> state = job.optimizer->state();
   auto one = [&](const std::string& name, const cadre::ShardPiece& where, const at::Tensor& t) {
-    const at::Tensor want = expected(name, where.start, t.numel());
+    const at::Tensor want = expected(name, where.start, t.numel()).to(t.scalar_type());
     if (fill) t.view({-1}).copy_(want);
     else wrong += t.view({-1}).ne(want).sum().item<int64_t>();
   };
@@ -94,6 +104,8 @@ int64_t visit(Job& job, bool fill) {
     one("model." + layout[k].name, layout[k], job.model.parameters()[k]);
     for (const auto& s : state) one("optim." + s.name + "." + layout[k].name, layout[k], (*s.tensors)[k]);
   }
+  const auto& frozen = job.model.frozen_piece_layout();
+  for (size_t k = 0; k < frozen.size(); ++k) one("model." + frozen[k].name, frozen[k], job.model.frozen_parameters()[k]);
   for (auto& [name, t] : job.model.unsharded_state()) {
     if (fill) t.fill_(3);
     else wrong += t.ne(3).sum().item<int64_t>();
@@ -111,8 +123,8 @@ cadre::comm::JobEnv env_for(const cadre::comm::JobEnv& base, int rank, int world
 
 // The old group: pack at step 7, exchange with the buddy, hand over what this rank holds.
 std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const Scenario& s,
-                                          cadre::Strategy strategy) {
-  std::unique_ptr<Job> job = build(env, strategy);
+                                          cadre::Strategy strategy, bool bf16_frozen) {
+  std::unique_ptr<Job> job = build(env, strategy, bf16_frozen);
   visit(*job, /*fill=*/true);
   job->optimizer->set_steps(7);
   at::manual_seed(uint64_t(1000 + env.rank));
@@ -131,18 +143,21 @@ std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const 
 }
 
 int run(int argc, char** argv) {
-  CADRE_CHECK(argc == 4 || argc == 5, "usage: peer_copies_worker <data_dir> <scenario> <new_port> [strategy]");
+  CADRE_CHECK(argc >= 4 && argc <= 6,
+              "usage: peer_copies_worker <data_dir> <scenario> <new_port> [strategy] [bf16-frozen]");
   const cadre::comm::JobEnv env = cadre::comm::JobEnv::from_env();
   const Scenario s = scenario(argv[2]);
-  const cadre::Strategy strategy = cadre::parse_strategy(argc == 5 ? argv[4] : "FULL_SHARD");
+  const cadre::Strategy strategy = cadre::parse_strategy(argc >= 5 ? argv[4] : "FULL_SHARD");
+  const bool bf16_frozen = argc == 6 && std::string(argv[5]) == "bf16-frozen";
+  CADRE_CHECK(argc < 6 || bf16_frozen, "peer_copies_worker: unknown option '", argv[argc - 1], "'");
   at::set_num_threads(1);
   std::vector<cadre::PackedState> held;
   const int old_rank = s.old_rank(env.rank), new_rank = s.new_rank(env.rank);
-  if (old_rank >= 0) held = old_group(env_for(env, old_rank, s.old_world, env.master_port), s, strategy);
+  if (old_rank >= 0) held = old_group(env_for(env, old_rank, s.old_world, env.master_port), s, strategy, bf16_frozen);
   if (s.name == "replace" && env.rank == 1) held.clear();  // the replacement starts with nothing
   if (new_rank < 0) return 0;
   const cadre::comm::JobEnv fresh = env_for(env, new_rank, s.new_world, std::stoi(argv[3]));
-  std::unique_ptr<Job> job = build(fresh, strategy);
+  std::unique_ptr<Job> job = build(fresh, strategy, bf16_frozen);
   std::unique_ptr<cadre::BatchSource> data = cadre::BatchSource::open(argv[1], cadre::Split::Train, 1234);
   std::optional<cadre::Adopted> adopted =
       cadre::copies_adopt(held, job->model, *job->optimizer, *data, job->groups.world.get(), new_rank);

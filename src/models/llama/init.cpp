@@ -8,15 +8,9 @@
 
 #include "core/counter_rng.h"
 #include "core/error.h"
+#include "core/text.h"
 
 namespace cadre {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 void LlamaInit::read(const std::string& name, int64_t start, int64_t count, float* out) const {
   if (ends_with(name, "norm.weight")) {  // RMSNorm scales: attention_norm, ffn_norm, norm

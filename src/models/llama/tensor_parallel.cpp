@@ -6,14 +6,11 @@
 
 #include "core/error.h"
 #include "core/lora_naming.h"
+#include "core/text.h"
 #include "shard/deferred_param.h"
 
 namespace cadre {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The dimension a parameter is split along (0: rows of [out, in], the column-parallel half
 // and the vocabulary; 1: columns, the row-parallel half), or -1: replicated. A LoRA adapter's
