@@ -35,6 +35,8 @@ uint64_t stream_key(uint64_t seed, std::string_view name) {
   return mix(seed + 0x9E3779B97F4A7C15ull) ^ h;
 }
 
+uint64_t substream(uint64_t key, uint64_t index) { return mix(key ^ mix(index + 0x9E3779B97F4A7C15ull)); }
+
 Block philox(uint64_t key, uint64_t index) {
   uint32_t c0 = uint32_t(index), c1 = uint32_t(index >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);

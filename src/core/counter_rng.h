@@ -13,6 +13,9 @@ namespace cadre::counter_rng {
 // The key of the stream named `name` under `seed` (FNV-1a of the name, mixed with the seed).
 uint64_t stream_key(uint64_t seed, std::string_view name);
 
+// The key of sub-stream `index` of stream `key` (a stream per step, per sample, ...).
+uint64_t substream(uint64_t key, uint64_t index);
+
 // Four 32-bit words for counter `index` of stream `key`.
 struct Block {
   uint32_t x[4];

@@ -213,6 +213,61 @@ void batch_invariant_dots(const float* a, const float* rows, int64_t count, int6
   }
 }
 
+namespace {
+
+// out[o] = fma chain over j in order of h[j] * rows[j][o], from 0; then y[o] = fma(scale, out, y):
+// every element's arithmetic is fixed, whichever path computes it.
+template <typename W>
+void lowrank_add_portable(const float* h, const W* rows, int64_t count, int64_t n, float scale, float* y) {
+  for (int64_t o = 0; o < n; ++o) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < count; ++j) acc = std::fma(h[j], widen(rows[j * n + o]), acc);
+    y[o] = std::fma(scale, acc, y[o]);
+  }
+}
+
+template <typename W>
+CADRE_AVX512 void lowrank_add_avx512(const float* h, const W* rows, int64_t count, int64_t n, float scale, float* y) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t o = 0; o < n; o += kLanes) {
+    const __mmask16 mask = n - o >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - o)) - 1u);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < count; ++j)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(h[j]), load_w_masked(rows + j * n + o, mask), acc);
+    _mm512_mask_storeu_ps(y + o, mask, _mm512_fmadd_ps(s, acc, _mm512_maskz_loadu_ps(mask, y + o)));
+  }
+}
+
+template <typename W>
+void lowrank_add(const float* x, const W* a, const W* bt, int64_t rank, int64_t in, int64_t out, float scale, float* h,
+                 float* y) {
+  const bool avx512 = use_avx512();
+  for (int64_t j = 0; j < rank; j += kTile) {  // h = A x, as batch_invariant_dots
+    const int nr = static_cast<int>(std::min<int64_t>(kTile, rank - j));
+    if (avx512) tile_avx512_rows<W, 1>(x, in, a + j * in, in, nr, in, h + j, 1);
+    else tile_portable(x, in, 1, a + j * in, in, nr, in, h + j, 1);
+  }
+  if (avx512) lowrank_add_avx512(h, bt, rank, out, scale, y);
+  else lowrank_add_portable(h, bt, rank, out, scale, y);
+}
+
+}  // namespace
+
+void batch_invariant_lowrank_add(const float* x, const at::Tensor& a, const at::Tensor& bt, float scale, float* h,
+                                 float* y) {
+  CADRE_CHECK(a.dim() == 2 && bt.dim() == 2 && a.size(0) == bt.size(0) && a.is_contiguous() && bt.is_contiguous() &&
+                  a.scalar_type() == bt.scalar_type() &&
+                  (a.scalar_type() == at::kFloat || a.scalar_type() == at::kBFloat16),
+              "batch_invariant_lowrank_add: factors must be contiguous float32 or bfloat16 [rank, in] and [rank, out], got ",
+              a.sizes(), " ", a.scalar_type(), " and ", bt.sizes(), " ", bt.scalar_type());
+  const int64_t rank = a.size(0), in = a.size(1), out = bt.size(1);
+  if (a.scalar_type() == at::kFloat)
+    lowrank_add(x, a.data_ptr<float>(), bt.data_ptr<float>(), rank, in, out, scale, h, y);
+  else
+    lowrank_add(x, reinterpret_cast<const bf16_bits*>(a.data_ptr()), reinterpret_cast<const bf16_bits*>(bt.data_ptr()),
+                rank, in, out, scale, h, y);
+}
+
 const char* batch_invariant_linear_isa() { return use_avx512() ? "avx512" : "portable"; }
 
 void batch_invariant_linear_force_portable(bool portable) { g_force_portable = portable; }

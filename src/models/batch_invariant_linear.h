@@ -26,6 +26,13 @@ float batch_invariant_dot(const float* a, const float* b, int64_t n);
 // tile, on the calling thread.
 void batch_invariant_dots(const float* a, const float* rows, int64_t count, int64_t n, float* out);
 
+// y[o] += scale * (B (A x))[o] for one row (a LoRA delta), with the same promise: h = A x as
+// batch_invariant_dots computes it (a [rank, in], x [in]), then each output element one fused
+// multiply-add chain over h in order (bt = B^T [rank, out]) and one fused multiply-add of the
+// scale into y. Factors float32 or bfloat16 (both the same); h is scratch of `rank` floats.
+void batch_invariant_lowrank_add(const float* x, const at::Tensor& a, const at::Tensor& bt, float scale, float* h,
+                                 float* y);
+
 // "avx512" or "portable": the path this CPU takes.
 const char* batch_invariant_linear_isa();
 

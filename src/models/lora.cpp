@@ -122,7 +122,7 @@ std::vector<std::string> lora_apply(torch::nn::Module& root, const LoraConfig& c
         matched.insert(entry);
       }
     if (!chosen) continue;
-    module->add_adapter(c.rank, c.alpha, c.dropout);
+    module->add_adapter(c.rank, c.alpha, c.dropout, layer);
     adapted.push_back(layer);
   }
   for (const auto& entry : entries) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/dnnl_linear.h"
+#include "models/lora_dropout.h"
 #include "shard/deferred_param.h"
 #include "shard/tp_collectives.h"
 
@@ -19,7 +20,7 @@ at::Tensor LoraLinear::forward(const at::Tensor& x) const {
   return has_adapter() ? y + adapter(x) : y;
 }
 
-void LoraLinear::add_adapter(int64_t rank, double alpha, double dropout_p) {
+void LoraLinear::add_adapter(int64_t rank, double alpha, double dropout_p, std::string layer_name) {
   CADRE_CHECK(!has_adapter(), "LoraLinear: the layer already has an adapter");
   CADRE_CHECK(rank > 0 && alpha > 0 && dropout_p >= 0 && dropout_p < 1, "LoraLinear: rank ", rank, ", alpha ", alpha,
               ", dropout ", dropout_p, " (need rank > 0, alpha > 0, dropout in [0, 1))");
@@ -30,10 +31,17 @@ void LoraLinear::add_adapter(int64_t rank, double alpha, double dropout_p) {
   lora_b = register_parameter("lora_b", make(out, rank));
   scale = alpha / double(rank);
   dropout = dropout_p;
+  name = std::move(layer_name);
 }
 
 at::Tensor LoraLinear::adapter(const at::Tensor& x) const {
-  const at::Tensor in = dropout > 0 && is_training() ? at::dropout(x, dropout, /*train=*/true) : x;
+  at::Tensor in = x;
+  if (dropout > 0 && is_training()) {
+    // A row-parallel rank's input is its slice of the columns: it draws that slice of the mask.
+    const int64_t columns = x.size(-1), ranks = tp_group && tp_split == 1 ? tp_group->size() : 1;
+    const int64_t offset = ranks > 1 ? tp_group->rank() * columns : 0;
+    in = lora_dropout(x, dropout, name, offset, columns * ranks);
+  }
   at::Tensor a = lora_a, b = lora_b;
   // Under tensor parallelism the factor every rank holds whole gets only this rank's part of its
   // gradient: column-parallel, A's gradient sums B_t^T dy_t over the ranks' output rows t;

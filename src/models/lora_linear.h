@@ -7,6 +7,8 @@
 
 #include <torch/nn/module.h>
 
+#include <string>
+
 #include "comm/comm.h"
 
 namespace cadre {
@@ -19,11 +21,13 @@ class LoraLinear : public torch::nn::Module {
 
   // Registers lora_a [rank, in] and lora_b [out, rank], without storage when W has none, else
   // uninitialised (models/lora.h gives their values). Once per layer.
-  void add_adapter(int64_t rank, double alpha, double dropout);
+  // `name`: the layer's name in the model, which keys its dropout masks (models/lora_dropout.h).
+  void add_adapter(int64_t rank, double alpha, double dropout, std::string name = "");
   bool has_adapter() const { return lora_a.defined(); }
 
   at::Tensor weight, lora_a, lora_b;
   double scale = 0, dropout = 0;
+  std::string name;
 
   // Tensor parallelism (set by the model's plan with W's split): 0 column-parallel (W's rows
   // split; B's rows with them, A whole), 1 row-parallel (W's columns split; A's columns with

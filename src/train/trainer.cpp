@@ -5,6 +5,7 @@
 // (run_records.cpp). The Trainer's state is in trainer_impl.h.
 #include "train/trainer.h"
 
+#include "models/lora_dropout.h"
 #include "train/trainer_impl.h"
 
 namespace cadre {
@@ -89,7 +90,7 @@ void Trainer::start() {
 void Trainer::run_step(int64_t step) {
   const int64_t syncs_before = host_syncs_->count();
   timer_.start();
-  StepFigures f = forward_backward();
+  StepFigures f = forward_backward(step);
   stopping_ = stop_signal_->received();
   reform_due_ = channel_ && channel_->pending();
   if (run_->group) agree_across_ranks(f, step);
@@ -136,7 +137,7 @@ std::vector<double> Trainer::micro_batch_weights(const std::vector<Batch>& batch
   return weights;
 }
 
-StepFigures Trainer::forward_backward() {
+StepFigures Trainer::forward_backward(int64_t step) {
   const int64_t B = c_.data.batch_size, accum = c_.optim.grad_accum_steps;
   run_->sharded.zero_grad();
   StepFigures f;
@@ -157,8 +158,10 @@ StepFigures Trainer::forward_backward() {
   // one host synchronisation instead of one per micro-batch.
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_->device));
   at::Tensor correct_sum;  // stays undefined unless the model classifies
+  DropoutDrawScope draws;
   for (int64_t micro = 0; micro < accum; ++micro) {
     Batch batch = labelled ? std::move(batches[micro]) : read_micro_batch();
+    draws.set({static_cast<uint64_t>(c_.train.seed), static_cast<uint64_t>(step), (micro * run_->dp + run_->dp_rank) * B});
     // Whole gradients (NO_SHARD, ZERO1, or parallel.accumulate_unsharded) are reduced across
     // ranks only in the last micro-batch's backward; sharded ones in every backward.
     std::optional<FSDPModule::NoSyncGuard> accumulate;

@@ -102,7 +102,7 @@ class Trainer {
 
  private:
   std::vector<double> micro_batch_weights(const std::vector<Batch>& batches);
-  StepFigures forward_backward();
+  StepFigures forward_backward(int64_t step);
   void agree_across_ranks(StepFigures& f, int64_t step);
   void update(StepFigures& f, int64_t step);
   nlohmann::json measure(StepFigures& f, int64_t step);

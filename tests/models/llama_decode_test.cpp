@@ -259,6 +259,43 @@ TEST(BatchInvariantLinear, DotsOfOneVectorWithManyRowsEqualOneDotEach) {
   }
 }
 
+// A LoRA row update: the vector and portable paths give the same bits for outputs that do and
+// do not fill the lanes, and the result is y + scale B (A x) within float32 rounding.
+TEST(BatchInvariantLinear, LowRankAddIsTheSameOnBothPathsAndCloseToFloat64) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+  const int64_t rank = 8, in = 37;
+  for (int64_t out : {16, 53}) {
+    const at::Tensor x = at::randn({in}, gen), a = at::randn({rank, in}, gen), bt = at::randn({rank, out}, gen),
+                     y0 = at::randn({out}, gen);
+    const float scale = 0.75f;
+    std::vector<at::Tensor> results;
+    for (bool portable : {false, true}) {
+      cadre::batch_invariant_linear_force_portable(portable);
+      at::Tensor y = y0.clone();
+      std::vector<float> h(rank);
+      cadre::batch_invariant_lowrank_add(x.data_ptr<float>(), a, bt, scale, h.data(), y.data_ptr<float>());
+      results.push_back(y);
+      // bfloat16 factors: exactly the float32 update with the factors rounded to bfloat16.
+      at::Tensor yb = y0.clone(), yr = y0.clone();
+      cadre::batch_invariant_lowrank_add(x.data_ptr<float>(), a.to(at::kBFloat16), bt.to(at::kBFloat16), scale, h.data(),
+                                         yb.data_ptr<float>());
+      cadre::batch_invariant_lowrank_add(x.data_ptr<float>(), a.to(at::kBFloat16).to(at::kFloat),
+                                         bt.to(at::kBFloat16).to(at::kFloat), scale, h.data(), yr.data_ptr<float>());
+      EXPECT_TRUE(at::equal(yb, yr)) << "out " << out << " portable " << portable;
+      cadre::batch_invariant_linear_force_portable(false);
+    }
+    EXPECT_TRUE(at::equal(results[0], results[1])) << "out " << out << " (" << cadre::batch_invariant_linear_isa() << ")";
+    // Each of the two products adds at most n u of its terms' magnitudes (u = 2^-24), the second
+    // also carrying the first's error; the scaled add one more rounding of y.
+    const auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
+    const at::Tensor h = d(a).matmul(d(x)), exact = d(y0) + scale * d(bt).t().matmul(h);
+    const at::Tensor h_abs = d(a).abs().matmul(d(x).abs());
+    const double u = std::ldexp(1.0, -24);
+    const at::Tensor bound = (d(y0).abs() + scale * d(bt).abs().t().matmul(h_abs)) * double(in + rank + 2) * u;
+    EXPECT_TRUE(((d(results[0]) - exact).abs() <= bound).all().item<bool>()) << "out " << out;
+  }
+}
+
 // Blocks of 256 positions: a slot holds ceil(length / 256) of them, all layers' keys and values
 // in each, and gives them back when reset; the peak is remembered.
 TEST(LlamaDecodeCache, GrowsInBlocksAsSequencesGrowAndIsFreedAtReset) {

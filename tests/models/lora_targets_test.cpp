@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "models/llama/llama_model.h"
 #include "models/lora.h"
+#include "models/lora_dropout.h"
 #include "shard/module_hooks.h"
 #include "support/tiny_llama.h"
 
@@ -109,10 +110,35 @@ TEST(LoraDropout, TrainingOnlyAndRecomputedWithTheSameMasks) {
   EXPECT_TRUE(at::allclose(layer.forward(x) - at::matmul(x, layer.weight.t()), plain, 1e-4, 1e-4));
 }
 
+// Counter-based masks: a tensor-parallel slice of the columns and a data-parallel slice of the
+// samples draw exactly that part of the whole input's mask; another step or layer draws another
+// mask; the dropped fraction is p within five binomial standard deviations.
+TEST(LoraDropout, MasksAreAFunctionOfSampleStepLayerAndColumnAlone) {
+  const double p = 0.3;
+  const cadre::DropoutDraw draw{7, 3, 0};
+  const at::Tensor whole = cadre::lora_dropout_keep(draw, p, "layers.0.attention.wo", 4, 5, 32, 0, 32);
+  const at::Tensor right = cadre::lora_dropout_keep(draw, p, "layers.0.attention.wo", 4, 5, 13, 19, 32);
+  EXPECT_TRUE(at::equal(right, whole.narrow(2, 19, 13)));
+  const at::Tensor later = cadre::lora_dropout_keep({7, 3, 2}, p, "layers.0.attention.wo", 2, 5, 32, 0, 32);
+  EXPECT_TRUE(at::equal(later, whole.narrow(0, 2, 2)));
+  EXPECT_FALSE(at::equal(cadre::lora_dropout_keep({7, 4, 0}, p, "layers.0.attention.wo", 4, 5, 32, 0, 32), whole));
+  EXPECT_FALSE(at::equal(cadre::lora_dropout_keep(draw, p, "layers.1.attention.wo", 4, 5, 32, 0, 32), whole));
+  EXPECT_FALSE(at::equal(cadre::lora_dropout_keep({8, 3, 0}, p, "layers.0.attention.wo", 4, 5, 32, 0, 32), whole));
+  const at::Tensor many = cadre::lora_dropout_keep(draw, p, "layers.0.attention.wq", 64, 32, 100, 0, 100);
+  const double n = double(many.numel()), dropped = n - double(many.sum().item<int64_t>());
+  EXPECT_NEAR(dropped, p * n, 5 * std::sqrt(n * p * (1 - p)));
+  // Applied: the kept elements scaled by 1 / (1 - p), the rest zero.
+  cadre::set_dropout_draw(draw);
+  const at::Tensor x = at::randn({4, 5, 32});
+  const at::Tensor y = cadre::lora_dropout(x, p, "layers.0.attention.wo", 0, 32);
+  cadre::set_dropout_draw(std::nullopt);
+  EXPECT_TRUE(at::allclose(y, at::where(whole, x / (1 - p), at::zeros_like(x)), 1e-6, 1e-7));
+}
+
 TEST(LoraDropout, CheckpointedBlocksGetTheSameGradients) {
   const cadre::LlamaConfig config = cadre::test::tiny_llama_config();
   const at::Tensor tokens = at::randint(config.vocab_size, {2, 17});
-  auto grads = [&](bool checkpointed) {
+  auto grads = [&](bool checkpointed, bool counter_based) {
     cadre::LlamaModel model(config);
     cadre::LoraConfig lora;
     lora.rank = 4;
@@ -131,17 +157,22 @@ TEST(LoraDropout, CheckpointedBlocksGetTheSameGradients) {
     if (checkpointed)
       for (auto& block : model.llama().layers->blocks) wrapped.push_back(cadre::checkpoint_wrapper(*block));
     at::manual_seed(5);
+    if (counter_based) cadre::set_dropout_draw(cadre::DropoutDraw{5, 1, 0});
     cadre::llama_loss(model.llama().forward(tokens.narrow(1, 0, 16)), tokens.narrow(1, 1, 16)).backward();
+    cadre::set_dropout_draw(std::nullopt);
     std::vector<at::Tensor> out;
     for (const auto& p : model.llama().parameters())
       if (p.requires_grad()) out.push_back(p.grad().clone());
     return out;
   };
-  const auto plain = grads(false), checkpointed = grads(true);
-  ASSERT_EQ(plain.size(), 28u);
-  ASSERT_EQ(checkpointed.size(), plain.size());
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "adapter factor " << i;
-  EXPECT_GT(plain[0].abs().max().item<double>(), 0.0);
+  for (bool counter_based : {false, true}) {  // torch's generator (library use), the trainer's draws
+    const auto plain = grads(false, counter_based), checkpointed = grads(true, counter_based);
+    ASSERT_EQ(plain.size(), 28u);
+    ASSERT_EQ(checkpointed.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i)
+      EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "adapter factor " << i << " counter-based " << counter_based;
+    EXPECT_GT(plain[0].abs().max().item<double>(), 0.0);
+  }
 }
 
 }  // namespace

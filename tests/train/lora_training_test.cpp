@@ -1,7 +1,8 @@
 // LoRA training end to end (lora.*): real `cadre train` processes fine-tune adapters on every
 // projection of a base read from a Hugging Face folder (written by transformers, bf16, split
 // into files). Two FULL_SHARD ranks with activation checkpointing, two tensor-parallel ranks and
-// FULL_SHARD over dp 2 x tp 2 follow one rank's losses step for step within its order spread;
+// FULL_SHARD over dp 2 x tp 2 follow one rank's losses step for step within its order spread,
+// with dropout on the adapters' inputs (each sample draws the masks it draws on one rank);
 // every checkpoint holds the adapters alone with their optimizer state (a small part of the
 // base's bytes) and the base's fingerprint; a checkpoint of 2 ranks resumes on 1 and follows one
 // rank's uninterrupted run, and is refused on a base that differs in one weight; the memory
@@ -49,11 +50,11 @@ class LoraTraining : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // A LoRA run (rank 4, alpha 8, every projection) from the folder on `world` ranks, the global
+  // A LoRA run (rank 4, alpha 8, dropout 0.1, every projection) from the folder on `world` ranks, the global
   // batch split over the data-parallel ranks. Returns the lead's output and exit code.
   static cadre::test::RunResult run(const std::string& run, int world, int dp, std::vector<std::string> sets) {
     std::vector<std::string> all = {"train.init_from=" + hf_, "model.ffn_dim=192", "lora.rank=4", "lora.alpha=8",
-                                    "lora.targets=all-linear", "optim.lr=0.01", "optim.warmup_steps=0",
+                                    "lora.dropout=0.1", "lora.targets=all-linear", "optim.lr=0.01", "optim.warmup_steps=0",
                                     "train.steps=" + std::to_string(kSteps)};
     all.insert(all.end(), sets.begin(), sets.end());  // later --set wins
     if (std::none_of(all.begin(), all.end(), [](const std::string& s) { return s.rfind("data.batch_size", 0) == 0; }))
@@ -79,7 +80,7 @@ class LoraTraining : public ::testing::Test {
     const auto r = run(name, world, dp, std::move(sets));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const std::string& lead_output = r.output;
-    EXPECT_NE(lead_output.find("lora: rank 4, alpha 8, dropout 0 on 14 layers"), std::string::npos) << lead_output;
+    EXPECT_NE(lead_output.find("lora: rank 4, alpha 8, dropout 0.1 on 14 layers"), std::string::npos) << lead_output;
     // The memory report: gradients and optimizer state for the adapters' 2 x 4 x (in + out) per
     // layer (9,728) alone; the base is reported as frozen parameters.
     if (world == 1) {
@@ -140,7 +141,8 @@ std::string LoraTraining::data_, LoraTraining::hf_;
 // reduce-scatter, a row-parallel layer's all-reduce, the adapters' tensor-parallel gradient
 // sums): agreement within one rank's order spread (the same global batch in 2 and 4
 // micro-batches). A wrong tensor-parallel adapter (a factor's gradient not summed over the
-// ranks, or summed twice) moves the second step's loss far outside it.
+// ranks, or summed twice), or dropout masks that depend on the layout (a row-parallel rank
+// drawing a mask for its slice as if it were the whole input), moves the losses outside it.
 TEST_F(LoraTraining, ShardedAndTensorParallelRanksFollowOneRank) {
   const cadre::test::OrderSpread& spread = reference();
   spread.expect_follows(train("full-shard", 2, 2, {"parallel.strategy=FULL_SHARD",

@@ -47,7 +47,7 @@ void rope_in_place(float* x, const float* cos, const float* sin, int64_t hd) {
 }  // namespace
 
 LlamaDecoder::LlamaDecoder(const Llama& model, DecodeOptions options, const ParamSource* weights)
-    : config_(model.config()), options_(options), adapters_(model.config()) {
+    : config_(model.config()), options_(options), adapters_(model.config(), options.weight_dtype) {
   const LlamaConfig& c = config_;
   if (options_.max_len <= 0) options_.max_len = c.max_seq_len;
   CADRE_CHECK(options_.slots >= 1, "decoder: slots must be >= 1");

@@ -38,8 +38,8 @@ bool parse_factor(const std::string& name, FactorName& out) {
 
 }  // namespace
 
-LlamaDecodeAdapters::LlamaDecodeAdapters(const LlamaConfig& config)
-    : config_(config), head_dim_(config.dim / config.n_heads), ffn_(llama_ffn_dim(config)) {}
+LlamaDecodeAdapters::LlamaDecodeAdapters(const LlamaConfig& config, at::ScalarType factor_dtype)
+    : config_(config), factor_dtype_(factor_dtype), head_dim_(config.dim / config.n_heads), ffn_(llama_ffn_dim(config)) {}
 
 int64_t LlamaDecodeAdapters::in_features(Projection p) const {
   if (p == O) return config_.n_heads * head_dim_;
@@ -75,7 +75,7 @@ int64_t LlamaDecodeAdapters::add(const LoraWeights& w) {
     CADRE_CONFIG_CHECK(t.dim() == 2 && (want[0] < 0 || t.size(0) == want[0]) && (want[1] < 0 || t.size(1) == want[1]),
                        "LoRA adapter '", w.name, "': ", name, " is ", t.sizes(), ", which does not fit the model's layer");
     Factors& slot = adapter.layers[size_t(f.layer)][f.projection];
-    (f.a ? slot.a : slot.bt) = f.a ? t.to(at::kFloat).contiguous() : t.to(at::kFloat).t().contiguous();
+    (f.a ? slot.a : slot.bt) = f.a ? t.to(factor_dtype_).contiguous() : t.to(factor_dtype_).t().contiguous();
   }
   for (size_t l = 0; l < adapter.layers.size(); ++l)
     for (const Factors& f : adapter.layers[l])
@@ -97,7 +97,8 @@ bool LlamaDecodeAdapters::used_by(const std::vector<DecodeRow>& rows) const {
 void LlamaDecodeAdapters::apply(int64_t layer, Projection p, const std::vector<DecodeRow>& rows, const at::Tensor& x,
                                 at::Tensor& y) const {
   const int64_t in = in_features(p), out = out_features(p), first = offset(p);
-  CADRE_CHECK(x.is_contiguous() && y.is_contiguous() && x.size(1) == in, "decoder: adapter input is not [rows, ", in, "]");
+  CADRE_CHECK(x.is_contiguous() && y.is_contiguous() && x.size(1) == in && y.size(1) >= first + out,
+              "decoder: adapter input is not [rows, ", in, "] or its output has no columns ", first, "..", first + out);
   const float* xs = x.data_ptr<float>();
   float* ys = y.data_ptr<float>();
   // The rows with an adapter here, grouped by adapter: a factor read for one row is still in
@@ -112,23 +113,13 @@ void LlamaDecodeAdapters::apply(int64_t layer, Projection p, const std::vector<D
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t i, int64_t j) { return rows[size_t(i)].adapter < rows[size_t(j)].adapter; });
   at::parallel_for(0, static_cast<int64_t>(order.size()), 1, [&](int64_t k0, int64_t k1) {
-    std::vector<float> h, delta;
+    std::vector<float> h;
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t r = order[size_t(k)], adapter = rows[size_t(r)].adapter;
       const Factors& f = adapters_[size_t(adapter)].layers[size_t(layer)][p];
-      const int64_t rank = f.a.size(0);
-      h.resize(size_t(rank));
-      delta.resize(size_t(out));
-      batch_invariant_dots(xs + r * in, f.a.data_ptr<float>(), rank, in, h.data());  // A x
-      std::fill(delta.begin(), delta.end(), 0.0f);
-      const float* bt = f.bt.data_ptr<float>();
-      for (int64_t j = 0; j < rank; ++j) {  // B (A x): B^T's rows, in order
-        const float hj = h[size_t(j)];
-        for (int64_t o = 0; o < out; ++o) delta[size_t(o)] += hj * bt[j * out + o];
-      }
-      const float scale = static_cast<float>(adapters_[size_t(adapter)].scale);
-      float* row = ys + r * y.size(1) + first;
-      for (int64_t o = 0; o < out; ++o) row[o] += scale * delta[size_t(o)];
+      h.resize(size_t(f.a.size(0)));
+      batch_invariant_lowrank_add(xs + r * in, f.a, f.bt, static_cast<float>(adapters_[size_t(adapter)].scale),
+                                  h.data(), ys + r * y.size(1) + first);
     }
   });
 }
