@@ -57,10 +57,7 @@ BaseWeights adapter_base_weights(const Config& c) {
   const std::unique_ptr<Model> model = model_build(c, /*deferred=*/true);  // shapes only
   BaseWeights out;
   for (const auto& p : model->module().named_parameters()) out.shapes[p.key()] = p.value().sizes().vec();
-  if (init_from_hf(c)) out.source = init_from_hf_source(c, *model);
-  else if (!c.train.init_from.empty()) out.source = init_from_checkpoint_source(c, *model);
-  else out.source = model->init_source(static_cast<uint64_t>(c.train.seed));
-  CADRE_CHECK(out.source, "model.arch '", c.model.arch, "' cannot give its initial weights as a source");
+  out.source = base_param_source(c, *model).source;  // as the run read it (set_up_deferred)
   out.description = base_description(c);
   return out;
 }

@@ -38,10 +38,10 @@ void train_dry_run(const Config& config, int64_t world_size) {
   std::unique_ptr<Model> model = model_build(config, /*deferred=*/true);
   const bool lora = !lora_add_adapters(config, *model, /*lead=*/true).empty();
   model->check_parallel(p);
-  ParallelConfig one_rank = p;
-  one_rank.tp_size = 1;
+  Config one_rank = config;
+  one_rank.parallel.tp_size = 1;
   DeviceMesh mesh(comm::JobEnv{}, 1, comm::CommOptions{});
-  FSDPModule sharded = model->parallelize(mesh, shard_options_of(one_rank), one_rank);
+  FSDPModule sharded = model->parallelize(mesh, shard_options_of(one_rank), one_rank.parallel);
   if (!config.train.freeze.empty()) freeze_parameters(model->module(), config.train.freeze, config.train.steps > 0);
   if (lora) lora_freeze_base(model->module());
   ShardPlan plan = sharded.plan();

@@ -97,6 +97,15 @@ std::shared_ptr<CheckpointParamSource> init_from_checkpoint_source(const Config&
   }
 }
 
+BaseParamSource base_param_source(const Config& c, Model& model) {
+  BaseParamSource out;
+  if (init_from_hf(c)) out.source = out.hf = init_from_hf_source(c, model);
+  else if (!c.train.init_from.empty()) out.source = out.checkpoint = init_from_checkpoint_source(c, model);
+  else out.source = model.init_source(static_cast<uint64_t>(c.train.seed));
+  CADRE_CONFIG_CHECK(out.source, "model.arch '", c.model.arch, "' cannot give its initial weights as a source");
+  return out;
+}
+
 std::string init_from_load(const Config& c, FSDPModule& model, int rank, comm::Communicator* group,
                            const CheckpointParamSource* made_from) {
   if (init_from_hf(c)) return c.train.init_from;  // read into the shards as they were made (run_setup.cpp)

@@ -41,6 +41,17 @@ void init_from_hf_report(const HfParamSource& source, double seconds, int rank, 
 // missing, extra or of another shape, or why the checkpoint cannot be opened.
 std::shared_ptr<CheckpointParamSource> init_from_checkpoint_source(const Config& config, Model& model);
 
+// Where a run's weights come from before any adapter: train.init_from's Hugging Face folder or
+// checkpoint (`hf` or `checkpoint` is then that source), else the model's counter-based
+// initialisation of train.seed. `model` built deferred from `config`, not yet parallelized.
+// ConfigError when the model can give no initial weights as a source.
+struct BaseParamSource {
+  std::shared_ptr<const ParamSource> source;
+  std::shared_ptr<HfParamSource> hf;
+  std::shared_ptr<CheckpointParamSource> checkpoint;
+};
+BaseParamSource base_param_source(const Config& config, Model& model);
+
 // Loads the checkpoint's model.* (and buffer.*) into this rank's shard; only its buffers when
 // the shards were read from it as they were made (`made_from`). Collective: every rank calls it
 // and all fail if one does. Returns the checkpoint's path. A Hugging Face folder was read when

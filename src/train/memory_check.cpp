@@ -49,7 +49,7 @@ EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan pl
   in.periodic_checkpoints = c.checkpoint.interval > 0 && c.checkpoint.interval < c.train.steps;
   in.async_checkpoints = c.checkpoint.async;
   in.checkpoint_frozen = c.lora.rank == 0;
-  in.frozen_master_bytes = c.lora.rank > 0 ? in.compute_bytes : 4;  // FullyShardOptions::frozen_in_compute_dtype
+  in.frozen_master_bytes = shard_options_of(c).frozen_in_compute_dtype ? in.compute_bytes : 4;
   in.replicas = std::max<int64_t>(1, dp / std::max(1, in.plan.shard_group));
   ActivationShape shape;
   shape.batch = c.data.batch_size;

@@ -135,10 +135,10 @@ void set_up_mesh(RunSetup& r) {
 // elements only: train.init_from's Hugging Face folder or checkpoint, or the model's counter-based
 // initialisation (the same bits at any world size, strategy and tp size). Nothing is broadcast.
 void set_up_deferred(RunSetup& r) {
-  if (init_from_hf(r.c)) r.param_source = r.hf_source = init_from_hf_source(r.c, *r.model);
-  else if (!r.c.train.init_from.empty())
-    r.param_source = r.checkpoint_source = init_from_checkpoint_source(r.c, *r.model);
-  else r.param_source = r.model->init_source(static_cast<uint64_t>(r.c.train.seed));
+  BaseParamSource base = base_param_source(r.c, *r.model);
+  r.param_source = base.source;
+  r.hf_source = base.hf;
+  r.checkpoint_source = base.checkpoint;
   if (!r.c.lora.init_from.empty())  // the adapters' initial values over the base's
     r.param_source = lora_init_from_source(r.param_source, r.c, *r.model);
   else if (!r.lora_layers.empty())
@@ -189,12 +189,14 @@ void set_up_model(RunSetup& r) {
 
 }  // namespace
 
-FullyShardOptions shard_options_of(const ParallelConfig& p) {
+FullyShardOptions shard_options_of(const Config& c) {
+  const ParallelConfig& p = c.parallel;
   auto dtype = [](const std::string& name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; };
   FullyShardOptions o;
   o.strategy = p.strategy;
   o.mixed_precision = {dtype(p.mixed_precision.param_dtype), dtype(p.mixed_precision.reduce_dtype)};
   o.prefetch = p.prefetch;
+  o.frozen_in_compute_dtype = c.lora.rank > 0;  // a LoRA base: bf16 under bf16 compute
   return o;
 }
 
@@ -203,8 +205,7 @@ std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<c
   r->t_start = std::chrono::steady_clock::now();
   set_up_inputs(*r, config, env);
   set_threads(r->c.train.threads);
-  r->shard_options = shard_options_of(r->c.parallel);
-  r->shard_options.frozen_in_compute_dtype = r->c.lora.rank > 0;  // a LoRA base: bf16 under bf16 compute
+  r->shard_options = shard_options_of(r->c);
   set_up_mesh(*r);
   r->rss_before_model = process_rss_bytes();
   r->anon_before_model = process_anon_rss_bytes();

@@ -60,8 +60,9 @@ struct RunSetup {
 // Collective over the job (the mesh; for a model that initialises itself whole, the broadcast
 // of its weights). With train.steps 0 it stops after the model: no optimizer, no data. The ranks are the
 // launcher's (JobEnv::from_env) unless `env` says otherwise (a group re-formed in memory).
-// The sharding options parallel.* asks for (strategy, mixed precision, prefetch; no groups yet).
-FullyShardOptions shard_options_of(const ParallelConfig& p);
+// The sharding options the config asks for (parallel.*'s strategy, mixed precision, prefetch; a
+// LoRA base kept in the compute dtype; no groups yet). The memory estimate reads them too.
+FullyShardOptions shard_options_of(const Config& c);
 
 std::unique_ptr<RunSetup> run_set_up(const Config& config, const std::optional<comm::JobEnv>& env = std::nullopt);
 
