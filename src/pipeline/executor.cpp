@@ -1,0 +1,144 @@
+// A pipeline stage's step (executor.h).
+#include "pipeline/executor.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <deque>
+#include <map>
+
+#include "core/error.h"
+
+namespace cadre::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Receives on one link, posted in the order the stage's actions consume them, `ahead` at a time.
+class Inbox {
+ public:
+  Inbox(std::vector<Action> order, std::function<comm::Work(const at::Tensor&)> receive, const StepShape& step)
+      : order_(std::move(order)), receive_(std::move(receive)), step_(step) {}
+
+  void post(size_t ahead) {
+    while (posted_ < order_.size() && pending_.size() < ahead) {
+      at::Tensor buffer = at::empty(step_.activation_sizes, at::TensorOptions().dtype(step_.activation_dtype));
+      pending_.push_back({order_[posted_++], receive_(buffer), buffer});
+    }
+  }
+  // The tensor for `a`, which must be the next in order; waits for it.
+  at::Tensor take(const Action& a, StepFigures& figures) {
+    post(1);
+    CADRE_CHECK(!pending_.empty() && pending_.front().action == a, "pipeline: ", describe(a),
+                " asks for a transfer out of the schedule's order");
+    Pending next = std::move(pending_.front());
+    pending_.pop_front();
+    const auto t0 = Clock::now();
+    next.work.wait();
+    figures.wait_s += since(t0);
+    return next.buffer;
+  }
+
+ private:
+  struct Pending {
+    Action action;
+    comm::Work work;
+    at::Tensor buffer;
+  };
+  std::vector<Action> order_;
+  std::function<comm::Work(const at::Tensor&)> receive_;
+  const StepShape& step_;
+  size_t posted_ = 0;
+  std::deque<Pending> pending_;
+};
+
+struct Held {
+  at::Tensor input, output;
+};
+
+// Sends still in flight, each with the tensor it reads; the finished ones are dropped (their
+// errors rethrown) as the step goes, so a sent activation is not kept to the end of the step.
+class Outbox {
+ public:
+  void add(comm::Work work, at::Tensor t) {
+    for (size_t i = 0; i < sent_.size();) {
+      if (!sent_[i].first.done()) {
+        ++i;
+        continue;
+      }
+      sent_[i].first.wait();
+      sent_.erase(sent_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    sent_.emplace_back(std::move(work), std::move(t));
+  }
+  void wait_all() {
+    for (auto& s : sent_) s.first.wait();
+    sent_.clear();
+  }
+
+ private:
+  std::vector<std::pair<comm::Work, at::Tensor>> sent_;
+};
+
+}  // namespace
+
+StepFigures run_step(const StageWork& work, Links& links, const StepShape& step) {
+  const int64_t stage = links.stage(), p = links.stages();
+  CADRE_CHECK(step.shape.stages == p, "pipeline: a ", step.shape.stages, "-stage schedule on ", p, " stages");
+  const std::vector<Action> actions = stage_actions(step.schedule, step.shape, stage);
+  const int64_t last = step.shape.virtual_stages() - 1;
+  auto virtual_stage = [&](const Action& a) { return a.chunk * p + stage; };
+  // What arrives, in the order it is consumed: activations for forwards past virtual stage 0,
+  // gradients for backwards before the last.
+  std::vector<Action> activations_in, gradients_in;
+  for (const Action& a : actions) {
+    if (a.kind == Action::Forward && virtual_stage(a) > 0) activations_in.push_back(a);
+    if (a.kind == Action::Backward && virtual_stage(a) < last) gradients_in.push_back(a);
+  }
+  Inbox activations(activations_in, [&](const at::Tensor& t) { return links.receive_activation(t); }, step);
+  Inbox gradients(gradients_in, [&](const at::Tensor& t) { return links.receive_gradient(t); }, step);
+  StepFigures figures;
+  std::map<std::pair<int64_t, int64_t>, Held> held;  // (chunk, micro) -> what its backward needs
+  Outbox sent;
+  for (const Action& a : actions) {
+    activations.post(2);
+    gradients.post(2);
+    const int64_t g = virtual_stage(a);
+    Held& h = held[{a.chunk, a.micro}];
+    if (a.kind == Action::Forward) {
+      if (g > 0) h.input = activations.take(a, figures).requires_grad_(true);
+      const auto t0 = Clock::now();
+      h.output = work.forward(a.chunk, a.micro, h.input);
+      figures.compute_s += since(t0);
+      if (g < last) {
+        CADRE_CHECK(h.output.sizes().vec() == step.activation_sizes && h.output.scalar_type() == step.activation_dtype,
+                    "pipeline stage ", stage, " ", describe(a), ": output ", h.output.sizes(), " ",
+                    h.output.scalar_type(), ", the next stage expects ", at::IntArrayRef(step.activation_sizes), " ",
+                    step.activation_dtype);
+        at::Tensor out = h.output.detach().contiguous();
+        sent.add(links.send_activation(out), out);
+      }
+      continue;
+    }
+    const at::Tensor grad = g < last ? gradients.take(a, figures) : at::Tensor();
+    const auto t0 = Clock::now();
+    if (g < last) h.output.backward(grad);
+    else h.output.backward();
+    figures.compute_s += since(t0);
+    if (g > 0) {
+      CADRE_CHECK(h.input.grad().defined(), "pipeline stage ", stage, " ", describe(a),
+                  ": the stage's input got no gradient (its output does not depend on it)");
+      at::Tensor back = h.input.grad().contiguous();
+      sent.add(links.send_gradient(back), back);
+    }
+    held.erase({a.chunk, a.micro});
+  }
+  const auto t0 = Clock::now();
+  sent.wait_all();
+  figures.wait_s += since(t0);
+  return figures;
+}
+
+}  // namespace cadre::pipeline
