@@ -6,6 +6,7 @@
 //   pipeline_worker <schedule> <chunks> <micro>   (PIPELINE_ROWS: the rows this rank expects)
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/nn/modules/linear.h>
 
 #include <cstdio>

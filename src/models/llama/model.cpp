@@ -199,21 +199,34 @@ void check_documents(const std::vector<std::vector<int64_t>>& documents, int64_t
 }  // namespace
 
 at::Tensor Llama::forward(const at::Tensor& tokens, const std::vector<std::vector<int64_t>>& documents) {
+  return head(run_blocks(embed(tokens), 0, int64_t(layers->blocks.size()), documents));
+}
+
+at::Tensor Llama::embed(const at::Tensor& tokens) {
   CADRE_CHECK(tokens.dim() == 2, "Llama.forward: tokens must be [batch, seq], got ", tokens.sizes());
-  const int64_t T = tokens.size(1);
+  const at::Tensor& table = tok_embeddings->weight;
+  return tp_group                ? vocab_parallel_embedding(table, tokens, vocab_start, *tp_group)
+         : sparse_embedding_grad ? embedding_rows(table, tokens)
+                                 : at::embedding(table, tokens);
+}
+
+at::Tensor Llama::run_blocks(at::Tensor h, int64_t begin, int64_t end,
+                             const std::vector<std::vector<int64_t>>& documents) {
+  CADRE_CHECK(h.dim() == 3 && 0 <= begin && begin <= end && end <= int64_t(layers->blocks.size()),
+              "Llama.run_blocks: blocks [", begin, ", ", end, ") of ", layers->blocks.size(), " over ", h.sizes());
+  const int64_t T = h.size(1);
   CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
               config_.max_seq_len);
-  if (!documents.empty()) check_documents(documents, tokens.size(0), T);
-  const at::ScalarType dtype = tok_embeddings->weight.scalar_type();
-  const at::Tensor& table = tok_embeddings->weight;
-  at::Tensor h = tp_group                ? vocab_parallel_embedding(table, tokens, vocab_start, *tp_group)
-                 : sparse_embedding_grad ? embedding_rows(table, tokens)
-                                         : at::embedding(table, tokens);
-  Positions positions = positions_for(T, dtype, tokens.device());
+  if (!documents.empty()) check_documents(documents, h.size(0), T);
+  Positions positions = positions_for(T, h.scalar_type(), h.device());
   // Windows of one document each attend as unpacked ones do (one call for the whole batch).
   const bool one_each = std::all_of(documents.begin(), documents.end(), [](const auto& d) { return d.size() == 1; });
   if (!one_each) positions.documents = documents;
-  for (auto& block : layers->blocks) h = call(block, h, positions);
+  for (int64_t b = begin; b < end; ++b) h = call(layers->blocks[size_t(b)], h, positions);
+  return h;
+}
+
+at::Tensor Llama::head(at::Tensor h) {
   // Called through their hooks: under FSDP an untied head and the final norm are a unit of
   // their own (llama_parallelize), gathered while the last blocks compute.
   h = call(norm, h);

@@ -102,6 +102,14 @@ class Llama : public torch::nn::Module {
   // parallelism: this rank's vocabulary columns [vocab_start, vocab_start + vocab / tp).
   // `documents`: packed windows' document lengths (Batch::documents), or empty.
   at::Tensor forward(const at::Tensor& tokens, const std::vector<std::vector<int64_t>>& documents = {});
+  // forward in its three parts, for a pipeline stage that holds some of them: forward is
+  // head(run_blocks(embed(tokens), 0, n_layers)), op for op. embed: tokens [B, T] -> hidden
+  // [B, T, dim]; run_blocks: blocks [begin, end) over a hidden state; head: the final norm and
+  // the head -> logits.
+  at::Tensor embed(const at::Tensor& tokens);
+  at::Tensor run_blocks(at::Tensor h, int64_t begin, int64_t end,
+                        const std::vector<std::vector<int64_t>>& documents = {});
+  at::Tensor head(at::Tensor h);
   // Mean next-token cross-entropy of forward's logits against targets [B, T], float32; under
   // tensor parallelism without gathering the logits.
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets) const;
