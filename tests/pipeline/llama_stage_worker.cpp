@@ -6,17 +6,16 @@
 //   llama_stage_worker <schedule> <chunks> <micro>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "comm/comm.h"
 #include "models/llama/model.h"
 #include "pipeline/executor.h"
 #include "pipeline/stage_split.h"
+#include "pipeline/worker_step.h"
 #include "support/tiny_llama.h"
 
 namespace {
@@ -51,12 +50,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    at::set_num_threads(1);
-    const cadre::comm::JobEnv env = cadre::comm::JobEnv::from_env();
-    cadre::comm::Communicator world(env);
-    cadre::pipeline::StepShape step;
-    step.schedule = cadre::pipeline::parse_schedule(argv[1]);
-    step.shape = {world.size(), std::atoll(argv[3]), std::atoll(argv[2])};
+    cadre::test::WorkerStart start = cadre::test::start_pipeline_worker(argv);
+    cadre::comm::Communicator& world = *start.world;
+    cadre::pipeline::StepShape& step = start.step;
     cadre::LlamaConfig config = cadre::test::tiny_llama_config();
     config.n_layers = 4;
     step.activation_sizes = {kRows, kSeq, config.dim};

@@ -6,7 +6,6 @@
 //   pipeline_worker <schedule> <chunks> <micro>   (PIPELINE_ROWS: the rows this rank expects)
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <torch/nn/modules/linear.h>
 
 #include <cstdio>
@@ -14,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm.h"
 #include "pipeline/executor.h"
+#include "pipeline/worker_step.h"
 
 namespace {
 
@@ -51,12 +50,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    at::set_num_threads(1);
-    const cadre::comm::JobEnv env = cadre::comm::JobEnv::from_env();
-    cadre::comm::Communicator world(env);
-    cadre::pipeline::StepShape step;
-    step.schedule = cadre::pipeline::parse_schedule(argv[1]);
-    step.shape = {world.size(), std::atoll(argv[3]), std::atoll(argv[2])};
+    cadre::test::WorkerStart start = cadre::test::start_pipeline_worker(argv);
+    cadre::comm::Communicator& world = *start.world;
+    cadre::pipeline::StepShape& step = start.step;
     const char* rows = std::getenv("PIPELINE_ROWS");
     step.activation_sizes = {rows ? std::atoll(rows) : kRows, kSeq, kWidth};
     const int64_t p = world.size(), stage = world.rank(), blocks = step.shape.virtual_stages() * kBlocksPerChunk;
