@@ -4,8 +4,9 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The soaks are not part of `make test`: `make soak` (recovery, over an hour) and the Slurm retry
 # soak (~11 min, `cd build && ctest -R DeploySbatchRetrySoak`). Nor are the
 # `cuda` tests (they need a GPU: `make gpu-check` runs them); the `gpucheck` rehearsal runs in
-# the libtorch 2.x part only.
+# the libtorch 2.x part only (TORCH2_EXCLUDE).
 CTEST_EXCLUDE ?= soak|cuda|gpucheck
+TORCH2_EXCLUDE ?= soak|cuda
 CTEST_FLAGS ?= -LE '^($(CTEST_EXCLUDE))$$'
 # `unit` tests are in-process and single-threaded (each gtest case its own process, most of its
 # time spent loading libtorch), and so are the `fuzz` runs (one libFuzzer process each, for a
@@ -69,7 +70,7 @@ test-torch2: setup-torch
 	@cmake -S . -B $(TORCH2_BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_PREFIX_PATH="$(TORCH2_PREFIX)" \
 	  $(TORCH2_CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TORCH2_BUILD) -j $$(nproc)
-	@cd $(TORCH2_BUILD) && $(call CTEST_SPLIT,-L '^(torch2|kernels)$$',$(CTEST_EXCLUDE))
+	@cd $(TORCH2_BUILD) && $(call CTEST_SPLIT,-L '^(torch2|kernels)$$',$(TORCH2_EXCLUDE))
 
 # On a machine with a GPU (docs/gpu.md): build with CUDA, the `cuda` tests, the small and 0.9B
 # Llama against PyTorch eager and compiled, CPU/GPU parity and checkpoint round trip, a table.

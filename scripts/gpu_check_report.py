@@ -4,7 +4,8 @@ that it runs under any python with or without the project venv).
 
   gpu_check_report.py peer-model RUN/config.yaml     the model section as the PyTorch peer's JSON
   gpu_check_report.py table --out DIR --device D --models "a b" --tiny 0|1
-      prints the markdown table; exit 1 when loss parity or a checkpoint round trip fails.
+      prints the markdown table from whatever runs exist so far (a part not yet run is said to be);
+      exit 1 when loss parity or a checkpoint round trip that ran fails.
 
 The launcher runs (runs/fsdp_*: FULL_SHARD under `cadre run` on the device, and on the CPU at
 another world size and strategy with the same global batch) are compared as the single-process
@@ -133,12 +134,31 @@ def launcher_row(out):
             f"{fmt_bytes(summary.get('peak_device_bytes'))} (rank 0) | {fmt_syncs(summary)} | - | - | - | - | - |")
 
 
+def ran(out, *names):
+    """Whether every named run has a directory (its part ran, or runs now)."""
+    return all(os.path.isdir(os.path.join(out, "runs", n)) for n in names)
+
+
+def round_trip_checks(out, device, a, b, trips, refs):
+    """Problems and a note for a checkpoint round trip at step 10: trips[0] resumed a's step-10
+    checkpoint on b's side and is compared with the a run refs[0], trips[1] the other way."""
+    if not ran(out, *trips):
+        return [], [f"checkpoint round trip {a} <-> {b}: not run yet"]
+    runs = os.path.join(out, "runs")
+    worst_a, p1 = compare(f"round trip {a} -> {b}", losses(os.path.join(runs, trips[0])),
+                          losses(os.path.join(runs, refs[0])), range(11, 21))
+    worst_b, p2 = compare(f"round trip {b} -> {a}", losses(os.path.join(runs, trips[1])),
+                          losses(os.path.join(runs, refs[1])), range(11, 21))
+    return p1 + p2, [f"checkpoint round trip at step 10: {a} -> {b} resumes within {worst_a:.2e} of the {a} run, "
+                     f"{b} -> {a} within {worst_b:.2e} of the {b} run (steps 11-20)"]
+
+
 def launcher_checks(out, device):
     """Problems and notes for the launcher runs: from scratch device vs cpu at other world sizes
     and strategies, and each side's step-10 checkpoint resumed on the other."""
     runs = os.path.join(out, "runs")
-    if not os.path.isdir(os.path.join(runs, "fsdp_dev")):
-        return [], []
+    if not ran(out, "fsdp_dev", "fsdp_cpu"):
+        return [], ["FULL_SHARD under cadre run: not run yet"]
     dev_summary = load_json(os.path.join(runs, "fsdp_dev", "summary.json"))
     cpu_summary = load_json(os.path.join(runs, "fsdp_cpu", "summary.json"))
     a, b = describe_run(dev_summary, device), describe_run(cpu_summary, "cpu")
@@ -148,13 +168,9 @@ def launcher_checks(out, device):
     problems += p
     notes.append(f"{a} (cadre run) vs {b}, same global batch, 20 steps float32: largest relative "
                  f"difference {worst:.2e}")
-    worst_a, p = compare(f"round trip {a} -> {b}", losses(os.path.join(runs, "fsdp_trip_to_cpu")), dev, range(11, 21))
+    p, n = round_trip_checks(out, device, a, b, ("fsdp_trip_to_cpu", "fsdp_trip_to_dev"), ("fsdp_dev", "fsdp_cpu"))
     problems += p
-    worst_b, p = compare(f"round trip {b} -> {a}", losses(os.path.join(runs, "fsdp_trip_to_dev")), cpu, range(11, 21))
-    problems += p
-    notes.append(f"checkpoint round trip at step 10 across device, world size and strategy: {a} -> {b} resumes "
-                 f"within {worst_a:.2e} of the {device} run, {b} -> {a} within {worst_b:.2e} of the cpu run "
-                 f"(steps 11-20)")
+    notes += n
     world = (dev_summary or {}).get("world_size")
     if world == 1:
         notes.append("the cadre run row has world size 1 (one GPU): no communicator is made at world size 1 "
@@ -174,6 +190,9 @@ def table(args):
     rows, versions, compiled_mode = [], None, "compiled"
     for m in args.models.split():
         run = os.path.join(out, "runs", m)
+        if not os.path.isdir(run):
+            rows.append(f"| {m} | not run yet | | | | | | | | |")
+            continue
         summary = load_json(os.path.join(run, "summary.json"))
         if summary is None:
             rows.append(f"| {m} | failed (see logs/{m}.log) | | | | | | | | |")
@@ -200,18 +219,17 @@ def table(args):
         rows.append(launcher)
 
     problems, notes = [], []
-    cpu, dev = losses(os.path.join(out, "runs", "parity_cpu")), losses(os.path.join(out, "runs", "parity_dev"))
-    worst, p = compare("parity cpu vs " + args.device, dev, cpu, range(1, 21))
-    problems += p
-    notes.append(f"loss parity cpu vs {args.device}, 20 steps float32: largest relative difference {worst:.2e}")
-    worst_a, p = compare(f"round trip {args.device} -> cpu", losses(os.path.join(out, "runs", "trip_to_cpu")), dev,
-                         range(11, 21))
-    problems += p
-    worst_b, p = compare(f"round trip cpu -> {args.device}", losses(os.path.join(out, "runs", "trip_to_dev")), cpu,
-                         range(11, 21))
-    problems += p
-    notes.append(f"checkpoint round trip at step 10: {args.device} -> cpu resumes within {worst_a:.2e} of the "
-                 f"{args.device} run, cpu -> {args.device} within {worst_b:.2e} of the cpu run (steps 11-20)")
+    if ran(out, "parity_cpu", "parity_dev"):
+        cpu, dev = losses(os.path.join(out, "runs", "parity_cpu")), losses(os.path.join(out, "runs", "parity_dev"))
+        worst, p = compare("parity cpu vs " + args.device, dev, cpu, range(1, 21))
+        problems += p
+        notes.append(f"loss parity cpu vs {args.device}, 20 steps float32: largest relative difference {worst:.2e}")
+        p, n = round_trip_checks(out, args.device, args.device, "cpu", ("trip_to_cpu", "trip_to_dev"),
+                                 ("parity_dev", "parity_cpu"))
+        problems += p
+        notes += n
+    else:
+        notes.append(f"loss parity cpu vs {args.device} and the checkpoint round trip: not run yet")
 
     p, n = launcher_checks(out, args.device)
     problems += p

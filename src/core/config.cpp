@@ -79,6 +79,7 @@ std::vector<Field> config_fields(Config& c) {
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.resume", &c.checkpoint.resume},
       {"checkpoint.async", &c.checkpoint.async},
+      {"checkpoint.at_end", &c.checkpoint.at_end},
       {"checkpoint.timeout_s", &c.checkpoint.timeout_s},
       {"checkpoint.memory_interval", &c.checkpoint.memory_interval},
       {"obs.metrics", &c.obs.metrics},

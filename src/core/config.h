@@ -158,6 +158,9 @@ struct CheckpointConfig {
   // directory already holds checkpoints; else the path of a checkpoint.
   std::string resume = "auto";
   bool async = true;            // write in a background thread while training goes on
+  // Save at the run's last step (false: only every `interval` steps, and on a stop by signal;
+  // a fixed-length measurement, as `make gpu-check`'s large model, saves nothing it will not read).
+  bool at_end = true;
   // How long ranks wait for each other to finish writing their parts of one checkpoint.
   double timeout_s = 600;
   // `cadre run --recovery memory` with sharded state: steps between the copies each rank keeps of

@@ -41,7 +41,7 @@ void Trainer::open_checkpointing() {
 }
 
 bool Trainer::checkpoint_due(int64_t done) const {
-  return done == end_step_ || (c_.checkpoint.interval > 0 && done % c_.checkpoint.interval == 0);
+  return (done == end_step_ && c_.checkpoint.at_end) || (c_.checkpoint.interval > 0 && done % c_.checkpoint.interval == 0);
 }
 
 // Staging copies this rank's part (waiting first if the previous save still runs); the

@@ -497,6 +497,23 @@ TEST_F(Resume, LeftoversOfACrashedSaveAreRemovedAndIgnored) {
   EXPECT_FALSE(fs::exists(dir + "/.step-00000030.partial"));
 }
 
+// checkpoint.at_end false: a run of 25 steps saving every 10 keeps steps 10 and 20 and writes
+// nothing at its end (with the default, step 25 too).
+TEST_F(Resume, NoSaveAtTheEndWhenAtEndIsOff) {
+  for (bool at_end : {false, true}) {
+    const std::string run = at_end ? "at-end" : "no-end";
+    Outcome r = train(run, 1, {"data.batch_size=12", "train.steps=25", std::string("checkpoint.at_end=") +
+                                                                            (at_end ? "true" : "false")});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::string> saved;
+    for (const auto& e : fs::directory_iterator(path(run) + "/checkpoints")) saved.push_back(e.path().filename());
+    std::sort(saved.begin(), saved.end());
+    const std::vector<std::string> want = at_end ? std::vector<std::string>{"step-00000010", "step-00000020", "step-00000025"}
+                                                 : std::vector<std::string>{"step-00000010", "step-00000020"};
+    EXPECT_EQ(saved, want) << r.output;
+  }
+}
+
 TEST_F(Resume, ForeignShapeAndUnrequestedResumeAreRefusedAndTouchNothing) {
   ASSERT_EQ(train("foreign", 1, {"data.batch_size=12", "train.stop_at=10"}).exit_code, 0);
   Outcome wide = train("foreign", 1, {"data.batch_size=12", "model.dim=128", "--resume", "auto"});
