@@ -27,6 +27,8 @@ namespace {
 
 // Segments let the reduction of one piece run while the next piece is still on the wire.
 constexpr size_t kSegmentBytes = size_t(4) << 20;
+// A reduce-scatter goes round the ring this many segments at a time (16 MiB of float32).
+constexpr size_t kSegmentsPerWindow = 4;
 
 // Accumulation type: float for every float dtype, int64 for int64.
 template <typename E> struct Accumulate { using type = float; };
@@ -180,45 +182,53 @@ void reduce_scatter(gloo::Context& ctx, uint64_t slot, const void* input, void* 
     else if (output != input) std::memcpy(output, input, block_elems * eb);
     return;
   }
+  // Every element reduces on its own, so the block goes round the ring one window at a time:
+  // the scratch (and what stays cached in it) is one window in the accumulation type, not a
+  // whole block (a 0.75B model's tied embedding: 525 MB kept per rank after its first
+  // reduction). Each element is folded in the same order as in one pass: the same bits.
   const size_t segment = std::max<size_t>(1, kSegmentBytes / ab);  // elements per message
-  // Step 0 sends this rank's own input block as is (narrow dtypes stay narrow on the wire);
-  // later steps send float32/int64 partial sums, so bf16/fp16 accumulate in float32 and round
-  // once, in the last fold. scratch[0] receives step 0; the partial sums then alternate
-  // between the two buffers: one on the wire, one receiving and folding in place.
-  char* scratch[2] = {scratch_cache.get(0, block_elems * ab), n > 2 ? scratch_cache.get(1, block_elems * ab) : nullptr};
+  const size_t window = std::min(block_elems, segment * kSegmentsPerWindow);
+  char* scratch[2] = {scratch_cache.get(0, window * ab), n > 2 ? scratch_cache.get(1, window * ab) : nullptr};
   std::unique_ptr<gloo::transport::UnboundBuffer> scratch_buf[2] = {
-      ctx.createUnboundBuffer(scratch[0], block_elems * ab),
-      n > 2 ? ctx.createUnboundBuffer(scratch[1], block_elems * ab) : nullptr};
+      ctx.createUnboundBuffer(scratch[0], window * ab),
+      n > 2 ? ctx.createUnboundBuffer(scratch[1], window * ab) : nullptr};
   auto input_buf = ctx.createUnboundBuffer(const_cast<char*>(in), block_elems * eb * n);
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  // Step s sends the partial sums of block r-s-1 (s+1 contributions) and receives those of
-  // block r-s-2; after n-1 steps the received block is r and holds every contribution.
-  int sending = 1, receiving = 0;
-  for (int step = 0; step < n - 1; ++step) {
-    const bool first = step == 0, last = step == n - 2;
-    const size_t wire = first ? eb : ab;
-    const char* own = in + mod(r - step - 2, n) * block_elems * eb;
-    gloo::transport::UnboundBuffer& to = *scratch_buf[receiving];
-    gloo::transport::UnboundBuffer& from = first ? *input_buf : *scratch_buf[sending];
-    const size_t send_base = first ? mod(r - 1, n) * block_elems * eb : 0;
-    size_t segments = 0;
-    for (size_t e = 0; e < block_elems; e += segment, ++segments)
-      to.recv(prev, slot, e * wire, std::min(segment, block_elems - e) * wire);
-    for (size_t e = 0; e < block_elems; e += segment)
-      from.send(next, slot, send_base + e * wire, std::min(segment, block_elems - e) * wire);
-    // The fold of step 0 cannot run in place (narrow in, wide out): it goes to the other buffer.
-    const int folded_into = first ? 1 : receiving;
-    // Receives from one peer on one slot complete in the order they were posted.
-    for (size_t e = 0; e < block_elems; e += segment) {
-      const size_t count = std::min(segment, block_elems - e);
-      wait_recv(to, deadline);
-      void* dst = last ? static_cast<char*>(output) + e * ob : scratch[folded_into] + e * ab;
-      fold_elem(elem, dst, !last || wide_output, scratch[receiving] + e * wire, !first, own + e * eb, count, combine,
-                last ? divide_by : 1.0f);
+  for (size_t w0 = 0; w0 < block_elems; w0 += window) {
+    const size_t count_in_window = std::min(window, block_elems - w0);
+    // Step s sends the partial sums of block r-s-1 (s+1 contributions) and receives those of
+    // block r-s-2; after n-1 steps the received block is r and holds every contribution.
+    // Step 0 sends this rank's own input as is (narrow dtypes stay narrow on the wire); later
+    // steps send float32/int64 partial sums, so bf16/fp16 accumulate in float32 and round once,
+    // in the last fold. scratch[0] receives step 0; the partial sums then alternate between the
+    // two buffers: one on the wire, one receiving and folding in place.
+    int sending = 1, receiving = 0;
+    for (int step = 0; step < n - 1; ++step) {
+      const bool first = step == 0, last = step == n - 2;
+      const size_t wire = first ? eb : ab;
+      const char* own = in + (mod(r - step - 2, n) * block_elems + w0) * eb;
+      gloo::transport::UnboundBuffer& to = *scratch_buf[receiving];
+      gloo::transport::UnboundBuffer& from = first ? *input_buf : *scratch_buf[sending];
+      const size_t send_base = first ? (mod(r - 1, n) * block_elems + w0) * eb : 0;
+      size_t segments = 0;
+      for (size_t e = 0; e < count_in_window; e += segment, ++segments)
+        to.recv(prev, slot, e * wire, std::min(segment, count_in_window - e) * wire);
+      for (size_t e = 0; e < count_in_window; e += segment)
+        from.send(next, slot, send_base + e * wire, std::min(segment, count_in_window - e) * wire);
+      // The fold of step 0 cannot run in place (narrow in, wide out): it goes to the other buffer.
+      const int folded_into = first ? 1 : receiving;
+      // Receives from one peer on one slot complete in the order they were posted.
+      for (size_t e = 0; e < count_in_window; e += segment) {
+        const size_t count = std::min(segment, count_in_window - e);
+        wait_recv(to, deadline);
+        void* dst = last ? static_cast<char*>(output) + (w0 + e) * ob : scratch[folded_into] + e * ab;
+        fold_elem(elem, dst, !last || wide_output, scratch[receiving] + e * wire, !first, own + e * eb, count,
+                  combine, last ? divide_by : 1.0f);
+      }
+      for (size_t i = 0; i < segments; ++i) wait_send(from, deadline);
+      sending = folded_into;
+      receiving = 1 - folded_into;
     }
-    for (size_t i = 0; i < segments; ++i) wait_send(from, deadline);
-    sending = folded_into;
-    receiving = 1 - folded_into;
   }
 }
 

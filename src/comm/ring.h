@@ -17,7 +17,8 @@ using Deadline = std::chrono::steady_clock::time_point;
 
 enum class Elem { F32, I64, BF16, F16 };
 
-// Receive buffers kept between ops so large collectives do not page-fault fresh memory each time.
+// Receive buffers kept between ops so large collectives do not page-fault fresh memory each time;
+// a reduce-scatter uses at most one window of them (16 MiB each), whatever the block's size.
 struct Scratch {
   char* get(int which, size_t bytes);
   std::unique_ptr<char[]> buffers[2];

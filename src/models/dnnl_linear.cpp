@@ -16,10 +16,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Row-major C[M,N] = op(A) op(B); A, B, C contiguous float32.
+// Row-major C[M,N] = op(A) op(B) + beta C; A, B, C contiguous float32.
 void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const at::Tensor& A, int64_t lda, const at::Tensor& B,
-           int64_t ldb, at::Tensor& C, int64_t ldc) {
-  dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A.data_ptr<float>(), lda, B.data_ptr<float>(), ldb, 0.0f,
+           int64_t ldb, at::Tensor& C, int64_t ldc, float beta = 0.0f) {
+  dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A.data_ptr<float>(), lda, B.data_ptr<float>(), ldb, beta,
                                     C.data_ptr<float>(), ldc);
   CADRE_CHECK(status == dnnl_success, "oneDNN sgemm ", ta, tb, " M=", M, " N=", N, " K=", K, " failed: status ",
               static_cast<int>(status));
@@ -69,11 +69,44 @@ bool dnnl_linear_enabled() {
   return enabled;
 }
 
+namespace {
+bool uses_dnnl(const at::Tensor& x, const at::Tensor& weight) {
+  return dnnl_linear_enabled() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+         x.device().is_cpu() && weight.device().is_cpu() && x.numel() > 0;
+}
+}  // namespace
+
 at::Tensor linear_no_bias(const at::Tensor& x, const at::Tensor& weight) {
-  if (dnnl_linear_enabled() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-      x.device().is_cpu() && weight.device().is_cpu() && x.numel() > 0)
-    return DnnlLinear::apply(x, weight);
+  if (uses_dnnl(x, weight)) return DnnlLinear::apply(x, weight);
   return at::linear(x, weight);
+}
+
+// The same kernels (and so the same bits) as the backward of linear_no_bias.
+at::Tensor linear_input_grad(const at::Tensor& g2, const at::Tensor& weight) {
+  if (!uses_dnnl(g2, weight)) return g2.mm(weight);
+  const int64_t M = g2.size(0), N = weight.size(0), K = weight.size(1);
+  at::Tensor gc = g2.contiguous(), wc = weight.contiguous(), dx = at::empty({M, K}, g2.options());
+  sgemm('N', 'N', M, K, N, gc, N, wc, K, dx, K);
+  return dx;
+}
+
+at::Tensor linear_weight_grad(const at::Tensor& g2, const at::Tensor& x2) {
+  if (!uses_dnnl(g2, x2)) return x2.t().mm(g2).t();  // as at::linear's backward: [in, out], transposed
+  const int64_t M = g2.size(0), N = g2.size(1), K = x2.size(1);
+  at::Tensor gc = g2.contiguous(), xc = x2.contiguous(), dw = at::empty({N, K}, g2.options());
+  sgemm('T', 'N', N, K, M, gc, N, xc, K, dw, K);
+  return dw;
+}
+
+void linear_weight_grad_add(const at::Tensor& g2, const at::Tensor& x2, at::Tensor& grad) {
+  CADRE_CHECK(grad.is_contiguous(), "linear_weight_grad_add: the gradient buffer must be contiguous");
+  if (!uses_dnnl(g2, grad)) {
+    grad.addmm_(g2.t(), x2);
+    return;
+  }
+  const int64_t M = g2.size(0), N = grad.size(0), K = grad.size(1);
+  at::Tensor gc = g2.contiguous(), xc = x2.contiguous();
+  sgemm('T', 'N', N, K, M, gc, N, xc, K, grad, K, /*beta=*/1.0f);
 }
 
 }  // namespace cadre

@@ -10,6 +10,12 @@ namespace cadre {
 // y = x W^T for x [..., in], W [out, in]; differentiable in x and W.
 at::Tensor linear_no_bias(const at::Tensor& x, const at::Tensor& weight);
 
+// The pieces of its backward, for x2 = x as [M, in] and g2 = the output's gradient as [M, out]:
+// g2 W, g2^T x2, and grad += g2^T x2 in one GEMM (grad [out, in], contiguous, the weight's dtype).
+at::Tensor linear_input_grad(const at::Tensor& g2, const at::Tensor& weight);
+at::Tensor linear_weight_grad(const at::Tensor& g2, const at::Tensor& x2);
+void linear_weight_grad_add(const at::Tensor& g2, const at::Tensor& x2, at::Tensor& grad);
+
 // Whether float32 CPU linears use oneDNN: on unless CADRE_DNNL_LINEAR=0 (then libtorch's BLAS,
 // as Python's at::linear). Measured 1.6x (OpenBLAS) and 1.7x (MKL) end to end in float32 on an
 // AVX-512 AMD EPYC, +8% on an older one (docs/benchmarks.md). A different GEMM rounds

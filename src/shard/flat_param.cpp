@@ -6,13 +6,10 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include "core/error.h"
+#include "core/zero_pages.h"
 #include "shard/deferred_param.h"
 
 namespace cadre {
@@ -36,18 +33,6 @@ void storage_resize(const at::Tensor& t, int64_t bytes) {
   c10::OptionalDeviceGuard guard(storage->device());
   storage->set_data_ptr_noswap(storage->allocator()->allocate(static_cast<size_t>(bytes)));
   storage->set_nbytes(static_cast<size_t>(bytes));
-}
-
-// A zero vector that costs no memory until written: on the CPU, anonymous pages the kernel
-// zeroes when first touched, so a rank that loads a model and never trains (train.steps 0)
-// holds no gradient shard. Never resized (fsdp_optimizer_view.cpp views it), so it needs no
-// allocator behind it. Small vectors and other devices are zeroed as usual.
-at::Tensor zeros_on_first_touch(int64_t numel, const at::TensorOptions& options) {
-  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
-  if (!options.device().is_cpu() || bytes < (size_t(1) << 20)) return at::zeros({numel}, options);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CADRE_CHECK(p != MAP_FAILED, "cannot map ", bytes, " bytes for a gradient shard: ", std::strerror(errno));
-  return at::from_blob(p, {numel}, [bytes](void* q) { ::munmap(q, bytes); }, options);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ void expect_all_pass(int ranks, const std::string& scenario) {
 TEST(Communicator, EveryOpAndDtypeWith2Ranks) { expect_all_pass(2, "ops"); }
 TEST(Communicator, EveryOpAndDtypeWith3Ranks) { expect_all_pass(3, "ops"); }
 TEST(Communicator, EveryOpAndDtypeWith4Ranks) { expect_all_pass(4, "ops"); }
+TEST(Communicator, BlocksOfManyWindowsReduceExactlyWithoutABlockSizedBuffer) { expect_all_pass(2, "large_blocks"); }
+TEST(Communicator, BlocksOfManyWindowsReduceExactlyWith3Ranks) { expect_all_pass(3, "large_blocks"); }
 
 TEST(Communicator, SizesDifferingAcrossRanksFailClearlyWith2Ranks) { expect_all_pass(2, "mismatch"); }
 TEST(Communicator, SizesDifferingAcrossRanksFailClearlyWith3Ranks) { expect_all_pass(3, "mismatch"); }

@@ -12,6 +12,7 @@
 
 #include "comm/comm.h"
 #include "core/error.h"
+#include "core/sysinfo.h"
 
 using cadre::comm::Communicator;
 using cadre::comm::ReduceOp;
@@ -129,6 +130,36 @@ void check_ops(Communicator& comm) {
   for (auto& w : works) w.wait();
   for (int i = 0; i < 8; ++i)
     EXPECT(at::equal(ts[i], at::full({1000 + i}, float(n * (n - 1) / 2 + n * i))), "async all_reduce ", i);
+}
+
+// Blocks larger than the ring's reduce-scatter window (16 MiB of float32; 2.25 and 16 windows
+// here) reduce exactly, and the op keeps no block-sized buffer: resident memory grows by less
+// than a quarter of the widened block (a block-sized scratch would add all of it, and keep it).
+void scenario_large_blocks(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const int64_t window = int64_t(4) << 20;  // float32 elements in 16 MiB
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const int64_t numel = 2 * window + window / 4 + 3;
+    at::Tensor out = at::full({numel}, -1, at::TensorOptions(dtype));
+    comm.reduce_scatter(out, pattern(n * numel, 0, r, dtype), ReduceOp::Sum);
+    EXPECT(at::equal(out, reduced(numel, r * numel, n, ReduceOp::Sum, dtype)), "reduce_scatter ", name(dtype),
+           " of ", numel, " elements a rank");
+    const at::Tensor input = mixed_values(n * numel, 0, r, dtype);
+    at::Tensor wide = at::empty({numel}), reference = at::empty({numel});
+    comm.reduce_scatter(wide, input, ReduceOp::Avg);
+    comm.reduce_scatter(reference, input.to(at::kFloat), ReduceOp::Avg);
+    EXPECT(at::equal(wide, reference), "widening reduce_scatter ", name(dtype), " of ", numel, " elements a rank");
+  }
+  if (n > 2) return;  // the bound on memory once, on two ranks (the largest block a rank)
+  const int64_t numel = 16 * window;
+  const at::Tensor input = at::ones({n * numel}, at::kBFloat16);
+  at::Tensor wide = at::zeros({numel});  // touched: resident before the op
+  const int64_t before = cadre::process_rss_bytes();
+  comm.reduce_scatter(wide, input, ReduceOp::Sum);
+  const int64_t grown = cadre::process_rss_bytes() - before, block_bytes = numel * 4;
+  EXPECT(at::equal(wide, at::full({numel}, float(n))), "widening reduce_scatter of ", numel, " ones");
+  EXPECT(grown < block_bytes / 4, "a reduce_scatter of a ", block_bytes >> 20, " MiB float32 block left ",
+         grown >> 20, " MiB more resident (a block-sized scratch)");
 }
 
 void scenario_ops(Communicator& comm) {
@@ -330,7 +361,7 @@ void scenario_abort(Communicator& comm, const cadre::comm::JobEnv& env) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: comm_worker ops|refused|mismatch|missing|out_of_step|abort\n");
+    std::fprintf(stderr, "usage: comm_worker ops|refused|mismatch|missing|out_of_step|abort|large_blocks\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -350,6 +381,7 @@ int main(int argc, char** argv) {
     else if (scenario == "missing") scenario_missing(comm);
     else if (scenario == "out_of_step") scenario_out_of_step(comm);
     else if (scenario == "abort") scenario_abort(comm, env);
+    else if (scenario == "large_blocks") scenario_large_blocks(comm);
     else throw std::runtime_error("unknown scenario " + scenario);
     std::printf("PASS %s rank %d\n", scenario.c_str(), rank);
     return 0;

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "models/dnnl_linear.h"
 #include "models/embedding_rows.h"
+#include "models/linear_grad_into_weight.h"
 #include "models/fused_causal_softmax.h"
 #include "models/fused_cross_entropy.h"
 #include "models/fused_rms_norm.h"
@@ -231,7 +232,10 @@ at::Tensor Llama::head(at::Tensor h) {
   // their own (llama_parallelize), gathered while the last blocks compute.
   h = call(norm, h);
   if (tp_group) h = copy_to_tp_region(h, *tp_group);  // the head is column-parallel over the vocabulary
-  return output ? call(output, h) : linear_no_bias(h, output_weight());  // tied: the embedding's weight
+  if (output) return call(output, h);
+  // Tied: the embedding's weight, whose gradient from the head goes straight into FSDP's buffer
+  // where the embedding's is rows (linear_grad_into_weight.h says why).
+  return sparse_embedding_grad ? linear_grad_into_weight(h, output_weight()) : linear_no_bias(h, output_weight());
 }
 
 at::Tensor Llama::loss(const at::Tensor& logits, const at::Tensor& targets) const {

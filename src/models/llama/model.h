@@ -136,7 +136,8 @@ class Llama : public torch::nn::Module {
   int64_t vocab_start = 0;                 // first vocabulary row this rank holds
   // The embedding's gradient as the rows the batch looked up (models/embedding_rows.h) instead
   // of a dense vocabulary x dim tensor: set where the weight's .grad is already a dense buffer
-  // the rows are added into (FSDP's flat gradient, llama_parallelize).
+  // the rows are added into (FSDP's flat gradient, llama_parallelize). A tied head then adds its
+  // gradient into that buffer in its backward too (models/linear_grad_into_weight.h).
   bool sparse_embedding_grad = false;
 
  private:
