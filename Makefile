@@ -18,7 +18,7 @@ CTEST_SPLIT = run_ctest() { ctest --output-on-failure --timeout 900 "$$@"; }; \
   run_ctest $(1) -LE '^(unit|fuzz|$(2))$$'; rest=$$?; \
   [ $$unit -eq 0 ] && [ $$rest -eq 0 ]
 
-.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-check fuzz soak sanitize demo finetune mnist vision bench clean
+.PHONY: setup setup-torch configure build test test-torch1 test-torch2 gpu-bundle gpu-check fuzz soak sanitize demo finetune mnist vision bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -72,10 +72,16 @@ test-torch2: setup-torch
 	@cmake --build $(TORCH2_BUILD) -j $$(nproc)
 	@cd $(TORCH2_BUILD) && $(call CTEST_SPLIT,-L '^(torch2|kernels)$$',$(TORCH2_EXCLUDE))
 
+# What the GPU machine needs beside the working tree, in one file under 64 MiB (docs/gpu.md): the
+# Debian packages Cadre builds against and the pinned gloo sources, .dev/gpu-bundle.tar. Run here
+# (apt and deb.debian.org), then carry that file to the device.
+gpu-bundle: setup
+	@bash scripts/gpu_bundle.sh
+
 # On a machine with a GPU (docs/gpu.md): build with CUDA, the `cuda` tests, the small and 0.9B
 # Llama against PyTorch eager and compiled, CPU/GPU parity and checkpoint round trip, a table.
 # Exits 1 saying so when there is no GPU; `make gpu-check GPU_CHECK_FLAGS="--device cpu --tiny"`
-# is the CPU rehearsal. Needs no registry (scripts/gpu_bundle.sh prepares .dev/ beforehand).
+# is the CPU rehearsal. Needs no registry: `make gpu-bundle` wrote .dev/gpu-bundle.tar beforehand.
 GPU_CHECK_FLAGS ?=
 gpu-check:
 	@bash scripts/gpu_check.sh $(GPU_CHECK_FLAGS)

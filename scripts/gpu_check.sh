@@ -6,7 +6,7 @@
 # round trip CPU -> GPU -> CPU, trains FULL_SHARD under the launcher (`cadre run`, one rank per
 # visible GPU: the NCCL path) and resumes its checkpoint on the CPU at another world size and
 # strategy (and a CPU checkpoint of that shape on the GPU's ranks), counts host synchronisations
-# per step (CUDA's sync-debug mode) and prints a markdown table. It needs no registry: scripts/gpu_bundle.sh prepared `.dev/` on a
+# per step (CUDA's sync-debug mode) and prints a markdown table. It needs no registry: `make gpu-bundle` (scripts/gpu_bundle.sh) wrote .dev/gpu-bundle.tar on a
 # machine that has one, and the GPU machine's own PyTorch supplies libtorch.
 #
 #   scripts/gpu_check.sh                          # the GPU check (exits 1 when there is no GPU)
@@ -108,18 +108,18 @@ default_build=/tmp/cadre-gpu-build
 [[ -n $build ]] || build=$default_build
 cadre="$build/bin/cadre"
 build_cadre() {
+  # Every binary the check runs, and nothing else: cadre, and on a GPU test_cuda, which holds the
+  # cuda-labelled tests (tests/shard/CMakeLists.txt); its tests are discovered when it is built,
+  # so a stale or missing one would otherwise run old code or nothing.
+  local targets=(cadre)
+  [[ $device == cuda ]] && targets+=(test_cuda)
   if [[ $build != "$default_build" ]]; then
-    # Every binary the check runs: cadre, and on a GPU test_cuda, which holds the cuda-labelled
-    # tests (tests/shard/CMakeLists.txt); its tests are discovered when it is built, so a stale
-    # or missing one would otherwise run old code or nothing.
-    local targets=(cadre)
-    [[ $device == cuda ]] && targets+=(test_cuda)
     cmake --build "$build" --target "${targets[@]}" >"$logs/build.log" 2>&1 || { tail -20 "$logs/build.log"; return 1; }
   else
     local cuda_flag=$([[ $device == cuda ]] && echo ON || echo OFF)
     # The same python (so the same torch) as the GPU probe above and the PyTorch peer below.
-    PYTHON=$python bash "$root/scripts/gpu_build.sh" "$build" -DCADRE_CUDA=$cuda_flag >"$logs/build.log" 2>&1 \
-      || { tail -30 "$logs/build.log"; return 1; }
+    PYTHON=$python GPU_BUILD_TARGETS="${targets[*]}" bash "$root/scripts/gpu_build.sh" "$build" -DCADRE_CUDA=$cuda_flag \
+      >"$logs/build.log" 2>&1 || { tail -30 "$logs/build.log"; return 1; }
   fi
   [[ -x $cadre ]] || { echo "gpu-check: no $cadre after the build" >&2; return 1; }
 }
@@ -142,9 +142,8 @@ if runs_stage build; then
   part cuda-tests cuda_tests
 fi
 [[ -x $cadre ]] || { echo "gpu-check: no $cadre: run --stage build first" >&2; exit 1; }
-# Libraries unpacked from .dev/ by scripts/gpu_build.sh (a machine without Debian's packages).
-[[ -d $root/.dev/root/usr/lib/x86_64-linux-gnu ]] &&
-  export LD_LIBRARY_PATH=$root/.dev/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# The bundle's libraries (a machine without Debian's packages) reach cadre through its DT_RPATH
+# (scripts/gpu_build.sh); no library path is exported, so the PyTorch peer runs on its own.
 
 # --- 4. data, training, the PyTorch peer -------------------------------------------------------
 prepare_short() {

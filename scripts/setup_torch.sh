@@ -3,15 +3,13 @@
 # use the real PyTorch 2.x / transformers need, after setup.sh has made the project venv:
 #   1. python/requirements-torch.txt (torch 2.11.0 and its CUDA 13 nvidia-* wheels, torchvision,
 #      transformers, safetensors) into the project venv, after checking the disk;
-#   2. the gloo headers matching the gloo inside that torch's libtorch_cpu.so: Debian's source
-#      tarball of gloo d97133a, sha256-pinned, unpacked under ~/.cache/cadre (why these headers:
-#      src/comm/CMakeLists.txt).
+#   2. the gloo headers matching the gloo inside that torch's libtorch_cpu.so (scripts/fetch_gloo.sh:
+#      Debian's source tarball of gloo d97133a, sha256-pinned, unpacked under ~/.cache/cadre).
 # Idempotent: a stamp in the venv and one in the gloo folder; a second run takes about a second.
 # Usage: setup_torch.sh VENV
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:?usage: setup_torch.sh VENV}
-cache="$HOME/.cache/cadre"   # src/comm/CMakeLists.txt looks for the gloo headers here
 
 # --- 1. PyPI's torch 2.11 and the Python references ------------------------------------------
 requirements="$here/python/requirements-torch.txt"
@@ -76,39 +74,4 @@ if [[ ! -f "$stamp" || "$(pins "$requirements")" != "$(pins "$stamp")" ]]; then
 fi
 
 # --- 2. gloo headers ----------------------------------------------------------------------------
-# Debian's source package gloo 0.0~git20250912.d97133a-2 (sid); sha256 from its .dsc:
-# http://deb.debian.org/debian/pool/main/g/gloo/gloo_0.0~git20250912.d97133a-2.dsc
-gloo_url="http://deb.debian.org/debian/pool/main/g/gloo/gloo_0.0~git20250912.d97133a.orig.tar.xz"
-gloo_sha256="43d930375720059ac67b1619c7d020d5d2cee79757caf4e75a1bfedb8eeb2b42"
-gloo_dir="$cache/gloo-0.0~git20250912.d97133a"
-if [[ "$(cat "$gloo_dir/.setup-sha256" 2>/dev/null)" != "$gloo_sha256" ]]; then
-  echo "setup: fetching the gloo headers for libtorch 2.11: $gloo_url (197 KB)"
-  mkdir -p "$cache"
-  "$venv/bin/python" - "$gloo_url" "$gloo_sha256" "$gloo_dir" <<'PY'
-import hashlib, io, os, shutil, sys, tarfile, tempfile, urllib.request
-url, sha256, dest = sys.argv[1:]
-try:
-    with urllib.request.urlopen(url, timeout=120) as r:
-        data = r.read()
-except OSError as e:
-    sys.exit(f"setup: could not download {url}: {e}")
-got = hashlib.sha256(data).hexdigest()
-if got != sha256:
-    sys.exit(f"setup: {url}: sha256 {got}, expected {sha256} (the file changed or the download is damaged)")
-tmp = tempfile.mkdtemp(prefix=".gloo-", dir=os.path.dirname(dest))
-with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
-    top = tar.getnames()[0].split("/")[0]
-    keep = [m for m in tar.getmembers()
-            if m.name.split("/")[1:2] in (["gloo"], ["CMakeLists.txt"], ["LICENSE"])]
-    try:
-        tar.extractall(tmp, members=keep, filter="data")
-    except TypeError:  # a Python without extraction filters; the members were listed above
-        tar.extractall(tmp, members=keep)
-with open(os.path.join(tmp, top, ".setup-sha256"), "w") as f:
-    f.write(sha256 + "\n")
-shutil.rmtree(dest, ignore_errors=True)
-os.rename(os.path.join(tmp, top), dest)
-shutil.rmtree(tmp)
-PY
-  echo "setup: gloo headers in $gloo_dir"
-fi
+bash "$here/scripts/fetch_gloo.sh" "$venv/bin/python" >/dev/null

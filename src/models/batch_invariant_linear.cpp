@@ -4,45 +4,27 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
-
-// GCC 12 reports the deliberately undefined upper halves inside its own AVX-512 cast and
-// extract intrinsics as uninitialised (a known false positive of the intrinsics headers).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "models/batch_invariant_lanes.h"
+#include "models/bf16_dot_tiles.h"
 
 namespace cadre {
 namespace {
 
-constexpr int kLanes = 16;
-constexpr int kTile = 4;        // rows of x and of W per register tile
+using lanes::bf16_bits;
+using lanes::kLanes;
+using lanes::kTile;
+using lanes::reduce_avx512;
+using lanes::reduce_lanes;
+using lanes::widen;
 constexpr int64_t kBlock = 16;  // rows of W per unit of parallel work
-
-using bf16_bits = uint16_t;
-
-inline float widen(float w) { return w; }
-inline float widen(bf16_bits w) {
-  uint32_t u = static_cast<uint32_t>(w) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// The fixed reduction tree: lanes i and i+8, then i+4, then i+2, then 0 and 1.
-inline float reduce_lanes(const float* v) {
-  float a[8], b[4];
-  for (int i = 0; i < 8; ++i) a[i] = v[i] + v[i + 8];
-  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
-  const float c0 = b[0] + b[2], c1 = b[1] + b[3];
-  return c0 + c1;
-}
 
 // Portable path: the AVX-512 arithmetic spelled out lane by lane (std::fma is one rounding,
 // as the vector FMA; a lane past K adds 0 * 0, as the masked load does).
@@ -62,8 +44,6 @@ void tile_portable(const float* x, int64_t ldx, int mr, const W* w, int64_t ldw,
     }
 }
 
-#define CADRE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
-
 CADRE_AVX512 inline __m512 load_w(const float* p) { return _mm512_loadu_ps(p); }
 CADRE_AVX512 inline __m512 load_w(const bf16_bits* p) {
   __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -73,15 +53,6 @@ CADRE_AVX512 inline __m512 load_w_masked(const float* p, __mmask16 mask) { retur
 CADRE_AVX512 inline __m512 load_w_masked(const bf16_bits* p, __mmask16 mask) {
   __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-CADRE_AVX512 inline float reduce_avx512(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  const __m256 a = _mm256_add_ps(lo, hi);                                             // i + (i+8)
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  // i + (i+4)
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                // 0+2, 1+3
-  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));                      // 0 + 1
 }
 
 template <int MR, int NR, typename W>
@@ -151,23 +122,47 @@ bool cpu_has_avx512() {
   return yes;
 }
 
-std::atomic<bool> g_force_portable{false};
+std::atomic<KernelPath> g_limit{KernelPath::Best};
 
-bool use_avx512() { return cpu_has_avx512() && !g_force_portable.load(std::memory_order_relaxed); }
+bool use_avx512() { return cpu_has_avx512() && g_limit.load(std::memory_order_relaxed) != KernelPath::Portable; }
 
-template <typename W>
-void linear_rows(const float* x, int64_t M, int64_t K, const W* w, int64_t N, float* y, int64_t ldy) {
-  const bool avx512 = use_avx512();
+bf16_dots::Path bf16_path() {
+  switch (g_limit.load(std::memory_order_relaxed)) {
+    case KernelPath::Portable: return bf16_dots::Path::Portable;
+    case KernelPath::Avx512:
+      return bf16_dots::best_path() == bf16_dots::Path::Portable ? bf16_dots::Path::Portable : bf16_dots::Path::Emulated;
+    default: return bf16_dots::best_path();
+  }
+}
+
+// Calls tile(m0, mr, n0, nr) for every register tile of an M x N output; threads split the
+// columns in blocks of kBlock rows of W, never a dot product.
+template <typename Tile>
+void for_each_tile(int64_t M, int64_t N, const Tile& tile) {
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t n0 = b0 * kBlock; n0 < std::min(N, b1 * kBlock); n0 += kTile) {
       const int nr = static_cast<int>(std::min<int64_t>(kTile, N - n0));
-      for (int64_t m0 = 0; m0 < M; m0 += kTile) {
-        const int mr = static_cast<int>(std::min<int64_t>(kTile, M - m0));
-        if (avx512) tile_avx512_any(x + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
-        else tile_portable(x + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
-      }
+      for (int64_t m0 = 0; m0 < M; m0 += kTile) tile(m0, static_cast<int>(std::min<int64_t>(kTile, M - m0)), n0, nr);
     }
+  });
+}
+
+void linear_rows(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y, int64_t ldy) {
+  const bool avx512 = use_avx512();
+  for_each_tile(M, N, [&](int64_t m0, int mr, int64_t n0, int nr) {
+    if (avx512) tile_avx512_any(x + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
+    else tile_portable(x + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
+  });
+}
+
+// bfloat16 weights: x rounded to bfloat16 once, then bf16 dot products (bf16_dot_tiles.h).
+void linear_rows_bf16(const float* x, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y, int64_t ldy) {
+  std::vector<uint16_t> xb(static_cast<size_t>(M * K));
+  bf16_dots::round_to_bf16(x, M * K, xb.data());
+  const bf16_dots::Path path = bf16_path();
+  for_each_tile(M, N, [&](int64_t m0, int mr, int64_t n0, int nr) {
+    bf16_dots::dot_tile(path, xb.data() + m0 * K, K, mr, w + n0 * K, K, nr, K, y + m0 * ldy + n0, ldy);
   });
 }
 
@@ -187,8 +182,8 @@ void batch_invariant_linear_out(const at::Tensor& x, const at::Tensor& weight, a
   if (weight.scalar_type() == at::kFloat)
     linear_rows(x.data_ptr<float>(), M, K, weight.data_ptr<float>(), N, out.data_ptr<float>(), out.stride(0));
   else
-    linear_rows(x.data_ptr<float>(), M, K, reinterpret_cast<const bf16_bits*>(weight.data_ptr()), N,
-                out.data_ptr<float>(), out.stride(0));
+    linear_rows_bf16(x.data_ptr<float>(), M, K, reinterpret_cast<const bf16_bits*>(weight.data_ptr()), N,
+                     out.data_ptr<float>(), out.stride(0));
 }
 
 at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& weight) {
@@ -268,8 +263,11 @@ void batch_invariant_lowrank_add(const float* x, const at::Tensor& a, const at::
                 rank, in, out, scale, h, y);
 }
 
-const char* batch_invariant_linear_isa() { return use_avx512() ? "avx512" : "portable"; }
+const char* batch_invariant_linear_isa() {
+  if (bf16_path() == bf16_dots::Path::Hardware) return "avx512_bf16";
+  return use_avx512() ? "avx512" : "portable";
+}
 
-void batch_invariant_linear_force_portable(bool portable) { g_force_portable = portable; }
+void batch_invariant_linear_limit(KernelPath path) { g_limit = path; }
 
 }  // namespace cadre

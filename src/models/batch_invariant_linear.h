@@ -3,16 +3,20 @@
 // (fused multiply-add, k in order) and reduced by one fixed tree. A sequence's logits are then
 // bit for bit the same whether it is decoded alone or batched with others, and whether its
 // prompt is processed in one call or token by token (batch invariance, which a BLAS GEMM does
-// not promise: its blocking, and so its rounding, changes with the matrix shape). The AVX-512
-// path and the portable path give identical bits. Weights are float32 or bfloat16 (widened
-// exactly to float32 in registers); threads split the output columns, never a dot product.
+// not promise: its blocking, and so its rounding, changes with the matrix shape). Float32 weights
+// take x as it is (FMA chains in float32); bfloat16 weights take x rounded to bfloat16, as a bf16
+// matmul does, and add bf16 pairs as the VDPBF16PS instruction defines (bf16_dot_tiles.h: twice
+// the multiply-adds per instruction of widening the weights). Every path — AVX-512 (with or
+// without its bf16 dot products) and portable code — gives identical bits, so the same prompt
+// decodes the same on any x86-64. Threads split the output columns, never a dot product.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace cadre {
 
-// x [M, K] float32 contiguous, weight [N, K] float32 or bfloat16 contiguous -> [M, N] float32.
+// x [M, K] float32 contiguous, weight [N, K] float32 or bfloat16 contiguous -> [M, N] float32
+// (with bfloat16 weights, of x rounded to bfloat16).
 at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& weight);
 
 // The same into `out` ([M, N] float32 contiguous, e.g. a slice of a bigger buffer).
@@ -33,11 +37,14 @@ void batch_invariant_dots(const float* a, const float* rows, int64_t count, int6
 void batch_invariant_lowrank_add(const float* x, const at::Tensor& a, const at::Tensor& bt, float scale, float* h,
                                  float* y);
 
-// "avx512" or "portable": the path this CPU takes.
+// "avx512_bf16" (bf16 weights through the CPU's bf16 dot products), "avx512" or "portable": the
+// path this CPU takes.
 const char* batch_invariant_linear_isa();
 
-// Forces the portable path (tests compare the two paths bit for bit; a CPU whose AVX-512 is
-// suspect can be run without it). Not thread-safe against concurrent kernels.
-void batch_invariant_linear_force_portable(bool portable);
+// Caps the kernels at a lesser path: Avx512 without the bf16 dot instructions (emulated with
+// FMAs), or Portable (tests compare the paths bit for bit; a CPU whose vector units are suspect
+// can be run without them). Not thread-safe against concurrent kernels.
+enum class KernelPath { Best, Avx512, Portable };
+void batch_invariant_linear_limit(KernelPath path);
 
 }  // namespace cadre
