@@ -25,9 +25,10 @@ list=$(sed -n '/^packages=(/,/^)/p' scripts/setup.sh | sed 's/#.*//' | tr ' ' '\
 wanted=()
 for p in $list; do [[ $skip == *" $p "* ]] || wanted+=("$p"); done
 ((${#wanted[@]})) || { echo "gpu_bundle: no -dev packages found in scripts/setup.sh's packages=(...)" >&2; exit 1; }
-# apt's lists are judged by what they hold (does apt know the packages?), not by file names, which
-# depend on the compression apt was set up with (.lz4 on these machines).
-apt-cache show --no-all-versions "${wanted[@]}" >/dev/null 2>&1 || apt-get update -qq
+# apt's lists are judged by what they hold (can apt name a source to download each package
+# from?), not by file names, which depend on the compression apt was set up with (.lz4 on these
+# machines); `apt-cache show` is not enough either: its binary cache outlives deleted lists.
+apt-get download --print-uris "${wanted[@]}" >/dev/null 2>&1 || apt-get update -qq
 depends() {  # the direct Depends of the given packages, without the C library and compiler runtime
   apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances "$@" 2>/dev/null |
     sed -n 's/^ *Depends: //p' | grep -v '^<' | grep -vE '^(libc6|libc6-dev|libgcc-s1|libstdc\+\+6|libstdc\+\+-.*-dev)$' | sort -u
@@ -39,7 +40,9 @@ all=$(printf '%s\n' "${wanted[@]}" $level1 $level2 pkgconf pkgconf-bin libpkgcon
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-bundle.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/debs"
-(cd "$work/debs" && apt-get download -q $all 2>&1 | grep -v '^W:' | tail -1) || true
+(cd "$work/debs" && apt-get download -q $all >"$work/download.log" 2>&1) ||
+  { grep -v '^W:' "$work/download.log" | tail -5 >&2; echo "gpu_bundle: apt-get download failed" >&2; exit 1; }
+shopt -s nullglob
 for f in "$work"/debs/*.deb; do
   package=$(dpkg-deb -f "$f" Package) || { echo "gpu_bundle: $f is not a Debian package" >&2; exit 1; }
   mv "$f" "$work/debs/$package.deb"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make gpu-bundle`'s one file builds Cadre alone (issue #54): the bundle is made, then, in a mount
+# `make gpu-bundle`'s one file builds Cadre alone (issue #54): the bundle is made, and made again
+# as on a fresh machine (no apt lists, an empty HOME) to the same bytes; then, in a mount
 # namespace where the host's copies of the bundle's -dev packages are hidden (overlayfs whiteouts
 # over /usr/include, /usr/lib/x86_64-linux-gnu, /usr/share/cmake, /usr/share/pkgconfig) and a
 # network namespace with no route out, scripts/gpu_build.sh unpacks the tar, configures a libtorch
@@ -18,6 +19,15 @@ if [[ ${1:-} != --inside ]]; then
   size=$(stat -c %s "$out/gpu-bundle.tar")
   ((size <= 64 * 1024 * 1024)) || fail "the bundle is $size bytes, over 64 MiB"
   bad=$(tar -tf "$out/gpu-bundle.tar" | grep -E '[%~:]') && fail "names a carry may not keep: $bad"
+  # As on a fresh machine: no apt lists (apt-get update runs, in this namespace only) and an empty
+  # HOME (gloo fetched from its pinned URL and checked); the same bytes come out.
+  mkdir -p "$out/fresh-home"
+  unshare --mount bash -c 'mount --make-rprivate / && mount -t tmpfs tmpfs /var/lib/apt/lists &&
+    mkdir -p /var/lib/apt/lists/partial && HOME=$1 bash "$2/scripts/gpu_bundle.sh" "$3"' _ \
+    "$out/fresh-home" "$root" "$out/fresh.tar" >"$out/fresh.log" 2>&1 || { cat "$out/fresh.log"; fail "the bundle from a fresh state"; }
+  [[ -f $out/fresh-home/.cache/cadre/gloo-0.0~git20250912.d97133a/.setup-sha256 ]] || fail "gloo was not fetched into the empty HOME"
+  cmp -s "$out/gpu-bundle.tar" "$out/fresh.tar" || fail "the bundle made from a fresh state differs: $(sha256sum "$out"/*.tar)"
+  echo "gpu-bundle check: the same bytes from empty apt lists and an empty HOME"
   # The -dev packages the bundle carries, minus the toolchain's own (glibc's and the kernel's
   # headers, which the compiler needs and the bundle does not replace).
   tar -xOf "$out/gpu-bundle.tar" MANIFEST | sed -n 's|.*  debs/\(.*-dev\)\.deb$|\1|p' |
