@@ -22,6 +22,9 @@ figures beside); tokens/s (median of the steps after the first). Cadre's loading
 `train.steps 0` run (its `load:` line), the training peak from the last step's peak_rss_bytes in
 metrics.jsonl (before the final checkpoint, which the peer does not write) less that baseline.
 
+Each sitting also records the machine's bf16 matmul speed on one thread (torch, 2048^3): tokens/s
+from sittings on different days compare only where it agrees.
+
 Usage: bench/big_model_start.py [--build build-torch2] [--steps 4] [--repeats 1] [--layers 8] [--keep DIR] [--tiny]
 Writes bench/results/big_model_start_<layers>layers.{json,md}. ~15 minutes a repeat on 2 cores; a quiet machine.
 """
@@ -124,6 +127,25 @@ def peer_side(args, hf, data, work, loader):
     return json.load(open(out))
 
 
+# The machine's bf16 GEMM speed on one thread (what each rank has), through the peer's torch: the
+# figure that tells a slower machine from a slower build when sittings are compared across days.
+MATMUL_PEAK = """
+import json, time, torch
+torch.set_num_threads(1)
+a, b = torch.randn(2048, 2048).bfloat16(), torch.randn(2048, 2048).bfloat16()
+a @ b
+best = 1e30
+for _ in range(5):
+    t0 = time.perf_counter(); a @ b; best = min(best, time.perf_counter() - t0)
+print(json.dumps(dict(bf16_gflops_1_thread=2 * 2048 ** 3 / best / 1e9)))
+"""
+
+
+def matmul_peak():
+    out = subprocess.run([peer_python(), "-c", MATMUL_PEAK], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["bf16_gflops_1_thread"]
+
+
 def ratio(a, b):
     return a / b if b else float("nan")
 
@@ -148,7 +170,8 @@ def main():
     ensure_jemalloc()
     sittings = []
     for k in range(args.repeats):
-        sittings.append(dict(cadre=cadre_side(args, hf, data, work, k),
+        sittings.append(dict(matmul_peak_bf16_gflops=matmul_peak(),
+                             cadre=cadre_side(args, hf, data, work, k),
                              fsdp2=peer_side(args, hf, data, work, "broadcast"),
                              fsdp2_dcp=peer_side(args, hf, data, work, "dcp"),
                              jemalloc=os.path.exists(JEMALLOC)))
@@ -165,7 +188,9 @@ def main():
     for key in keys:
         c, b, d = med["cadre"][key], med["fsdp2"][key], med["fsdp2_dcp"][key]
         lines.append(f"| {key} | {c:.2f} | {b:.2f} | {ratio(c, b):.2f} | {d:.2f} | {ratio(c, d):.2f} |")
-    lines.append(f"\n{args.repeats} sitting(s), medians; jemalloc for the peer: {sittings[0]['jemalloc']}")
+    peaks = ", ".join(f"{s['matmul_peak_bf16_gflops']:.0f}" for s in sittings)
+    lines.append(f"\n{args.repeats} sitting(s), medians; jemalloc for the peer: {sittings[0]['jemalloc']}; "
+                 f"bf16 matmul peak on one thread (torch, 2048^3) per sitting: {peaks} GFLOP/s")
     text = "\n".join(lines)
     open(out + ".md", "w").write(text + "\n")
     print(text)

@@ -22,12 +22,12 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<bool> decay, AdamWOptio
     : params_(std::move(params)), decay_(std::move(decay)), options_(options) {
   CADRE_CHECK(params_.size() == decay_.size(), "AdamW: ", params_.size(), " parameters but ", decay_.size(), " decay flags");
   // Zero pages until the first step writes them, as PyTorch's optimizers make their state then.
-  auto zeros_like = [](const at::Tensor& p) {
+  auto state_zeros = [](const at::Tensor& p) {
     return p.is_contiguous() ? zeros_on_first_touch(p.numel(), p.options()).view(p.sizes()) : at::zeros_like(p);
   };
   for (const auto& p : params_) {
-    exp_avg_.push_back(zeros_like(p));
-    exp_avg_sq_.push_back(zeros_like(p));
+    exp_avg_.push_back(state_zeros(p));
+    exp_avg_sq_.push_back(state_zeros(p));
   }
 }
 
