@@ -113,14 +113,8 @@ void tile_avx512_any(const float* x, int64_t ldx, int mr, const W* w, int64_t ld
   }
 }
 
-bool cpu_has_avx512() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
+// The float32 kernels need what the bf16 dot products' emulated path needs: one CPU check.
+bool cpu_has_avx512() { return bf16_dots::best_path() != bf16_dots::Path::Portable; }
 
 std::atomic<KernelPath> g_limit{KernelPath::Best};
 
