@@ -7,7 +7,7 @@
 include(CMakePackageConfigHelpers)
 
 # What a program that trains its own module links: everything but the launcher and the CLI.
-set(CADRE_LIBRARY_TARGETS cadre_core cadre_membership cadre_device cadre_obs cadre_store cadre_comm cadre_optim cadre_shard cadre_data cadre_ckpt
+set(CADRE_LIBRARY_TARGETS cadre_core cadre_membership cadre_device cadre_obs cadre_store cadre_comm cadre_optim cadre_shard cadre_pipeline cadre_data cadre_ckpt
                           cadre_models cadre_train)
 add_library(cadre_library INTERFACE)
 target_link_libraries(cadre_library INTERFACE ${CADRE_LIBRARY_TARGETS})

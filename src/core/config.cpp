@@ -62,6 +62,10 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel.strategy", &c.parallel.strategy},
       {"parallel.shard_group_size", &c.parallel.shard_group_size},
       {"parallel.tp_size", &c.parallel.tp_size},
+      {"parallel.pp_size", &c.parallel.pp_size},
+      {"parallel.pp_schedule", &c.parallel.pp_schedule},
+      {"parallel.pp_microbatches", &c.parallel.pp_microbatches},
+      {"parallel.pp_split", &c.parallel.pp_split},
       {"parallel.mixed_precision.param_dtype", &c.parallel.mixed_precision.param_dtype},
       {"parallel.mixed_precision.reduce_dtype", &c.parallel.mixed_precision.reduce_dtype},
       {"parallel.activation_checkpointing", &c.parallel.activation_checkpointing},
@@ -291,6 +295,10 @@ void config_validate(const Config& c) {
   const auto& p = c.parallel;
   CADRE_CONFIG_CHECK(p.shard_group_size >= 0, "parallel.shard_group_size must be >= 0");
   CADRE_CONFIG_CHECK(p.tp_size >= 1, "parallel.tp_size must be >= 1 (1: no tensor parallelism), got ", p.tp_size);
+  CADRE_CONFIG_CHECK(p.pp_size >= 1, "parallel.pp_size must be >= 1 (1: no pipeline), got ", p.pp_size);
+  CADRE_CONFIG_CHECK(p.pp_microbatches >= 0 && (p.pp_microbatches == 0 || o.grad_accum_steps % p.pp_microbatches == 0),
+                     "parallel.pp_microbatches ", p.pp_microbatches, " does not divide optim.grad_accum_steps ",
+                     o.grad_accum_steps, " (0: one pipeline micro-batch per accumulation step)");
   CADRE_CONFIG_CHECK(p.wrap_min_params >= 0, "parallel.wrap_min_params must be >= 0 (0: one unit per block)");
   CADRE_CONFIG_CHECK(p.comm_timeout > 0, "parallel.comm_timeout must be > 0 seconds, got ", p.comm_timeout);
   CADRE_CONFIG_CHECK(p.strategy == Strategy::HybridShard || p.shard_group_size == 0,

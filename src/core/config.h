@@ -131,6 +131,19 @@ struct ParallelConfig {
   // Tensor-parallel ranks per model replica (consecutive ranks, so inside a node); the data
   // parallel dimension is WORLD_SIZE / tp_size. 1: no tensor parallelism.
   int64_t tp_size = 1;
+  // Pipeline parallelism (pipeline/): stages per model replica, each holding a contiguous run of
+  // the model's blocks (the first also the embedding, the last the norm, head and loss). The
+  // mesh is pp x dp x tp, pp outermost (stages across nodes, tensor parallelism inside one);
+  // data parallelism runs over WORLD_SIZE / (pp_size * tp_size). 1: no pipeline.
+  int64_t pp_size = 1;
+  // gpipe | 1f1b | interleaved (case-insensitive; pipeline/schedule.h).
+  std::string pp_schedule = "1f1b";
+  // Micro-batches each step's pipeline runs: a divisor of optim.grad_accum_steps, each pipeline
+  // micro-batch that many data micro-batches side by side (the global batch does not change). 0:
+  // optim.grad_accum_steps.
+  int64_t pp_microbatches = 0;
+  // Blocks per stage, "4,4,3,3"; "" (the default): balanced by parameter count.
+  std::string pp_split;
   MixedPrecisionConfig mixed_precision;
   bool activation_checkpointing = false;
   bool prefetch = true;

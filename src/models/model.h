@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,25 @@ struct ActivationShape {
   bool checkpointing = false; // parallel.activation_checkpointing
   int64_t tp_size = 1;
   bool cuda = false;          // on a GPU (where a model may take other kernels, e.g. fused attention)
+  // Micro-batches whose activations are held at once (a pipeline stage's schedule: its forwards
+  // whose backward has not run): what each keeps for its backward counts that many times, the
+  // backward's working set once.
+  int64_t in_flight = 1;
+};
+
+// A model's sequential trunk, as pipeline parallelism splits it (pipeline/stage_split.h): each
+// block's parameter count, and those of what runs before the blocks (on the first stage) and
+// after them (on the last).
+struct PipelineTrunk {
+  std::vector<int64_t> block_params;
+  int64_t before = 0, after = 0;
+};
+
+// One pipeline stage's share of the trunk: blocks [begin, end), and whether it is the first
+// stage (it reads the batch's inputs) and the last (it computes the loss).
+struct PipelineStage {
+  int64_t begin = 0, end = 0;
+  bool first = true, last = true;
 };
 
 class Model {
@@ -190,6 +210,28 @@ class Model {
   // What its layers are called, for lora.targets (models/lora.h); empty names (the default):
   // LoRA reaches its LoraLinear layers by their own names only.
   virtual LoraNames lora_names() const { return {}; }
+  // Pipeline parallelism (parallel.pp_size; train/pipeline_run.h). A model that can be split
+  // into stages gives its trunk; the default has none (pp_size > 1 is refused).
+  virtual std::optional<PipelineTrunk> pipeline_trunk() const { return std::nullopt; }
+  // Keeps only the stage's parts, before parallelize: a deferred model then allocates nothing
+  // but the stage's parameters, and checkpoints name them as the whole model does.
+  virtual void keep_pipeline_stage(const PipelineStage& stage) {
+    throw ConfigError(str("parallel.pp_size: ", describe(), " cannot be split into pipeline stages"));
+  }
+  // The stage's forward of one micro-batch (through cadre::call, as `loss`): the first stage
+  // reads batch.input, the others take `input`, the previous stage's output. Returns what the
+  // next stage takes, or on the last stage what stage_loss takes.
+  virtual at::Tensor stage_forward(const Batch& batch, const at::Tensor& input) {
+    throw Error(str(describe(), " has no pipeline stages"));
+  }
+  virtual LossOutput stage_loss(const at::Tensor& output, const Batch& batch) {
+    throw Error(str(describe(), " has no pipeline stages"));
+  }
+  // The shape of what crosses between stages for a micro-batch of `batch` samples of `sample_len`.
+  virtual std::vector<int64_t> stage_activation_sizes(int64_t batch, int64_t sample_len) const {
+    throw Error(str(describe(), " has no pipeline stages"));
+  }
+
   // The model's text-generation side; null (the default) for one that does not generate text.
   virtual const CausalLm* causal_lm() const { return nullptr; }
 };

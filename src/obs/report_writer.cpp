@@ -161,6 +161,34 @@ std::string summary_table(const std::vector<RunData>& runs) {
   return out + "</table>\n";
 }
 
+// Pipeline runs (parallel.pp_size > 1): each stage's compute (solid) and its wait on its
+// neighbours (dashed: the bubble, and transfers not hidden), per step. "" for runs without stages.
+std::string pipeline_stages_plot(const std::vector<RunData>& runs) {
+  PlotSpec p = plot("Pipeline stages: compute (solid) and waiting on a neighbour (dashed)", "seconds");
+  size_t color = 0;
+  for (const auto& run : runs) {
+    std::vector<PlotSeries> compute, wait;
+    for (const auto& m : run.metrics) {
+      auto c = m.find("pp_stage_compute_s"), w = m.find("pp_stage_wait_s");
+      if (c == m.end() || w == m.end() || !c->is_array() || !w->is_array() || c->size() != w->size()) continue;
+      for (size_t s = compute.size(); s < c->size(); ++s) {
+        compute.push_back(line(run_label(run, runs.size(), str("stage ", s, " compute")), plot_color(color + s)));
+        wait.push_back(line(run_label(run, runs.size(), str("stage ", s, " wait")), plot_color(color + s), true));
+      }
+      for (size_t s = 0; s < c->size(); ++s) {
+        compute[s].points.emplace_back(num(m, "step"), json_number_at(*c, s));
+        wait[s].points.emplace_back(num(m, "step"), json_number_at(*w, s));
+      }
+    }
+    color += compute.size();
+    for (size_t s = 0; s < compute.size(); ++s) {
+      p.series.push_back(std::move(compute[s]));
+      p.series.push_back(std::move(wait[s]));
+    }
+  }
+  return p.series.empty() ? "" : svg_line_plot(p);
+}
+
 }  // namespace
 
 RunData run_data_read(const std::string& dir) {
@@ -256,7 +284,7 @@ std::string report_html(const std::vector<RunData>& runs) {
   html += "<h2>Training</h2>\n<p class=\"note\">Dashed vertical lines: checkpoints (grey), restarts (red), "
           "stragglers (orange).</p>\n";
   html += svg_line_plot(loss) + svg_line_plot(throughput) + svg_line_plot(step_time) + svg_line_plot(split) +
-          svg_line_plot(memory);
+          svg_line_plot(memory) + pipeline_stages_plot(runs);
   html += "<h2>Events</h2>\n" + events_table(runs);
   for (const auto& run : runs)
     html += str("<h2>Config: ", html_escape(run.name), "</h2>\n<pre>",

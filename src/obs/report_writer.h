@@ -1,7 +1,8 @@
 // `cadre report`: one self-contained HTML file about one or more run directories (inline SVG
 // plots, inline CSS, no scripts, nothing fetched): loss and validation loss, throughput,
-// per-rank step time, the step's time split, memory, checkpoint / restart / straggler events,
-// the summary and the config. Several runs share each plot's axes, for comparison.
+// per-rank step time, the step's time split, memory, each pipeline stage's compute and wait,
+// checkpoint / restart / straggler events, the summary and the config. Several runs share each
+// plot's axes, for comparison.
 #pragma once
 
 #include <nlohmann/json.hpp>

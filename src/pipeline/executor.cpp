@@ -16,21 +16,28 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Receives on one link, posted in the order the stage's actions consume them, `ahead` at a time.
+// Receives on one link, posted in the order the stage's actions consume them, each once the
+// stage is at most a few actions before the one that consumes it. Not earlier: a posted receive
+// runs under the communicator's op timeout, and under GPipe the first gradient would otherwise
+// be awaited through every stage's forwards, however long the forward phase.
 class Inbox {
  public:
-  Inbox(std::vector<Action> order, std::function<comm::Work(const at::Tensor&)> receive, const StepShape& step)
+  // `order`: the consuming actions, with their positions in the stage's list.
+  Inbox(std::vector<std::pair<Action, size_t>> order, std::function<comm::Work(const at::Tensor&)> receive,
+        const StepShape& step)
       : order_(std::move(order)), receive_(std::move(receive)), step_(step) {}
 
-  void post(size_t ahead) {
-    while (posted_ < order_.size() && pending_.size() < ahead) {
+  // Posts the receives of the actions at positions up to `position`.
+  void post_until(size_t position) {
+    while (posted_ < order_.size() && order_[posted_].second <= position) {
       at::Tensor buffer = at::empty(step_.activation_sizes, at::TensorOptions().dtype(step_.activation_dtype));
-      pending_.push_back({order_[posted_++], receive_(buffer), buffer});
+      pending_.push_back({order_[posted_].first, receive_(buffer), buffer});
+      ++posted_;
     }
   }
-  // The tensor for `a`, which must be the next in order; waits for it.
-  at::Tensor take(const Action& a, StepFigures& figures) {
-    post(1);
+  // The tensor for `a` (at `position`), which must be the next in order; waits for it.
+  at::Tensor take(const Action& a, size_t position, StepFigures& figures) {
+    post_until(position);
     CADRE_CHECK(!pending_.empty() && pending_.front().action == a, "pipeline: ", describe(a),
                 " asks for a transfer out of the schedule's order");
     Pending next = std::move(pending_.front());
@@ -47,7 +54,7 @@ class Inbox {
     comm::Work work;
     at::Tensor buffer;
   };
-  std::vector<Action> order_;
+  std::vector<std::pair<Action, size_t>> order_;
   std::function<comm::Work(const at::Tensor&)> receive_;
   const StepShape& step_;
   size_t posted_ = 0;
@@ -92,23 +99,29 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
   auto virtual_stage = [&](const Action& a) { return a.chunk * p + stage; };
   // What arrives, in the order it is consumed: activations for forwards past virtual stage 0,
   // gradients for backwards before the last.
-  std::vector<Action> activations_in, gradients_in;
-  for (const Action& a : actions) {
-    if (a.kind == Action::Forward && virtual_stage(a) > 0) activations_in.push_back(a);
-    if (a.kind == Action::Backward && virtual_stage(a) < last) gradients_in.push_back(a);
+  std::vector<std::pair<Action, size_t>> activations_in, gradients_in;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (a.kind == Action::Forward && virtual_stage(a) > 0) activations_in.emplace_back(a, i);
+    if (a.kind == Action::Backward && virtual_stage(a) < last) gradients_in.emplace_back(a, i);
   }
   Inbox activations(activations_in, [&](const at::Tensor& t) { return links.receive_activation(t); }, step);
   Inbox gradients(gradients_in, [&](const at::Tensor& t) { return links.receive_gradient(t); }, step);
+  std::map<int64_t, int64_t> last_backward;  // chunk -> its last backward's micro-batch
+  for (const Action& a : actions)
+    if (a.kind == Action::Backward) last_backward[a.chunk] = a.micro;
   StepFigures figures;
   std::map<std::pair<int64_t, int64_t>, Held> held;  // (chunk, micro) -> what its backward needs
   Outbox sent;
-  for (const Action& a : actions) {
-    activations.post(2);
-    gradients.post(2);
+  constexpr size_t kPostAhead = 2;  // actions: a transfer overlaps the compute before it
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    activations.post_until(i + kPostAhead);
+    gradients.post_until(i + kPostAhead);
     const int64_t g = virtual_stage(a);
     Held& h = held[{a.chunk, a.micro}];
     if (a.kind == Action::Forward) {
-      if (g > 0) h.input = activations.take(a, figures).requires_grad_(true);
+      if (g > 0) h.input = activations.take(a, i, figures).requires_grad_(true);
       const auto t0 = Clock::now();
       h.output = work.forward(a.chunk, a.micro, h.input);
       figures.compute_s += since(t0);
@@ -122,8 +135,9 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
       }
       continue;
     }
-    const at::Tensor grad = g < last ? gradients.take(a, figures) : at::Tensor();
+    const at::Tensor grad = g < last ? gradients.take(a, i, figures) : at::Tensor();
     const auto t0 = Clock::now();
+    if (work.before_backward) work.before_backward(a.chunk, last_backward[a.chunk] == a.micro);
     if (g < last) h.output.backward(grad);
     else h.output.backward();
     figures.compute_s += since(t0);

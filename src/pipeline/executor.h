@@ -21,6 +21,9 @@ namespace cadre::pipeline {
 // wants the micro-batches summed).
 struct StageWork {
   std::function<at::Tensor(int64_t chunk, int64_t micro, const at::Tensor& input)> forward;
+  // Optional: called right before each backward, with whether it is the step's last backward
+  // through `chunk` on this stage (where data-parallel gradient reductions belong).
+  std::function<void(int64_t chunk, bool last_of_chunk)> before_backward;
 };
 
 struct StepShape {

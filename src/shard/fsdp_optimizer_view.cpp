@@ -86,10 +86,11 @@ double FsdpTree::clip_grad_norm(double max_norm) {
   }
   std::vector<at::Tensor> grads;
   for (auto& f : flats) grads.push_back(f->grad_shard);
-  if (options.groups.shard) {
-    // Replicas hold equal shards: the sum runs over one shard group only.
+  // Replicas hold equal shards: the sum runs over one shard group only, then over the stages.
+  for (comm::Communicator* group : {options.groups.shard, options.stage_group}) {
+    if (!group) continue;
     at::Tensor t = at::scalar_tensor(sq, at::kFloat).reshape({1});
-    options.groups.shard->all_reduce(t, comm::ReduceOp::Sum);
+    group->all_reduce(t, comm::ReduceOp::Sum);
     sq = t.item<double>();
   }
   double norm = std::sqrt(sq);

@@ -94,6 +94,10 @@ struct FullyShardOptions {
   // the tensor-parallel group and counts replicated ones once; checkpoints place each local
   // part in its global tensor. Null: no tensor parallelism.
   std::shared_ptr<const TensorParallelLayout> tensor_parallel;
+  // The ranks holding the model's other parts (pipeline stages, one per stage, each with this
+  // tree's counterpart): the global gradient norm adds their squares. Null: this tree is the
+  // whole model.
+  comm::Communicator* stage_group = nullptr;
   // Where parameters built without storage (shard/deferred_param.h) get their values: each rank
   // reads only its shard (of its tensor-parallel part), allocated on `device`. Both unused when
   // the parameters were initialised before fully_shard.

@@ -218,7 +218,8 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
   snapshot.defer([copies = staging.copies](Snapshot& s) { copies->finish(s); });
 }
 
-void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer) {
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer,
+                           const std::set<std::string>* held_elsewhere) {
   // Global shapes: a tensor-parallel part is checked as the tensor it is part of.
   std::map<std::string, std::vector<int64_t>> expected, frozen;
   const TensorParallelLayout* tp = model.tensor_parallel();
@@ -242,7 +243,9 @@ void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Op
     for (const std::string& prefix : prefixes) require_float32_tensor(reader, prefix + name, shape);
   if (!base_left_out)
     for (const auto& [name, shape] : frozen) require_float32_tensor(reader, "model." + name, shape);  // no optimizer state
-  require_only_model_tensors(reader, [&](const std::string& name) { return expected.count(name) || frozen.count(name); });
+  require_only_model_tensors(reader, [&](const std::string& name) {
+    return expected.count(name) || frozen.count(name) || (held_elsewhere && held_elsewhere->count(name));
+  });
   for (const auto& [name, t] : model.unsharded_state()) {
     auto it = reader.manifest().tensors.find("buffer." + name);
     CADRE_CONFIG_CHECK(it != reader.manifest().tensors.end(), where, "it has no tensor 'buffer.", name, "'");

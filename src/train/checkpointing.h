@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,7 +64,10 @@ GlobalPlace global_place(const ShardPiece& where, const TensorParallelLayout* tp
 // same shape, nothing extra; with `optimizer`, that optimizer's state too, and no other
 // optimizer's; the frozen parameters unless the checkpoint leaves its base out,
 // manifest_leaves_out_base): ConfigError naming the first difference otherwise.
-void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer);
+// `held_elsewhere`: the model's parameters other pipeline stages hold (a checkpoint of the whole
+// model fits each stage).
+void check_checkpoint_fits(const CheckpointReader& reader, FSDPModule& model, Optimizer* optimizer,
+                           const std::set<std::string>* held_elsewhere = nullptr);
 
 // Reads this rank's part of model.* and the buffers into the model's shard (fine-tuning from
 // another run's or an imported checkpoint); the frozen parameters keep their values when the

@@ -37,16 +37,16 @@ std::vector<std::vector<uint64_t>> eval_batches(const BatchSource& val, const Co
 }  // namespace
 
 Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
-                    comm::Communicator* group) {
+                    comm::Communicator* group, const BatchLoss& loss, comm::Communicator* stages) {
   c10::NoGradGuard no_grad;
   model.module().train(false);
   double total = 0, correct = 0, count = 0;
   for (const auto& indices : eval_batches(val, c, rank, world)) {
     const Batch batch = val.at(indices.empty() ? std::vector<uint64_t>{0} : indices);
-    LossOutput out = model.loss(batch);
+    LossOutput out = loss ? loss(batch) : model.loss(batch);
     // Without sharding the forward passes need no collective: tell the agent this rank is busy.
     obs::flight_recorder().progressed();
-    if (indices.empty()) continue;
+    if (indices.empty() || !out.loss.defined()) continue;  // a pipeline stage before the last: no loss
     // A labelled batch's loss is a mean over its learned targets, and weighs as many.
     const double n = val.labelled() ? double(learned_targets(batch)) : double(indices.size());
     if (n == 0) continue;
@@ -55,13 +55,14 @@ Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int r
     count += n;
   }
   model.module().train(true);
-  if (group) {
+  for (comm::Communicator* ranks : {group, stages}) {  // the stages before the last add zeros
+    if (!ranks) continue;
     at::Tensor sums = at::empty({3}, at::kDouble);
     sums[0] = total;
     sums[1] = correct;
     sums[2] = count;
     at::Tensor f = sums.to(at::kFloat);  // the communicator reduces float32
-    group->all_reduce(f, comm::ReduceOp::Sum);
+    ranks->all_reduce(f, comm::ReduceOp::Sum);
     total = f[0].item<double>();
     correct = f[1].item<double>();
     count = f[2].item<double>();

@@ -2,6 +2,8 @@
 // of the validation split, the same figure whatever the number of ranks.
 #pragma once
 
+#include <functional>
+
 #include "comm/comm.h"
 #include "core/config.h"
 #include "models/model.h"
@@ -21,7 +23,11 @@ struct Evaluation {
 // contiguous part. Collective under sharding: every rank runs the same number of forwards (a
 // rank out of samples runs one and ignores it). `rank` and `world` are the data-parallel rank
 // and size, `group` the data-parallel ranks.
+// Under pipeline stages `loss` runs this stage's part of a batch's forward and returns the loss
+// on the last stage only (undefined elsewhere), and `stages` (the pipeline group) brings the
+// last stage's sums to every stage.
+using BatchLoss = std::function<LossOutput(const Batch&)>;
 Evaluation evaluate(Model& model, const BatchSource& val, const Config& c, int rank, int world,
-                    comm::Communicator* group);
+                    comm::Communicator* group, const BatchLoss& loss = {}, comm::Communicator* stages = nullptr);
 
 }  // namespace cadre

@@ -36,7 +36,8 @@ int ranks_in_same_cgroup(comm::Communicator* group, const CgroupLimit& limit) {
 
 }  // namespace
 
-EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu, int64_t dp) {
+EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu, int64_t dp,
+                               StageActivations pipeline) {
   EstimateInputs in;
   in.plan = std::move(plan);
   in.compute_bytes = c.parallel.mixed_precision.param_dtype == "bfloat16" ? 2 : 4;
@@ -52,19 +53,21 @@ EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan pl
   in.frozen_master_bytes = shard_options_of(c).frozen_in_compute_dtype ? in.compute_bytes : 4;
   in.replicas = std::max<int64_t>(1, dp / std::max(1, in.plan.shard_group));
   ActivationShape shape;
-  shape.batch = c.data.batch_size;
+  shape.batch = c.data.batch_size * pipeline.batch_parts;
   shape.seq_len = sequence_length(c, model);
   shape.compute_bytes = in.compute_bytes;
   shape.checkpointing = c.parallel.activation_checkpointing;
   shape.tp_size = c.parallel.tp_size;
   shape.cuda = !cpu;
+  shape.in_flight = pipeline.in_flight;
   in.activations = model.activation_bytes(shape);
   return in;
 }
 
 FitCheck check_run_memory(RunSetup& r) {
   FitCheck check;
-  check.estimate = estimate_memory(estimate_inputs(r.c, *r.model, r.sharded.plan(), r.device.is_cpu(), r.dp));
+  const StageActivations stage = r.pipeline ? r.pipeline->activations() : StageActivations{};
+  check.estimate = estimate_memory(estimate_inputs(r.c, *r.model, r.sharded.plan(), r.device.is_cpu(), r.dp, stage));
   check.baseline = r.anon_before_model;
   if (!r.c.train.memory_limit.empty()) check.config_limit = parse_byte_size(r.c.train.memory_limit, "train.memory_limit");
   check.cgroup = memory_cgroup_limit();

@@ -14,8 +14,13 @@ struct RunSetup;
 // The estimate's inputs for a run of `c` on `dp` data-parallel ranks: its compute dtype,
 // optimizer, accumulation, prefetch and periodic checkpoints, and the model's activations at
 // data.batch_size samples of the dataset's sequence length (the model's max_seq_len when no
-// data.dir is given).
-EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu, int64_t dp);
+// data.dir is given). `pipeline`: a pipeline stage's micro-batches (pp_microbatches' share of the
+// batch each) and how many of them it holds at once (PipelineRun::micro_batches_in_flight).
+struct StageActivations {
+  int64_t batch_parts = 1, in_flight = 1;
+};
+EstimateInputs estimate_inputs(const Config& c, const Model& model, ShardPlan plan, bool cpu, int64_t dp,
+                               StageActivations pipeline = {});
 
 // Collective over the job. Throws ConfigError on every rank when one would not fit.
 FitCheck check_run_memory(RunSetup& r);

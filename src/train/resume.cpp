@@ -37,7 +37,7 @@ void refuse_newer_checkpoints(const std::string& dir, const std::string& path, i
 
 Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& model, Optimizer& optimizer,
                         BatchSource& train_data, int rank, comm::Communicator* group,
-                        std::optional<uint64_t> base_fingerprint) {
+                        std::optional<uint64_t> base_fingerprint, const std::set<std::string>* held_elsewhere) {
   const auto t0 = std::chrono::steady_clock::now();
   // A crash mid-save leaves partial directories; only the lead removes them, and nobody
   // looks at the directory before it is done.
@@ -72,7 +72,7 @@ Resumed resume_training(const Config& c, const std::string& dir, FSDPModule& mod
     try {
       CheckpointReader reader(path);
       check_adapter_base(reader, c, base_fingerprint);   // ConfigError: the same on every rank, so all stop
-      check_checkpoint_fits(reader, model, &optimizer);
+      check_checkpoint_fits(reader, model, &optimizer, held_elsewhere);
       const auto& m = reader.manifest();
       if (mode != "auto") refuse_newer_checkpoints(dir, path, m.step);
       CADRE_CONFIG_CHECK(m.step <= c.train.steps, "checkpoint '", path, "' is at step ", m.step, ", beyond train.steps ",

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "comm/comm.h"
@@ -28,9 +29,10 @@ struct Resumed {
 };
 
 // `base_fingerprint`: a LoRA run's frozen base (adapter_checkpoint.h), which a checkpoint that
-// leaves its base out must have been trained on.
+// leaves its base out must have been trained on. `held_elsewhere`: check_checkpoint_fits's.
 Resumed resume_training(const Config& config, const std::string& checkpoint_dir, FSDPModule& model, Optimizer& optimizer,
                         BatchSource& train_data, int rank, comm::Communicator* group,
-                        std::optional<uint64_t> base_fingerprint = std::nullopt);
+                        std::optional<uint64_t> base_fingerprint = std::nullopt,
+                        const std::set<std::string>* held_elsewhere = nullptr);
 
 }  // namespace cadre

@@ -56,6 +56,7 @@ void summary_write(RunSetup& run, const RunOutcome& o) {
                       {"world_size", run.world},
                       {"tp_size", run.mesh->tp_size()},
                       {"dp_size", run.dp},
+                      {"pp_size", run.mesh->pp_size()},
                       {"final_loss", summary.final_loss},
                       {"final_val_loss", summary.final_val_loss},
                       {unit + "_per_s", summary.throughput},
@@ -72,6 +73,11 @@ void summary_write(RunSetup& run, const RunOutcome& o) {
                       {"host_syncs_per_step", summary.host_syncs_per_step}};
   if (summary.final_val_accuracy >= 0) s["final_val_accuracy"] = summary.final_val_accuracy;
   if (o.identical) s["params_identical_across_ranks"] = *o.identical;
+  if (run.pipeline) {  // rank 0's view: its schedule, and the blocks of every stage
+    s["pp_schedule"] = pipeline::schedule_name(run.pipeline->schedule);
+    s["pp_microbatches"] = run.pipeline->micro_batches;
+    s["pp_bounds"] = run.pipeline->bounds;
+  }
   std::ofstream(run.c.run.dir + "/summary.json") << s.dump(2) << "\n";
 }
 

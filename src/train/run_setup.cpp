@@ -39,7 +39,7 @@ namespace {
 // data-parallel ranks of one node. It must divide the data-parallel size, and with one node
 // and no size given it would be FULL_SHARD in disguise.
 int64_t hybrid_group_size(const Config& c, const comm::JobEnv& env) {
-  const int64_t tp = c.parallel.tp_size, dp = env.world_size / tp;
+  const int64_t tp = c.parallel.tp_size, dp = env.world_size / (tp * c.parallel.pp_size);
   int64_t size = c.parallel.shard_group_size;
   if (size == 0) {
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
@@ -90,11 +90,17 @@ void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::
   r.device = device_select(r.c.train.device, "train.device");
   cpu_block_cache::install();  // before the model: steps reuse their large blocks
   r.model = model_build(r.c, /*deferred=*/true);  // shapes only, where the model can: made in shards
-  r.lora_layers = lora_add_adapters(r.c, *r.model, r.env.rank == 0);  // before anything reads the model's parameters
-  check_inputs(r.c, *r.model, r.env.rank == 0);
   CADRE_CONFIG_CHECK(r.env.world_size % r.c.parallel.tp_size == 0, "parallel.tp_size ", r.c.parallel.tp_size,
                      " does not divide WORLD_SIZE=", r.env.world_size,
                      " (data parallelism runs over WORLD_SIZE / tp_size)");
+  const int64_t pp = r.c.parallel.pp_size;
+  CADRE_CONFIG_CHECK(r.env.world_size % (pp * r.c.parallel.tp_size) == 0, "parallel.pp_size ", pp,
+                     " x parallel.tp_size ", r.c.parallel.tp_size, " does not divide WORLD_SIZE=", r.env.world_size,
+                     " (data parallelism runs over WORLD_SIZE / (pp_size x tp_size))");
+  // Before anything reads the parameters: a stage drops the rest of the model while it is shapes only.
+  r.pipeline = pipeline_keep_stage(r.c, *r.model, r.env.rank / (r.env.world_size / pp));
+  r.lora_layers = lora_add_adapters(r.c, *r.model, r.env.rank == 0);  // before anything reads the model's parameters
+  check_inputs(r.c, *r.model, r.env.rank == 0);
   r.model->check_parallel(r.c.parallel);  // tensor parallelism must divide what it splits
   r.rank = r.env.rank;
   r.world = r.env.world_size;
@@ -107,10 +113,10 @@ void set_up_inputs(RunSetup& r, const Config& config, const std::optional<comm::
   }
 }
 
-// The ranks as dp x tp: tensor parallelism within consecutive ranks, data parallelism (the
-// strategy's shard and replica groups) across them. Before any communicator: the flight
-// recorder's ring (in the file the agent reads, if given) and where ranks dump it when a
-// collective fails.
+// The ranks as pp x dp x tp: tensor parallelism within consecutive ranks, data parallelism (the
+// strategy's shard and replica groups) across them, pipeline stages outermost. Before any
+// communicator: the flight recorder's ring (in the file the agent reads, if given) and where
+// ranks dump it when a collective fails.
 void set_up_mesh(RunSetup& r) {
   const Config& c = r.c;
   const int64_t hybrid_size = r.shard_options.strategy == Strategy::HybridShard ? hybrid_group_size(c, r.env) : 0;
@@ -122,9 +128,14 @@ void set_up_mesh(RunSetup& r) {
   // Under `cadre run --recovery memory` the agents name a lost node themselves: a collective
   // that lost a peer reports it at once instead of first reading who else is late.
   if (std::getenv(rdzv::kMembershipFdEnv)) comm_options.peer_error_diagnosis = std::chrono::milliseconds(250);
-  r.mesh = std::make_unique<DeviceMesh>(r.env, c.parallel.tp_size, comm_options);
+  r.mesh = std::make_unique<DeviceMesh>(r.env, c.parallel.tp_size, comm_options, c.parallel.pp_size);
   r.groups = make_parallel_groups(r.mesh->dp(), r.shard_options.strategy, hybrid_size);
   r.shard_options.groups = r.groups.groups;
+  r.shard_options.stage_group = r.mesh->pp();  // the global gradient norm adds every stage's
+  if (r.pipeline) {
+    pipeline_connect(*r.pipeline, *r.mesh);
+    if (r.mesh->dp_rank() == 0 && r.mesh->tp_rank() == 0) log::info(str("train: ", r.pipeline->describe()));
+  }
   r.group = r.mesh->world();
   r.dp = r.mesh->dp_size();
   r.dp_rank = r.mesh->dp_rank();

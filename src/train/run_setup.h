@@ -22,6 +22,7 @@
 #include "shard/parallel_groups.h"
 #include "train/batch_source.h"
 #include "train/memory_fit.h"
+#include "train/pipeline_run.h"
 
 namespace cadre {
 
@@ -32,6 +33,7 @@ struct RunSetup {
   comm::JobEnv env;
   c10::Device device{c10::kCPU};  // train.device resolved (under `cadre run`, LOCAL_RANK's GPU)
   std::unique_ptr<Model> model;
+  std::unique_ptr<PipelineRun> pipeline;  // parallel.pp_size > 1: this rank's stage (null otherwise)
   std::vector<std::string> lora_layers;  // the layers lora.* gave adapters (empty: lora.rank 0)
   int rank = 0, world = 1;
   bool lead = true;  // rank 0 writes the run directory and shows progress

@@ -131,13 +131,15 @@ std::vector<double> Trainer::micro_batch_weights(const std::vector<Batch>& batch
     total[0] += double(learned.back());
   }
   if (run_->group) run_->group->all_reduce(total, comm::ReduceOp::Sum);
-  const double step_learned = double(total[0].item<float>()) / double(run_->mesh->tp_size());  // tp ranks count the same
+  // Tensor-parallel ranks and pipeline stages count the same batches.
+  const double step_learned = double(total[0].item<float>()) / double(run_->world / run_->dp);
   for (size_t i = 0; i < batches.size(); ++i)
     weights[i] = learned[i] > 0 ? double(learned[i]) * double(run_->dp) / step_learned : 0.0;
   return weights;
 }
 
 StepFigures Trainer::forward_backward(int64_t step) {
+  if (run_->pipeline) return forward_backward_pipeline(step);
   const int64_t B = c_.data.batch_size, accum = c_.optim.grad_accum_steps;
   run_->sharded.zero_grad();
   StepFigures f;
@@ -236,6 +238,10 @@ nlohmann::json Trainer::measure(StepFigures& f, int64_t step) {
                            {"grad_norm", f.grad_norm}, {unit_ + "_per_s", f.rate}, {"step_time_s", step_s},
                            {"rss_bytes", process_rss_bytes()}, {"peak_rss_bytes", process_peak_rss_bytes()}};
   if (f.correct >= 0) record["accuracy"] = f.correct / double(samples_per_step_);
+  if (!f.stage_compute_s.empty()) {
+    record["pp_stage_compute_s"] = f.stage_compute_s;
+    record["pp_stage_wait_s"] = f.stage_wait_s;
+  }
   summary_.final_loss = f.loss;
   return record;
 }
@@ -251,7 +257,11 @@ bool Trainer::evaluation_due(int64_t done) const {
 }
 
 void Trainer::evaluate_into(nlohmann::json& record, int64_t done) {
-  Evaluation e = evaluate(*run_->model, *run_->val_data, c_, run_->dp_rank, run_->dp, run_->mesh->dp());
+  BatchLoss stage_loss;
+  if (run_->pipeline)
+    stage_loss = [this](const Batch& batch) { return pipeline_forward_loss(*run_->pipeline, *run_->model, batch); };
+  Evaluation e = evaluate(*run_->model, *run_->val_data, c_, run_->dp_rank, run_->dp, run_->mesh->dp(), stage_loss,
+                          run_->mesh->pp());
   record["val_loss"] = e.loss;
   observer_->validated(e.loss);
   summary_.final_val_loss = e.loss;

@@ -8,7 +8,7 @@ void Trainer::resume() {
   checkpoint_dir_ = c_.checkpoint.dir.empty() ? c_.run.dir + "/checkpoints" : c_.checkpoint.dir;
   if (c_.lora.rank > 0) base_fingerprint_ = frozen_base_fingerprint(run_->sharded, run_->group);
   resumed_ = resume_training(c_, checkpoint_dir_, run_->sharded, *run_->optimizer, *run_->train_data, run_->rank,
-                             run_->group, base_fingerprint_);
+                             run_->group, base_fingerprint_, run_->pipeline ? &run_->pipeline->held_elsewhere : nullptr);
   // A fine-tuning run starts from train.init_from; once it has checkpoints of its own, a
   // restart resumes from those instead.
   if (resumed_.path.empty() && !c_.train.init_from.empty())

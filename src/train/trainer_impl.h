@@ -2,6 +2,7 @@
 // Its member functions are implemented by concern, one file each:
 //   trainer.cpp                before the first step, one step, the end, train_run
 //   trainer_checkpointing.cpp  resume, train.init_from, the background saves
+//   trainer_pipeline.cpp       one step's micro-batches through a pipeline stage
 //   trainer_recovery.cpp       --recovery memory: state carried into a re-formed group, peer
 //                              copies, aborting on a lost node, and the loop that re-forms
 #pragma once
@@ -52,6 +53,9 @@ struct StepFigures {
   double loss_sum = 0, correct = 0;  // over the micro-batches (after agreeing: the mean over ranks)
   obs::StepSplit split;              // compute / communication wait / data wait
   double loss = 0, grad_norm = 0, lr = 0, rate = 0;
+  // Pipeline stages (parallel.pp_size > 1), one entry per stage: forward and backward compute,
+  // and time spent waiting on a neighbour (the bubble, and transfers not hidden).
+  std::vector<double> stage_compute_s, stage_wait_s;
 };
 
 // What a rank of a group that re-forms in memory carries into the next one: its replica
@@ -103,6 +107,7 @@ class Trainer {
  private:
   std::vector<double> micro_batch_weights(const std::vector<Batch>& batches);
   StepFigures forward_backward(int64_t step);
+  StepFigures forward_backward_pipeline(int64_t step);  // trainer_pipeline.cpp
   void agree_across_ranks(StepFigures& f, int64_t step);
   void update(StepFigures& f, int64_t step);
   nlohmann::json measure(StepFigures& f, int64_t step);

@@ -11,7 +11,8 @@
 //   the head keeps D (the final norm's output) and V (the logits, read by the fused cross
 //   entropy); its backward adds V (the logits' gradient).
 // With activation checkpointing a block keeps only its input (D) until the backward recomputes
-// it, so one block's set is alive at a time. The backward of a block makes gradients about the
+// it, so one block's set is alive at a time. A pipeline stage holds only its blocks (the head
+// on the last stage), and what they keep for each micro-batch in flight (ActivationShape). The backward of a block makes gradients about the
 // size of what it keeps, counted once more as the working set. And the backward makes each
 // weight's gradient as a new tensor before adding it to the unit's gradient buffer: the largest
 // is the embedding's (or the head's), V x D, the whole table's gradient however few tokens
@@ -38,7 +39,8 @@ int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s, c
   const int64_t frozen_block = D + 3 * H * hd + probs + D + (fused_swiglu ? 2 : 3) * F;
   int64_t blocks_kept = 0, largest = 0;
   bool gradient_flows = !frozen.embedding;
-  for (int64_t i = 0; i < c.n_layers; ++i) {
+  const int64_t held = frozen.blocks_held < 0 ? c.n_layers : frozen.blocks_held;
+  for (int64_t i = 0; i < held; ++i) {
     const bool block_frozen = size_t(i) < frozen.blocks.size() && frozen.blocks[size_t(i)];
     if (block_frozen && !gradient_flows) continue;
     gradient_flows = true;
@@ -46,11 +48,13 @@ int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s, c
     blocks_kept += s.checkpointing ? D : kept;
     largest = std::max(largest, kept);
   }
-  if (s.checkpointing) blocks_kept += largest;  // the one block recomputed at a time
-  const int64_t head = (frozen.head ? 0 : D) + 2 * V;
+  const int64_t recomputed = s.checkpointing ? largest : 0;  // the one block recomputed at a time
+  const int64_t head_kept = frozen.head_held ? (frozen.head ? 0 : D) + V : 0;
+  const int64_t head_gradient = frozen.head_held ? V : 0;
   const int64_t weight_gradient = frozen.embedding && frozen.head ? 0 : V * D;
-  const int64_t per_token = D /* the embedding's output */ + blocks_kept + largest /* backward working set */ + head;
-  return (per_token * s.batch * T + weight_gradient) * s.compute_bytes;
+  const int64_t kept = D /* the embedding's output, or the previous stage's */ + blocks_kept + head_kept;
+  const int64_t working = recomputed + largest /* backward working set */ + head_gradient;
+  return ((s.in_flight * kept + working) * s.batch * T + weight_gradient) * s.compute_bytes;
 }
 
 }  // namespace cadre

@@ -21,9 +21,31 @@ FSDPModule LlamaModel::parallelize(const DeviceMesh& mesh, FullyShardOptions opt
   return llama_parallelize(*llama_, mesh, std::move(options), parallel, checkpointing_);
 }
 
-LossOutput LlamaModel::loss(const Batch& batch) {
+LossOutput LlamaModel::loss(const Batch& batch) { return stage_loss(call(llama_, batch.input, batch.documents), batch); }
+
+// Before the blocks: the embedding; after: the final norm and an untied head.
+std::optional<PipelineTrunk> LlamaModel::pipeline_trunk() const {
+  PipelineTrunk trunk;
+  const int64_t block = (llama_param_count(config_) - config_.dim -
+                         config_.vocab_size * config_.dim * (config_.tie_embeddings ? 1 : 2)) /
+                        config_.n_layers;
+  trunk.block_params.assign(size_t(config_.n_layers), block);
+  trunk.before = config_.vocab_size * config_.dim;
+  trunk.after = config_.dim + (config_.tie_embeddings ? 0 : config_.vocab_size * config_.dim);
+  return trunk;
+}
+
+void LlamaModel::keep_pipeline_stage(const PipelineStage& stage) {
+  llama_->keep_stage(stage.begin, stage.end, stage.first, stage.last);
+}
+
+at::Tensor LlamaModel::stage_forward(const Batch& batch, const at::Tensor& input) {
+  return call(llama_, llama_->has_embedding() ? batch.input : input, batch.documents);
+}
+
+LossOutput LlamaModel::stage_loss(const at::Tensor& output, const Batch& batch) {
   LossOutput out;
-  out.loss = llama_->loss(call(llama_, batch.input, batch.documents), batch.target);
+  out.loss = llama_->loss(output, batch.target);
   return out;
 }
 
@@ -54,8 +76,11 @@ int64_t LlamaModel::activation_bytes(const ActivationShape& shape) const {
       if (p.dim() == 2) projections_frozen = projections_frozen && !p.requires_grad();
     frozen.blocks.push_back(projections_frozen);
   }
-  frozen.embedding = !llama_->tok_embeddings->weight.requires_grad();
-  frozen.head = !llama_->output_weight().requires_grad();
+  // A pipeline stage without the embedding or head keeps no activations of theirs.
+  frozen.embedding = !llama_->has_embedding() || !llama_->tok_embeddings->weight.requires_grad();
+  frozen.head = !llama_->has_head() || !llama_->output_weight().requires_grad();
+  frozen.blocks_held = int64_t(llama_->layers->blocks.size());
+  frozen.head_held = llama_->has_head();
   return llama_activation_bytes(config_, shape, frozen);
 }
 

@@ -30,6 +30,13 @@ class LlamaModel : public Model, public CausalLm {
   const char* throughput_unit() const override { return "tokens"; }
   const CausalLm* causal_lm() const override { return this; }
   LoraNames lora_names() const override;
+  std::optional<PipelineTrunk> pipeline_trunk() const override;
+  void keep_pipeline_stage(const PipelineStage& stage) override;
+  at::Tensor stage_forward(const Batch& batch, const at::Tensor& input) override;
+  LossOutput stage_loss(const at::Tensor& output, const Batch& batch) override;
+  std::vector<int64_t> stage_activation_sizes(int64_t batch, int64_t sample_len) const override {
+    return {batch, sample_len, config_.dim};
+  }
 
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_seq_len() const override { return config_.max_seq_len; }

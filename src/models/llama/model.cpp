@@ -157,6 +157,19 @@ BlockList::BlockList(const LlamaConfig& c, bool deferred) {
     blocks.push_back(register_module(std::to_string(i), std::make_shared<Block>(c, deferred)));
 }
 
+void BlockList::keep(int64_t begin, int64_t end) {
+  const int64_t held = first + int64_t(blocks.size());
+  CADRE_CHECK(first <= begin && begin < end && end <= held, "Llama: a stage of blocks [", begin, ", ", end,
+              ") from blocks [", first, ", ", held, ")");
+  std::vector<std::shared_ptr<Block>> kept;
+  for (int64_t i = first; i < held; ++i) {
+    if (i >= begin && i < end) kept.push_back(blocks[size_t(i - first)]);
+    else unregister_module(std::to_string(i));
+  }
+  blocks = std::move(kept);
+  first = begin;
+}
+
 Llama::Llama(const LlamaConfig& c, bool deferred) : config_(c) {
   tok_embeddings = register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.dim, deferred));
   layers = register_module("layers", std::make_shared<BlockList>(c, deferred));
@@ -199,8 +212,27 @@ void check_documents(const std::vector<std::vector<int64_t>>& documents, int64_t
 }
 }  // namespace
 
-at::Tensor Llama::forward(const at::Tensor& tokens, const std::vector<std::vector<int64_t>>& documents) {
-  return head(run_blocks(embed(tokens), 0, int64_t(layers->blocks.size()), documents));
+at::Tensor Llama::forward(const at::Tensor& input, const std::vector<std::vector<int64_t>>& documents) {
+  at::Tensor h = has_embedding() ? embed(input) : input;
+  h = run_blocks(std::move(h), layers->first, layers->first + int64_t(layers->blocks.size()), documents);
+  return has_head() ? head(std::move(h)) : h;
+}
+
+void Llama::keep_stage(int64_t begin, int64_t end, bool first, bool last) {
+  CADRE_CONFIG_CHECK(!config_.tie_embeddings || (first && last), "parallel.pp_size: model.tie_embeddings puts the ",
+                     "embedding on the first pipeline stage and the head on the last, which share it; pipeline ",
+                     "stages of a tied model are not supported yet (untie it, or use pp_size 1)");
+  layers->keep(begin, end);
+  if (!first) {
+    unregister_module("tok_embeddings");
+    tok_embeddings.reset();
+  }
+  if (!last) {
+    unregister_module("norm");
+    norm.reset();
+    if (output) unregister_module("output");
+    output.reset();
+  }
 }
 
 at::Tensor Llama::embed(const at::Tensor& tokens) {
@@ -213,8 +245,10 @@ at::Tensor Llama::embed(const at::Tensor& tokens) {
 
 at::Tensor Llama::run_blocks(at::Tensor h, int64_t begin, int64_t end,
                              const std::vector<std::vector<int64_t>>& documents) {
-  CADRE_CHECK(h.dim() == 3 && 0 <= begin && begin <= end && end <= int64_t(layers->blocks.size()),
-              "Llama.run_blocks: blocks [", begin, ", ", end, ") of ", layers->blocks.size(), " over ", h.sizes());
+  const int64_t first = layers->first;
+  CADRE_CHECK(h.dim() == 3 && first <= begin && begin <= end && end <= first + int64_t(layers->blocks.size()),
+              "Llama.run_blocks: blocks [", begin, ", ", end, ") of those held, [", first, ", ",
+              first + int64_t(layers->blocks.size()), "), over ", h.sizes());
   const int64_t T = h.size(1);
   CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
               config_.max_seq_len);
@@ -223,7 +257,7 @@ at::Tensor Llama::run_blocks(at::Tensor h, int64_t begin, int64_t end,
   // Windows of one document each attend as unpacked ones do (one call for the whole batch).
   const bool one_each = std::all_of(documents.begin(), documents.end(), [](const auto& d) { return d.size() == 1; });
   if (!one_each) positions.documents = documents;
-  for (int64_t b = begin; b < end; ++b) h = call(layers->blocks[size_t(b)], h, positions);
+  for (int64_t b = begin; b < end; ++b) h = call(layers->blocks[size_t(b - first)], h, positions);
   return h;
 }
 

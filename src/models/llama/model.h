@@ -85,11 +85,15 @@ class Block : public torch::nn::Module {
   std::shared_ptr<FeedForward> feed_forward;
 };
 
-// Holds the blocks under the names "0", "1", ... so parameters read layers.N.*.
+// Holds the blocks under the names "0", "1", ... so parameters read layers.N.*. A pipeline
+// stage keeps blocks [first, first + blocks.size()) under their model-wide names.
 class BlockList : public torch::nn::Module {
  public:
   explicit BlockList(const LlamaConfig& config, bool deferred = false);
+  // Drops every block outside [begin, end).
+  void keep(int64_t begin, int64_t end);
   std::vector<std::shared_ptr<Block>> blocks;
+  int64_t first = 0;
 };
 
 class Llama : public torch::nn::Module {
@@ -100,12 +104,18 @@ class Llama : public torch::nn::Module {
 
   // tokens [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype. Under tensor
   // parallelism: this rank's vocabulary columns [vocab_start, vocab_start + vocab / tp).
-  // `documents`: packed windows' document lengths (Batch::documents), or empty.
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<std::vector<int64_t>>& documents = {});
+  // `documents`: packed windows' document lengths (Batch::documents), or empty. A pipeline
+  // stage (keep_stage) runs the parts it holds: without the embedding `input` is the previous
+  // stage's hidden state [B, T, dim], without the head it returns its own.
+  at::Tensor forward(const at::Tensor& input, const std::vector<std::vector<int64_t>>& documents = {});
+  // Keeps only a pipeline stage's parts: blocks [begin, end), the embedding if `first`, the
+  // final norm and head if `last`; the others are dropped (built deferred, they never held
+  // storage). Error for tied embeddings split across stages.
+  void keep_stage(int64_t begin, int64_t end, bool first, bool last);
   // forward in its three parts, for a pipeline stage that holds some of them: forward is
   // head(run_blocks(embed(tokens), 0, n_layers)), op for op. embed: tokens [B, T] -> hidden
-  // [B, T, dim]; run_blocks: blocks [begin, end) over a hidden state; head: the final norm and
-  // the head -> logits.
+  // [B, T, dim]; run_blocks: blocks [begin, end) (model-wide indices, of those this module
+  // holds) over a hidden state; head: the final norm and the head -> logits.
   at::Tensor embed(const at::Tensor& tokens);
   at::Tensor run_blocks(at::Tensor h, int64_t begin, int64_t end,
                         const std::vector<std::vector<int64_t>>& documents = {});
@@ -124,6 +134,9 @@ class Llama : public torch::nn::Module {
 
   const LlamaConfig& config() const { return config_; }
   at::Tensor output_weight() const { return output ? output->weight : tok_embeddings->weight; }
+  // What this module holds (all of them unless keep_stage dropped some).
+  bool has_embedding() const { return bool(tok_embeddings); }
+  bool has_head() const { return bool(norm); }
   // Rotary tables [max_seq_len, head_dim], float32 (the cached decoder uses the same ones).
   const at::Tensor& rope_cos() const { return rope_cos_; }
   const at::Tensor& rope_sin() const { return rope_sin_; }

@@ -1,0 +1,246 @@
+// Pipeline parallelism in `cadre train` (parallel.pp_size), with real processes on the tiny
+// Llama (4 blocks, untied head): every layout (pp, dp, tp) and schedule follows one rank that
+// runs the same micro-batches in turn; a checkpoint written by 2 stages resumes on 1 and on 4
+// stages with the losses of an uninterrupted run; each step's record splits every stage's time
+// into compute and waiting; and layouts the pipeline cannot run are config errors (exit 2)
+// naming the key, before any work; validation runs through the stages and follows one rank's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/order_spread.h"
+#include "support/process.h"
+#include "support/rank_processes.h"
+#include "support/tiny_dataset.h"
+#include "support/tiny_train.h"
+
+namespace {
+
+constexpr int kSteps = 8;
+constexpr int64_t kGlobalBatch = 8;  // samples per step, whatever the layout
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<nlohmann::json> records;
+  std::string output;
+};
+
+class PipelineTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new cadre::test::TempDir("pipeline-training");
+    cadre::test::prepare_tiny_dataset(dir_->path(), 8, 30000);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // `world` ranks; `dp` of them split the global batch into `accum` micro-batches each.
+  static TrainRun train(const std::string& run, int world, int dp, int accum, std::vector<std::string> sets,
+                        int expected_exit = 0) {
+    sets.insert(sets.begin(), {"model.n_layers=4", "train.steps=" + std::to_string(kSteps),
+                               "optim.grad_accum_steps=" + std::to_string(accum),
+                               "data.batch_size=" + std::to_string(kGlobalBatch / (dp * accum))});
+    const auto argv = cadre::test::tiny_train_command(*dir_ / "data", *dir_ / run, sets);
+    TrainRun out;
+    if (world == 1) {
+      auto r = cadre::test::run_process(argv, {}, 300);
+      EXPECT_EQ(r.exit_code, expected_exit) << r.output;
+      out.output = r.output;
+    } else {
+      auto results = cadre::testing::run_ranks(world, argv);
+      for (const auto& r : results) EXPECT_EQ(r.exit_code, expected_exit) << cadre::testing::describe(results);
+      out.output = cadre::testing::describe(results);
+    }
+    std::ifstream in(*dir_ / (run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      out.records.push_back(nlohmann::json::parse(line));
+      out.losses.push_back(out.records.back()["loss"].get<double>());
+    }
+    return out;
+  }
+
+  // One rank running the pipeline's 4 micro-batches in turn, and the order spread of the same
+  // global batch in 2 and in 8 micro-batches (support/order_spread.h).
+  static cadre::test::OrderSpread one_rank() {
+    const TrainRun one = train("one", 1, 1, 4, {});
+    EXPECT_EQ(one.losses.size(), size_t(kSteps));
+    if (!one.losses.empty()) {
+      EXPECT_LT(one.losses.back(), one.losses.front() - 0.1);  // the loss moves
+    }
+    std::vector<std::vector<double>> variants;
+    for (int accum : {2, 8}) variants.push_back(train("one-accum" + std::to_string(accum), 1, 1, accum, {}).losses);
+    return cadre::test::OrderSpread(one.losses, variants);
+  }
+
+  static cadre::test::TempDir* dir_;
+};
+cadre::test::TempDir* PipelineTraining::dir_ = nullptr;
+
+// A stage computes the same operations on the same micro-batches as one rank does; what
+// differs is where the step's loss is summed (the last stage, then an all-reduce in float32)
+// and, with dp or tp, the order of the gradient sums: within the order spread of one rank.
+// A wrong pipeline is far outside it: a gradient not sent back leaves the first stage's blocks
+// untrained, a micro-batch weighted twice moves the first step's loss by percents.
+TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
+  const cadre::test::OrderSpread one = one_rank();
+  struct Layout {
+    const char* name;
+    int world, dp;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Layout> layouts = {
+      {"pp 2 gpipe", 2, 1, {"parallel.pp_size=2", "parallel.pp_schedule=GPipe"}},
+      {"pp 2 1f1b", 2, 1, {"parallel.pp_size=2", "parallel.pp_schedule=1f1b"}},
+      {"pp 4 1f1b", 4, 1, {"parallel.pp_size=4"}},
+      {"pp 2 x dp 2 FULL_SHARD 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=FULL_SHARD"}},
+      {"pp 2 x dp 2 NO_SHARD gpipe", 4, 2, {"parallel.pp_size=2", "parallel.pp_schedule=gpipe"}},
+      {"pp 2 x dp 2 ZERO1 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=ZERO1"}},
+      {"pp 2 x tp 2 1f1b", 4, 1, {"parallel.pp_size=2", "parallel.tp_size=2"}},
+      {"pp 2 1f1b, activation checkpointing", 2, 1, {"parallel.pp_size=2", "parallel.activation_checkpointing=true"}},
+  };
+  int index = 0;
+  for (const Layout& l : layouts) {
+    // With dp 2 each rank takes 2 of the 4 micro-batches' samples: the same 4 micro-batches.
+    const TrainRun run = train("layout-" + std::to_string(index++), l.world, l.dp, 4, l.sets);
+    ASSERT_EQ(run.losses.size(), size_t(kSteps)) << l.name << "\n" << run.output;
+    one.expect_follows(run.losses, std::string("[pipeline] ") + l.name + " vs 1 rank");
+  }
+}
+
+// Two pipeline micro-batches of two data micro-batches each are the same 4 micro-batches
+// side by side: the step is one rank's with the batch in 2 parts.
+TEST_F(PipelineTraining, PipelineMicroBatchesJoinDataMicroBatches) {
+  const TrainRun one = train("join-one", 1, 1, 2, {});
+  const TrainRun variant = train("join-variant", 1, 1, 8, {});
+  const cadre::test::OrderSpread spread(one.losses, {variant.losses});
+  const TrainRun pp = train("join-pp", 2, 1, 4, {"parallel.pp_size=2", "parallel.pp_microbatches=2"});
+  ASSERT_EQ(pp.losses.size(), size_t(kSteps)) << pp.output;
+  spread.expect_follows(pp.losses, "[pipeline] pp 2, 2 pipeline micro-batches of 2 vs 1 rank in 2");
+}
+
+// The step's record names every stage's compute and its wait on its neighbours, and `cadre
+// report` plots them per stage.
+TEST_F(PipelineTraining, EachStepRecordsEveryStagesComputeAndWait) {
+  const TrainRun run = train("split", 2, 1, 4, {"parallel.pp_size=2"});
+  ASSERT_EQ(run.records.size(), size_t(kSteps)) << run.output;
+  for (const auto& r : run.records) {
+    ASSERT_TRUE(r.contains("pp_stage_compute_s") && r.contains("pp_stage_wait_s")) << r.dump();
+    ASSERT_EQ(r["pp_stage_compute_s"].size(), 2u);
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_GT(r["pp_stage_compute_s"][s].get<double>(), 0) << r.dump();
+      EXPECT_GE(r["pp_stage_wait_s"][s].get<double>(), 0) << r.dump();
+      EXPECT_LT(r["pp_stage_compute_s"][s].get<double>(), r["step_time_s"].get<double>()) << r.dump();
+    }
+  }
+  const auto report = cadre::test::run_process({CADRE_BIN, "report", *dir_ / "split"}, {}, 60);
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  std::ifstream in(*dir_ / "split/report.html");
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* series : {"Pipeline stages", "stage 0 compute", "stage 0 wait", "stage 1 compute", "stage 1 wait"})
+    EXPECT_NE(html.find(series), std::string::npos) << series;
+}
+
+// Checkpoints name each parameter as the whole model does, so a 2-stage checkpoint is the
+// model's, and any layout resumes it: one rank and 4 stages go on with the losses of a run
+// that was never interrupted.
+TEST_F(PipelineTraining, ATwoStageCheckpointResumesOnOneAndFourStages) {
+  const cadre::test::OrderSpread one = one_rank();
+  const TrainRun first_half = train("resume-pp2", 2, 1, 4, {"parallel.pp_size=2", "train.stop_at=4"});
+  ASSERT_EQ(first_half.losses.size(), 4u) << first_half.output;
+  one.expect_follows(first_half.losses, "[pipeline] pp 2, steps 1-4");
+  const std::filesystem::path saved = *dir_ / "resume-pp2/checkpoints/step-00000004";
+  ASSERT_TRUE(std::filesystem::exists(saved / "COMMITTED")) << first_half.output;
+  const std::vector<std::pair<int, std::string>> resumes = {{1, "1 rank"}, {4, "pp 4"}};
+  for (const auto& [stages, name] : resumes) {
+    const std::string run = "resume-at-" + std::to_string(stages);
+    const std::filesystem::path checkpoints = *dir_ / (run + "/checkpoints");
+    std::filesystem::create_directories(checkpoints);
+    std::filesystem::copy(saved, checkpoints / "step-00000004", std::filesystem::copy_options::recursive);
+    const TrainRun second_half = train(run, stages, 1, 4, {"parallel.pp_size=" + std::to_string(stages)});
+    EXPECT_NE(second_half.output.find("resumed from"), std::string::npos) << second_half.output;
+    ASSERT_EQ(second_half.losses.size(), 4u) << second_half.output;
+    one.expect_follows(second_half.losses, "[pipeline] pp 2 checkpoint resumed on " + name + ", steps 5-8", 4);
+  }
+}
+
+// Validation runs through the stages too (a forward without a backward, each transfer awaited):
+// the validation loss every 4 steps follows one rank's.
+TEST_F(PipelineTraining, ValidationLossFollowsOneRank) {
+  auto val_losses = [](const TrainRun& run) {
+    std::vector<double> out;
+    for (const auto& r : run.records)
+      if (r.contains("val_loss")) out.push_back(r["val_loss"].get<double>());
+    return out;
+  };
+  // The whole validation split (eval_batches 0): the same samples whatever the batch size.
+  const std::vector<std::string> eval = {"train.eval_interval=4", "train.eval_batches=0"};
+  const TrainRun one = train("val-one", 1, 1, 4, eval), variant = train("val-variant", 1, 1, 2, eval);
+  ASSERT_EQ(val_losses(one).size(), 2u) << one.output;
+  const cadre::test::OrderSpread spread(val_losses(one), {val_losses(variant)});
+  std::vector<std::string> pp = eval;
+  pp.push_back("parallel.pp_size=2");
+  const TrainRun run = train("val-pp", 2, 1, 4, pp);
+  ASSERT_EQ(val_losses(run).size(), 2u) << run.output;
+  spread.expect_follows(val_losses(run), "[pipeline] pp 2 validation loss vs 1 rank");
+}
+
+// A stage allocates only its own parameters: the embedding and the first half of the blocks on
+// the first of 2 stages, nothing of the rest (the model is dropped to the stage's parts while it
+// is still shapes only). The dry run plans each stage with the micro-batches it holds at once:
+// under 1F1B the first of 2 stages holds 2, the last 1.
+TEST_F(PipelineTraining, AStageHoldsOnlyItsOwnBlocks) {
+  const TrainRun run = train("memory", 2, 1, 4, {"parallel.pp_size=2", "train.steps=1"});
+  std::ifstream in(*dir_ / "memory/summary.json");
+  ASSERT_TRUE(in) << run.output;
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  // tiny: dim 64, vocabulary 512, untied head; 4 blocks of equal size.
+  const int64_t whole = summary["params"].get<int64_t>(), embedding = 512 * 64, head = 512 * 64 + 64;
+  const int64_t block = (whole - embedding - head) / 4;
+  EXPECT_EQ(summary["memory"]["param_bytes"].get<int64_t>(), 4 * (embedding + 2 * block)) << summary.dump(2);
+  EXPECT_EQ(summary["pp_bounds"], nlohmann::json::array({0, 2, 4})) << summary.dump(2);
+
+  std::vector<std::string> argv = cadre::test::tiny_train_command(
+      *dir_ / "data", *dir_ / "dry", {"model.n_layers=4", "parallel.pp_size=2", "optim.grad_accum_steps=4"});
+  argv.insert(argv.end(), {"--dry-run", "--world-size", "4"});
+  const auto dry = cadre::test::run_process(argv, {}, 60);
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("(pp 2 x dp 2 x tp 1)"), std::string::npos) << dry.output;
+  auto activations = [&](const std::string& stage) {
+    const size_t at = dry.output.find(stage + ": estimated per rank");
+    EXPECT_NE(at, std::string::npos) << stage << "\n" << dry.output;
+    const size_t from = dry.output.find("activations ", at) + 12;
+    return std::stod(dry.output.substr(from, dry.output.find(' ', from) - from));
+  };
+  EXPECT_GT(activations("stage 0"), activations("stage 1")) << dry.output;  // both in MiB here
+  EXPECT_NE(dry.output.find("the heaviest stage is 0"), std::string::npos) << dry.output;
+}
+
+// Layouts the pipeline cannot run stop before any work with the key that is wrong.
+TEST_F(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
+  struct Bad {
+    int world;
+    std::vector<std::string> sets;
+    const char* names;
+  };
+  const std::vector<Bad> bad = {
+      {1, {"parallel.pp_size=2"}, "parallel.pp_size 2"},
+      {2, {"parallel.pp_size=2", "model.tie_embeddings=true"}, "model.tie_embeddings"},
+      {2, {"parallel.pp_size=2", "parallel.pp_schedule=zigzag"}, "parallel.pp_schedule"},
+      {2, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved"}, "parallel.pp_schedule interleaved"},
+      {2, {"parallel.pp_size=2", "parallel.pp_split=3,2"}, "parallel.pp_split"},
+      {2, {"parallel.pp_size=2", "parallel.pp_microbatches=3"}, "parallel.pp_microbatches 3"},
+      {2, {"parallel.pp_size=2", "lora.rank=4", "lora.dropout=0.1"}, "lora.dropout"},
+  };
+  int index = 0;
+  for (const Bad& b : bad) {
+    const TrainRun run = train("bad-" + std::to_string(index++), b.world, 1, 4, b.sets, /*expected_exit=*/2);
+    EXPECT_NE(run.output.find(b.names), std::string::npos) << b.names << "\n" << run.output;
+    EXPECT_TRUE(run.losses.empty()) << b.names;
+  }
+}
+
+}  // namespace
