@@ -37,6 +37,7 @@ def cadre_pipeline(cadre, data, work, name, stages, schedule, steps):
     run_dir = os.path.join(work, name)
     sets = [f"data.dir={data}", f"run.dir={run_dir}", "train.eval_interval=0", "train.threads=1",
             f"train.steps={steps}", "checkpoint.at_end=false", f"parallel.pp_size={stages}",
+            "parallel.mixed_precision.param_dtype=float32",
             f"parallel.pp_schedule={schedule}", f"optim.grad_accum_steps={MICRO}",
             f"data.batch_size={GLOBAL_BATCH // MICRO}"]
     cmd = [cadre, "run", "--nproc-per-node", str(stages), "--log-dir", os.path.join(run_dir, "logs"), "--",

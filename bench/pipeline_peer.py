@@ -14,9 +14,7 @@ torch.
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -28,7 +26,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from llama_ref import Llama, loss_fn  # noqa: E402
-from torch_peer import load_samples  # noqa: E402
+from torch_peer import load_samples, spawn  # noqa: E402 (spawn: torchrun's job, done in-script)
 
 
 class Stage(nn.Module):
@@ -91,9 +89,9 @@ def train(args, rank, world):
         opt.zero_grad(set_to_none=True)
         micro_losses = []
         if rank == 0:
-            schedule.step(batch[:, :-1])
+            schedule.step(batch[:, :-1].contiguous())
         elif rank == world - 1:
-            schedule.step(target=batch[:, 1:], losses=micro_losses)
+            schedule.step(target=batch[:, 1:].contiguous(), losses=micro_losses)
         else:
             schedule.step()
         clip_global(params, 1.0, None)
@@ -118,19 +116,6 @@ def worker(args):
     if rank == 0:
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()
-
-
-def spawn(args):
-    """torchrun's job, done here so the peer needs nothing but this script."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(args.world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS=str(args.threads))
-        procs.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
-    return max(p.wait() for p in procs)
 
 
 def main():

@@ -10,13 +10,6 @@
 
 namespace cadre {
 namespace detail {
-namespace {
-
-bool accumulates_whole_gradients(const ParallelConfig& p) {
-  return p.accumulate_unsharded || !strategy_shards_parameters(p.strategy);
-}
-
-}  // namespace
 
 // --- before the first step ------------------------------------------------------------------
 

@@ -48,6 +48,13 @@ namespace cadre::detail {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether gradients stay whole across a step's micro-batches and are reduced across ranks only
+// in its last backward (NO_SHARD, ZERO1, parallel.accumulate_unsharded); sharded ones are
+// reduce-scattered in every backward.
+inline bool accumulates_whole_gradients(const ParallelConfig& p) {
+  return p.accumulate_unsharded || !strategy_shards_parameters(p.strategy);
+}
+
 // One step's figures, once every rank agreed on them.
 struct StepFigures {
   double loss_sum = 0, correct = 0;  // over the micro-batches (after agreeing: the mean over ranks)

@@ -23,10 +23,10 @@ Batch join(std::vector<Batch>& parts) {
     targets.push_back(b.target);
     documents.insert(documents.end(), b.documents.begin(), b.documents.end());
   }
-  const bool packed = !documents.empty();
-  CADRE_CHECK(!packed || int64_t(documents.size()) == at::cat(inputs).size(0),
+  at::Tensor input = at::cat(inputs);
+  CADRE_CHECK(documents.empty() || int64_t(documents.size()) == input.size(0),
               "pipeline: some micro-batches of a step carry packed documents and others do not");
-  return Batch(at::cat(inputs), at::cat(targets), std::move(documents));
+  return Batch(std::move(input), at::cat(targets), std::move(documents));
 }
 
 }  // namespace
@@ -65,10 +65,10 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
     if (w > 0) loss_sum += loss.detach().to(at::kDouble) * (w * loss_scale);
     return loss * w;
   };
-  // Whole gradients (NO_SHARD, ZERO1, parallel.accumulate_unsharded) are reduced across the
-  // data-parallel ranks only in the stage's last backward of the step.
+  // Whole gradients are reduced across the data-parallel ranks only in the stage's last
+  // backward of the step.
   std::optional<FSDPModule::NoSyncGuard> accumulate;
-  const bool whole = c_.parallel.accumulate_unsharded || !strategy_shards_parameters(c_.parallel.strategy);
+  const bool whole = accumulates_whole_gradients(c_.parallel);
   work.before_backward = [&](int64_t, bool last_of_chunk) {
     if (whole && !last_of_chunk && !accumulate) accumulate.emplace(&run_->sharded.tree());
     if (last_of_chunk) accumulate.reset();

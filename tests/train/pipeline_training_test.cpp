@@ -219,6 +219,38 @@ TEST_F(PipelineTraining, AStageHoldsOnlyItsOwnBlocks) {
   EXPECT_NE(dry.output.find("the heaviest stage is 0"), std::string::npos) << dry.output;
 }
 
+// A stage that dies mid-run ends the others' step with an error naming the operation and what
+// failed, not a hang: rank 1 is killed once rank 0 has recorded 3 steps, and rank 0 must exit
+// non-zero within the collectives' timeout. Where rank 0 is caught depends on where it was: in a
+// transfer on the link to stage 1 (named "pp.act0to1" or "pp.grad1to0"), or in a collective of
+// the whole job, which names rank 1 as the one that did not arrive.
+TEST_F(PipelineTraining, ADeadStageEndsTheRunWithAnErrorNotAHang) {
+  const std::string metrics = *dir_ / "dead/metrics.jsonl";
+  const std::vector<std::string> argv = cadre::test::tiny_train_command(
+      *dir_ / "data", *dir_ / "dead",
+      {"model.n_layers=4", "parallel.pp_size=2", "optim.grad_accum_steps=4", "train.steps=100000",
+       "parallel.comm_timeout=20", "checkpoint.at_end=false"});
+  cadre::testing::RankOptions options;
+  options.prefix = [&](int rank) -> std::vector<std::string> {
+    if (rank != 1) return {};
+    // Runs the rank, waits until rank 0 has recorded 3 steps, then kills it.
+    const std::string script = "\"$@\" & pid=$!; until [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
+                               ") -ge 3 ]; do kill -0 $pid 2>/dev/null || exit 99; sleep 0.05; done; "
+                               "kill -9 $pid; wait $pid; exit 137";
+    return {"bash", "-c", script, "bash"};
+  };
+  options.limit = std::chrono::seconds(120);
+  const auto results = cadre::testing::run_ranks(2, argv, options);
+  ASSERT_EQ(results[1].exit_code, 137) << cadre::testing::describe(results);
+  EXPECT_NE(results[0].exit_code, 0) << cadre::testing::describe(results);
+  const std::string& out = results[0].output;
+  const bool on_link = out.find("pp.act0to1") != std::string::npos || out.find("pp.grad1to0") != std::string::npos;
+  const bool names_rank = out.find("did not arrive: rank 1") != std::string::npos;
+  EXPECT_TRUE(on_link || names_rank) << "rank 0's error should name the link to stage 1 or rank 1:\n" << out;
+  EXPECT_TRUE(out.find("broadcast") != std::string::npos || out.find("all_reduce") != std::string::npos)
+      << "rank 0's error should name the operation:\n" << out;
+}
+
 // Layouts the pipeline cannot run stop before any work with the key that is wrong.
 TEST_F(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
   struct Bad {
