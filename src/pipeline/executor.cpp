@@ -30,7 +30,8 @@ class Inbox {
   // Posts the receives of the actions at positions up to `position`.
   void post_until(size_t position) {
     while (posted_ < order_.size() && order_[posted_].second <= position) {
-      at::Tensor buffer = at::empty(step_.activation_sizes, at::TensorOptions().dtype(step_.activation_dtype));
+      at::Tensor buffer =
+          at::empty(step_.activation_sizes, at::TensorOptions().dtype(step_.activation_dtype).device(step_.device));
       pending_.push_back({order_[posted_].first, receive_(buffer), buffer});
       ++posted_;
     }

@@ -33,6 +33,7 @@ struct StepShape {
   // hidden state): receive buffers are made with it.
   std::vector<int64_t> activation_sizes;
   at::ScalarType activation_dtype = at::kFloat;
+  c10::Device device = c10::Device(c10::kCPU);  // where the stage computes: receive buffers are made there
 };
 
 struct StepFigures {

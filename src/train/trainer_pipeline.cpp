@@ -78,6 +78,7 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
   shape.shape = {pp.links->stages(), m, 1};
   shape.activation_sizes = run_->model->stage_activation_sizes(B * per, run_->train_data->sample_len());
   shape.activation_dtype = pp.activation_dtype;
+  shape.device = run_->device;
   const pipeline::StepFigures figures = pipeline::run_step(work, *pp.links, shape);
 
   StepFigures f;
