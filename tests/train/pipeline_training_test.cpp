@@ -1,7 +1,7 @@
 // Pipeline parallelism in `cadre train` (parallel.pp_size), with real processes on the tiny
 // Llama (4 blocks, untied head): every layout (pp, dp, tp) and schedule follows one rank that
 // runs the same micro-batches in turn; a checkpoint written by 2 stages resumes on 1 and on 4
-// stages with the losses of an uninterrupted run; each step's record splits every stage's time
+// stages with the losses of an uninterrupted run, and exports as the whole model; each step's record splits every stage's time
 // into compute and waiting; and layouts the pipeline cannot run are config errors (exit 2)
 // naming the key, before any work; validation runs through the stages and follows one rank's.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/hf_folder.h"
 #include "support/order_spread.h"
 #include "support/process.h"
 #include "support/rank_processes.h"
@@ -154,6 +155,16 @@ TEST_F(PipelineTraining, ATwoStageCheckpointResumesOnOneAndFourStages) {
   one.expect_follows(first_half.losses, "[pipeline] pp 2, steps 1-4");
   const std::filesystem::path saved = *dir_ / "resume-pp2/checkpoints/step-00000004";
   ASSERT_TRUE(std::filesystem::exists(saved / "COMMITTED")) << first_half.output;
+  // The stages' files are the whole model's checkpoint: its Hugging Face export holds every
+  // layer, the embedding and the head (as a one-rank run's would), not one stage's share.
+  const auto exported = cadre::test::run_process(
+      {CADRE_BIN, "ckpt", "export", saved.string(), "--format", "hf", "--out", *dir_ / "resume-pp2-hf"}, {}, 120);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const cadre::HfFolder folder(*dir_ / "resume-pp2-hf");
+  EXPECT_EQ(folder.tensors().size(), 3u + 4u * 9u);  // embedding, norm, head; 9 tensors per block
+  for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                           "model.layers.3.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"})
+    EXPECT_EQ(folder.tensors().count(name), 1u) << name;
   const std::vector<std::pair<int, std::string>> resumes = {{1, "1 rank"}, {4, "pp 4"}};
   for (const auto& [stages, name] : resumes) {
     const std::string run = "resume-at-" + std::to_string(stages);
