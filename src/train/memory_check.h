@@ -15,7 +15,7 @@ struct RunSetup;
 // optimizer, accumulation, prefetch and periodic checkpoints, and the model's activations at
 // data.batch_size samples of the dataset's sequence length (the model's max_seq_len when no
 // data.dir is given). `pipeline`: a pipeline stage's micro-batches (pp_microbatches' share of the
-// batch each) and how many of them it holds at once (PipelineRun::micro_batches_in_flight).
+// batch each) and how many of them it holds at once (PipelineRun::activations).
 struct StageActivations {
   int64_t batch_parts = 1, in_flight = 1;
 };

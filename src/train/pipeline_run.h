@@ -28,8 +28,8 @@ struct PipelineRun {
   at::ScalarType activation_dtype = at::kFloat;  // what crosses between stages: the compute dtype
   std::set<std::string> held_elsewhere;  // the model's parameters the other stages hold
   std::unique_ptr<pipeline::Links> links;
-  int64_t stage_index = 0;
-  // "stage 1 of 2: blocks [4, 8) + norm and head, 1f1b over 4 micro-batches" for the log.
+  int64_t stage_index = 0;  // this rank's stage, 0 .. pp_size - 1
+  // "pipeline stage 1 of 2: blocks [4, 8) + head and loss; 1f1b over 8 micro-batches" for the log.
   std::string describe() const;
   // The stage's micro-batches for the memory estimate: data micro-batches joined into one, and
   // the most whose activations it holds at once (the schedule's, run on paper: GPipe all m,

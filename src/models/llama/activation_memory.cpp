@@ -12,8 +12,9 @@
 //   entropy); its backward adds V (the logits' gradient).
 // With activation checkpointing a block keeps only its input (D) until the backward recomputes
 // it, so one block's set is alive at a time. A pipeline stage holds only its blocks (the head
-// on the last stage), and what they keep for each micro-batch in flight (ActivationShape). The backward of a block makes gradients about the
-// size of what it keeps, counted once more as the working set. And the backward makes each
+// on the last stage), and what they keep for each micro-batch in flight (ActivationShape). The
+// backward of a block makes gradients about the size of what it keeps, counted once more as the
+// working set (once, however many micro-batches are in flight). And the backward makes each
 // weight's gradient as a new tensor before adding it to the unit's gradient buffer: the largest
 // is the embedding's (or the head's), V x D, the whole table's gradient however few tokens
 // the batch has (the embedding's backward is dense): at a 128256-token vocabulary that tensor,
