@@ -2,7 +2,7 @@
 """Pipeline parallelism against PyTorch's torch.distributed.pipelining, side by side: the small
 Llama (configs/small.yaml, 35.7M parameters, 8 blocks) in 2 stages, one rank x 1 thread each,
 16 x 256 tokens per step in 8 micro-batches, float32, fused AdamW and global-norm clipping on
-both sides, the same stage boundaries (Cadre's balanced split, read from its log), under GPipe
+both sides, jemalloc preloaded for the peer (Cadre has its own block cache), the same stage boundaries (Cadre's balanced split, read from its log), under GPipe
 and 1F1B. Sittings alternate the sides.
 
 For each schedule it prints Cadre's tokens/s, the peer's, their ratio, and Cadre's measured
@@ -27,6 +27,7 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+from big_model_start import JEMALLOC, ensure_jemalloc  # noqa: E402
 from train_throughput import MODEL, ensure_dataset, peer_python, run  # noqa: E402
 
 GLOBAL_BATCH, MICRO = 16, 8
@@ -61,7 +62,8 @@ def peer_pipeline(data, stages, schedule, steps, bounds):
     out = run([peer_python(), os.path.join(ROOT, "bench/pipeline_peer.py"), "--data", data, "--model",
                json.dumps(MODEL), "--bounds", ",".join(str(b) for b in bounds), "--schedule", schedule,
                "--world", str(stages), "--threads", "1", "--steps", str(steps), "--warmup", str(WARMUP),
-               "--batch", str(GLOBAL_BATCH), "--micro", str(MICRO)])
+               "--batch", str(GLOBAL_BATCH), "--micro", str(MICRO)],
+              env=dict(os.environ, LD_PRELOAD=JEMALLOC))  # the peer's allocator (Cadre has its own block cache)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -78,6 +80,7 @@ def main():
     args = ap.parse_args()
     cadre = os.path.join(args.build, "bin", "cadre")
     data = ensure_dataset(cadre)
+    ensure_jemalloc()
     layouts = [(2, "gpipe"), (2, "1f1b")] + ([(4, "1f1b")] if args.four else [])
     results = {f"{p} {s}": dict(cadre=[], peer=[], bubble=[], bounds=None) for p, s in layouts}
     with tempfile.TemporaryDirectory() as work:

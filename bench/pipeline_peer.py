@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from llama_ref import Llama, loss_fn  # noqa: E402
-from torch_peer import load_samples, spawn  # noqa: E402 (spawn: torchrun's job, done in-script)
+from torch_peer import load_samples, spawn, worker  # noqa: E402 (torchrun's job, done in-script)
 
 
 class Stage(nn.Module):
@@ -109,15 +109,6 @@ def train(args, rank, world):
     return dict(tokens_per_s=rate, final_loss=losses[-1], torch=torch.__version__)
 
 
-def worker(args):
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    result = train(args, rank, world)
-    if rank == 0:
-        print(json.dumps(result), flush=True)
-    dist.destroy_process_group()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -135,7 +126,7 @@ def main():
         ap.error(f"--warmup {args.warmup} leaves no step of --steps {args.steps} to time")
     if len(args.bounds.split(",")) != args.world + 1:
         ap.error(f"--bounds needs {args.world + 1} numbers for {args.world} stages")
-    return worker(args) if "RANK" in os.environ else spawn(args)
+    return worker(args, train) if "RANK" in os.environ else spawn(args)
 
 
 if __name__ == "__main__":

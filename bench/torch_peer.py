@@ -158,10 +158,11 @@ def train(args, rank, world):
                 torch=torch.__version__)
 
 
-def worker(args):
+def worker(args, train_fn=None):
+    """One rank of a job spawn() started: `train_fn` (default: this peer's train) over Gloo."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    result = train(args, rank, world)
+    result = (train_fn or train)(args, rank, world)
     if rank == 0:
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()
