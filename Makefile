@@ -4,9 +4,10 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The soaks are not part of `make test`: `make soak` (recovery, over an hour) and the Slurm retry
 # soak (~11 min, `cd build && ctest -R DeploySbatchRetrySoak`). Nor are the
 # `cuda` tests (they need a GPU: `make gpu-check` runs them); the `gpucheck` rehearsal runs in
-# the libtorch 2.x part only (TORCH2_EXCLUDE).
-CTEST_EXCLUDE ?= soak|cuda|gpucheck
-TORCH2_EXCLUDE ?= soak|cuda
+# the libtorch 2.x part only (TORCH2_EXCLUDE). Nor is `kernels-extra` (ATen's unvectorised
+# kernels, which no machine of this fleet takes: `cd build && ctest -L kernels-extra`).
+CTEST_EXCLUDE ?= soak|cuda|gpucheck|kernels-extra
+TORCH2_EXCLUDE ?= soak|cuda|kernels-extra
 CTEST_FLAGS ?= -LE '^($(CTEST_EXCLUDE))$$'
 # `unit` tests are in-process and single-threaded (each gtest case its own process, most of its
 # time spent loading libtorch), and so are the `fuzz` runs (one libFuzzer process each, for a

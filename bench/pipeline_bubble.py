@@ -2,11 +2,12 @@
 """Pipeline parallelism against PyTorch's torch.distributed.pipelining, side by side: the small
 Llama (configs/small.yaml, 35.7M parameters, 8 blocks) in 2 stages, one rank x 1 thread each,
 16 x 256 tokens per step in 8 micro-batches, float32, fused AdamW and global-norm clipping on
-both sides, jemalloc preloaded for the peer (Cadre has its own block cache), the same stage boundaries (Cadre's balanced split, read from its log), under GPipe
-and 1F1B. Sittings alternate the sides.
+both sides, jemalloc preloaded for the peer (Cadre has its own block cache), the same stage boundaries (Cadre's balanced split, read from its log), under GPipe,
+1F1B and interleaved 1F1B (2 chunks of 2 blocks per stage). Sittings alternate the sides.
 
 For each schedule it prints Cadre's tokens/s, the peer's, their ratio, and Cadre's measured
-bubble against the schedule's theory (p - 1) / (m + p - 1): from each step's stage timelines
+bubble against the schedule's theory (p - 1) / (v m + p - 1) (v chunks per stage; 1 but for
+interleaved): from each step's stage timelines
 (metrics.jsonl's pp_stage_compute_s and pp_stage_wait_s), the idle share of the stages over the
 step, 1 - sum(compute) / (p x max(compute + wait)), median over the timed steps. The theory
 assumes equal stages: where the split leaves them unequal (the last stage also runs the head
@@ -15,7 +16,7 @@ the peer's, bubble within 0.1 of theory. 4 stages on 2 cores cannot measure a bu
 (two ranks share a core): with --four they are reported without a goal.
 
 Usage: bench/pipeline_bubble.py [--build build] [--sittings 3] [--steps 10] [--four]
-Writes bench/results/pipeline_bubble.{json,md}. Cost on 2 cores: ~2 minutes per sitting.
+Writes bench/results/pipeline_bubble.{json,md}. Cost on 2 cores: ~3 minutes per sitting.
 Run it on a quiet machine: timings are only indicative while other jobs run.
 """
 import argparse
@@ -58,9 +59,14 @@ def cadre_pipeline(cadre, data, work, name, stages, schedule, steps):
                 final_loss=rows[-1]["loss"])
 
 
+def chunks_of(schedule):
+    return 2 if schedule == "interleaved" else 1
+
+
 def peer_pipeline(data, stages, schedule, steps, bounds):
     out = run([peer_python(), os.path.join(ROOT, "bench/pipeline_peer.py"), "--data", data, "--model",
                json.dumps(MODEL), "--bounds", ",".join(str(b) for b in bounds), "--schedule", schedule,
+               "--chunks", str(chunks_of(schedule)),
                "--world", str(stages), "--threads", "1", "--steps", str(steps), "--warmup", str(WARMUP),
                "--batch", str(GLOBAL_BATCH), "--micro", str(MICRO)],
               env=dict(os.environ, LD_PRELOAD=JEMALLOC))  # the peer's allocator (Cadre has its own block cache)
@@ -81,7 +87,7 @@ def main():
     cadre = os.path.join(args.build, "bin", "cadre")
     data = ensure_dataset(cadre)
     ensure_jemalloc()
-    layouts = [(2, "gpipe"), (2, "1f1b")] + ([(4, "1f1b")] if args.four else [])
+    layouts = [(2, "gpipe"), (2, "1f1b"), (2, "interleaved")] + ([(4, "1f1b")] if args.four else [])
     results = {f"{p} {s}": dict(cadre=[], peer=[], bubble=[], bounds=None) for p, s in layouts}
     with tempfile.TemporaryDirectory() as work:
         for sitting in range(args.sittings):
@@ -111,7 +117,7 @@ def main():
     for p, s in layouts:
         r = results[f"{p} {s}"]
         ratios = [a / b for a, b in zip(r["cadre"], r["peer"])]
-        theory = (p - 1) / (MICRO + p - 1)
+        theory = (p - 1) / (chunks_of(s) * MICRO + p - 1)
         c, q, ratio, bubble = spread(r["cadre"]), spread(r["peer"]), spread(ratios), spread(r["bubble"])
         goal = "none (2 ranks per core)" if p > 2 else (
             f"ratio >= 1.2: {'met' if ratio['median'] >= 1.2 else 'not met'}; bubble within 0.1: "

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer for bench/pipeline_bubble.py: the same Llama (python/llama_ref.py) split into the
 same stages as Cadre splits it, trained with torch.distributed.pipelining (PipelineStage and
-ScheduleGPipe / Schedule1F1B) over Gloo, one rank per stage, as a PyTorch 2.x user runs a
+ScheduleGPipe / Schedule1F1B / ScheduleInterleaved1F1B with --chunks virtual stages per rank)
+over Gloo, one rank per stage, as a PyTorch 2.x user runs a
 pipeline: the step's batch in --micro micro-batches, mean loss per micro-batch (scale_grads),
 the global gradient norm clipped across the stages (each stage's sum of squares all-reduced over
 the pipeline, as torchtitan's clip_grad_norm_ does with a pp mesh), AdamW(fused=True) per stage.
@@ -64,19 +65,25 @@ def clip_global(params, max_norm, group):
 
 
 def train(args, rank, world):
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
     samples, seq_len = load_samples(args.data)
     cfg = dict(json.loads(args.model), attention="sdpa")
     bounds = [int(b) for b in args.bounds.split(",")]
     full = Llama(cfg)
-    module = Stage(full, bounds[rank], bounds[rank + 1], rank == 0, rank == world - 1)
+    # Virtual stage g = chunk * world + rank (Megatron's and torch's interleaved placement).
+    virtual = world * args.chunks
+    ids = [chunk * world + rank for chunk in range(args.chunks)]
+    modules = [Stage(full, bounds[g], bounds[g + 1], g == 0, g == virtual - 1) for g in ids]
     del full
-    stage = PipelineStage(module, rank, world, torch.device("cpu"))
-    kind = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
-    schedule = kind(stage, n_microbatches=args.micro, loss_fn=loss_fn)
-    params = list(module.parameters())
+    stages = [PipelineStage(m, g, virtual, torch.device("cpu")) for m, g in zip(modules, ids)]
+    if args.schedule == "interleaved":
+        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=args.micro, loss_fn=loss_fn)
+    else:
+        kind = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
+        schedule = kind(stages[0], n_microbatches=args.micro, loss_fn=loss_fn)
+    params = [p for m in modules for p in m.parameters()]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -114,7 +121,8 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", required=True, help="model config as JSON")
     ap.add_argument("--bounds", required=True, help="stage boundaries in blocks, e.g. 0,4,8 (Cadre's split)")
-    ap.add_argument("--schedule", choices=["gpipe", "1f1b"], default="1f1b")
+    ap.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], default="1f1b")
+    ap.add_argument("--chunks", type=int, default=1, help="virtual stages per rank (interleaved: >= 2)")
     ap.add_argument("--world", type=int, default=2, help="stages (one rank each)")
     ap.add_argument("--threads", type=int, default=1, help="threads per process")
     ap.add_argument("--steps", type=int, default=10)
@@ -124,8 +132,10 @@ def main():
     args = ap.parse_args()
     if args.warmup >= args.steps:
         ap.error(f"--warmup {args.warmup} leaves no step of --steps {args.steps} to time")
-    if len(args.bounds.split(",")) != args.world + 1:
-        ap.error(f"--bounds needs {args.world + 1} numbers for {args.world} stages")
+    if (args.chunks > 1) != (args.schedule == "interleaved"):
+        ap.error(f"--chunks {args.chunks} with --schedule {args.schedule}: only interleaved runs several chunks")
+    if len(args.bounds.split(",")) != args.world * args.chunks + 1:
+        ap.error(f"--bounds needs {args.world * args.chunks + 1} numbers for {args.world} x {args.chunks} stages")
     return worker(args, train) if "RANK" in os.environ else spawn(args)
 
 

@@ -65,6 +65,7 @@ std::vector<Field> config_fields(Config& c) {
       {"parallel.pp_size", &c.parallel.pp_size},
       {"parallel.pp_schedule", &c.parallel.pp_schedule},
       {"parallel.pp_microbatches", &c.parallel.pp_microbatches},
+      {"parallel.pp_chunks", &c.parallel.pp_chunks},
       {"parallel.pp_split", &c.parallel.pp_split},
       {"parallel.mixed_precision.param_dtype", &c.parallel.mixed_precision.param_dtype},
       {"parallel.mixed_precision.reduce_dtype", &c.parallel.mixed_precision.reduce_dtype},
@@ -299,6 +300,7 @@ void config_validate(const Config& c) {
   CADRE_CONFIG_CHECK(p.pp_microbatches >= 0 && (p.pp_microbatches == 0 || o.grad_accum_steps % p.pp_microbatches == 0),
                      "parallel.pp_microbatches ", p.pp_microbatches, " does not divide optim.grad_accum_steps ",
                      o.grad_accum_steps, " (0: one pipeline micro-batch per accumulation step)");
+  CADRE_CONFIG_CHECK(p.pp_chunks >= 0, "parallel.pp_chunks must be >= 0 (0: the schedule's), got ", p.pp_chunks);
   CADRE_CONFIG_CHECK(p.wrap_min_params >= 0, "parallel.wrap_min_params must be >= 0 (0: one unit per block)");
   CADRE_CONFIG_CHECK(p.comm_timeout > 0, "parallel.comm_timeout must be > 0 seconds, got ", p.comm_timeout);
   CADRE_CONFIG_CHECK(p.strategy == Strategy::HybridShard || p.shard_group_size == 0,

@@ -142,7 +142,10 @@ struct ParallelConfig {
   // micro-batch that many data micro-batches side by side (the global batch does not change). 0:
   // optim.grad_accum_steps.
   int64_t pp_microbatches = 0;
-  // Blocks per stage, "4,4,3,3"; "" (the default): balanced by parameter count.
+  // Model chunks per stage (interleaved: stage s holds virtual stages s, s + pp_size, ...). 0 (the
+  // default): 2 under interleaved, 1 under the other schedules.
+  int64_t pp_chunks = 0;
+  // Blocks per virtual stage, "4,4,3,3"; "" (the default): balanced by parameter count.
   std::string pp_split;
   MixedPrecisionConfig mixed_precision;
   bool activation_checkpointing = false;

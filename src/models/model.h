@@ -154,10 +154,15 @@ struct PipelineTrunk {
   int64_t before = 0, after = 0;
 };
 
-// One pipeline stage's share of the trunk: blocks [begin, end), and whether it is the first
-// stage (it reads the batch's inputs) and the last (it computes the loss).
+// One pipeline rank's share of the trunk: the blocks of each of its chunks, [begin, end) in the
+// model's numbering (one chunk, or under the interleaved schedule chunk c is virtual stage
+// c * pp_size + stage), and whether it holds the first virtual stage (it reads the batch's
+// inputs through the embedding) and the last (the norm, the head and the loss).
 struct PipelineStage {
-  int64_t begin = 0, end = 0;
+  struct Blocks {
+    int64_t begin = 0, end = 0;
+  };
+  std::vector<Blocks> chunks;
   bool first = true, last = true;
 };
 
@@ -218,10 +223,10 @@ class Model {
   virtual void keep_pipeline_stage(const PipelineStage& stage) {
     throw ConfigError(str("parallel.pp_size: ", describe(), " cannot be split into pipeline stages"));
   }
-  // The stage's forward of one micro-batch (through cadre::call, as `loss`): the first stage
-  // reads batch.input, the others take `input`, the previous stage's output. Returns what the
-  // next stage takes, or on the last stage what stage_loss takes.
-  virtual at::Tensor stage_forward(const Batch& batch, const at::Tensor& input) {
+  // One chunk's forward of one micro-batch (through cadre::call, as `loss`): the first virtual
+  // stage reads batch.input, the others take `input`, the previous virtual stage's output.
+  // Returns what the next virtual stage takes, or on the last what stage_loss takes.
+  virtual at::Tensor stage_forward(const Batch& batch, const at::Tensor& input, int64_t chunk) {
     throw Error(str(describe(), " has no pipeline stages"));
   }
   virtual LossOutput stage_loss(const at::Tensor& output, const Batch& batch) {

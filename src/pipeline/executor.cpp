@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <string>
 
 #include "core/error.h"
 
@@ -16,6 +17,18 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// Runs a transfer step, rethrowing its failure with the stage and action it belongs to: a
+// neighbour that died or runs another schedule then reads "pipeline stage 0 B3: waiting for the
+// gradient from stage 1: <what the collectives layer saw>".
+template <typename Op>
+auto in_context(int64_t stage, const Action& a, const std::string& what, Op&& op) -> decltype(op()) {
+  try {
+    return op();
+  } catch (const std::exception& e) {
+    throw Error(str("pipeline stage ", stage, " ", describe(a), ": ", what, ": ", e.what()));
+  }
+}
+
 // Receives on one link, posted in the order the stage's actions consume them, each once the
 // stage is at most a few actions before the one that consumes it. Not earlier: a posted receive
 // runs under the communicator's op timeout, and under GPipe the first gradient would otherwise
@@ -23,16 +36,18 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 class Inbox {
  public:
   // `order`: the consuming actions, with their positions in the stage's list.
+  // `stage`, `what` ("the activation from stage 0"): for errors.
   Inbox(std::vector<std::pair<Action, size_t>> order, std::function<comm::Work(const at::Tensor&)> receive,
-        const StepShape& step)
-      : order_(std::move(order)), receive_(std::move(receive)), step_(step) {}
+        const StepShape& step, int64_t stage, std::string what)
+      : order_(std::move(order)), receive_(std::move(receive)), step_(step), stage_(stage), what_(std::move(what)) {}
 
   // Posts the receives of the actions at positions up to `position`.
   void post_until(size_t position) {
     while (posted_ < order_.size() && order_[posted_].second <= position) {
       at::Tensor buffer =
           at::empty(step_.activation_sizes, at::TensorOptions().dtype(step_.activation_dtype).device(step_.device));
-      pending_.push_back({order_[posted_].first, receive_(buffer), buffer});
+      const Action& a = order_[posted_].first;
+      pending_.push_back({a, in_context(stage_, a, "receiving " + what_, [&] { return receive_(buffer); }), buffer});
       ++posted_;
     }
   }
@@ -44,7 +59,7 @@ class Inbox {
     Pending next = std::move(pending_.front());
     pending_.pop_front();
     const auto t0 = Clock::now();
-    next.work.wait();
+    in_context(stage_, a, "waiting for " + what_, [&] { next.work.wait(); });
     figures.wait_s += since(t0);
     return next.buffer;
   }
@@ -58,6 +73,8 @@ class Inbox {
   std::vector<std::pair<Action, size_t>> order_;
   std::function<comm::Work(const at::Tensor&)> receive_;
   const StepShape& step_;
+  int64_t stage_;
+  std::string what_;
   size_t posted_ = 0;
   std::deque<Pending> pending_;
 };
@@ -66,28 +83,41 @@ struct Held {
   at::Tensor input, output;
 };
 
-// Sends still in flight, each with the tensor it reads; the finished ones are dropped (their
-// errors rethrown) as the step goes, so a sent activation is not kept to the end of the step.
+// Sends still in flight, each with the tensor it reads and what it is (for errors); the finished
+// ones are dropped (their errors rethrown) as the step goes, so a sent activation is not kept to
+// the end of the step.
 class Outbox {
  public:
-  void add(comm::Work work, at::Tensor t) {
+  explicit Outbox(int64_t stage) : stage_(stage) {}
+  // `what`: "sending the activation to stage 1".
+  void add(const Action& a, std::string what, const std::function<comm::Work()>& send, at::Tensor t) {
     for (size_t i = 0; i < sent_.size();) {
-      if (!sent_[i].first.done()) {
+      if (!sent_[i].work.done()) {
         ++i;
         continue;
       }
-      sent_[i].first.wait();
+      finish(sent_[i]);
       sent_.erase(sent_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    sent_.emplace_back(std::move(work), std::move(t));
+    comm::Work work = in_context(stage_, a, what, send);
+    sent_.push_back({a, std::move(what), std::move(work), std::move(t)});
   }
   void wait_all() {
-    for (auto& s : sent_) s.first.wait();
+    for (Sent& s : sent_) finish(s);
     sent_.clear();
   }
 
  private:
-  std::vector<std::pair<comm::Work, at::Tensor>> sent_;
+  struct Sent {
+    Action action;
+    std::string what;
+    comm::Work work;
+    at::Tensor tensor;
+  };
+  void finish(Sent& s) { in_context(stage_, s.action, s.what, [&] { s.work.wait(); }); }
+
+  int64_t stage_;
+  std::vector<Sent> sent_;
 };
 
 }  // namespace
@@ -106,14 +136,18 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
     if (a.kind == Action::Forward && virtual_stage(a) > 0) activations_in.emplace_back(a, i);
     if (a.kind == Action::Backward && virtual_stage(a) < last) gradients_in.emplace_back(a, i);
   }
-  Inbox activations(activations_in, [&](const at::Tensor& t) { return links.receive_activation(t); }, step);
-  Inbox gradients(gradients_in, [&](const at::Tensor& t) { return links.receive_gradient(t); }, step);
+  // The neighbours (wrapping around for interleaved chunks), for errors.
+  const std::string previous = str("stage ", (stage + p - 1) % p), next = str("stage ", (stage + 1) % p);
+  Inbox activations(activations_in, [&](const at::Tensor& t) { return links.receive_activation(t); }, step, stage,
+                    "the activation from " + previous);
+  Inbox gradients(gradients_in, [&](const at::Tensor& t) { return links.receive_gradient(t); }, step, stage,
+                  "the gradient from " + next);
   std::map<int64_t, int64_t> last_backward;  // chunk -> its last backward's micro-batch
   for (const Action& a : actions)
     if (a.kind == Action::Backward) last_backward[a.chunk] = a.micro;
   StepFigures figures;
   std::map<std::pair<int64_t, int64_t>, Held> held;  // (chunk, micro) -> what its backward needs
-  Outbox sent;
+  Outbox sent(stage);
   constexpr size_t kPostAhead = 2;  // actions: a transfer overlaps the compute before it
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -132,7 +166,7 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
                     h.output.scalar_type(), ", the next stage expects ", at::IntArrayRef(step.activation_sizes), " ",
                     step.activation_dtype);
         at::Tensor out = h.output.detach().contiguous();
-        sent.add(links.send_activation(out), out);
+        sent.add(a, "sending the activation to " + next, [&] { return links.send_activation(out); }, out);
       }
       continue;
     }
@@ -146,7 +180,7 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
       CADRE_CHECK(h.input.grad().defined(), "pipeline stage ", stage, " ", describe(a),
                   ": the stage's input got no gradient (its output does not depend on it)");
       at::Tensor back = h.input.grad().contiguous();
-      sent.add(links.send_gradient(back), back);
+      sent.add(a, "sending the gradient to " + previous, [&] { return links.send_gradient(back); }, back);
     }
     held.erase({a.chunk, a.micro});
   }

@@ -62,10 +62,11 @@ void check_shape(Schedule schedule, const PipelineShape& s) {
   CADRE_CONFIG_CHECK(s.micro_batches >= 1, "parallel.pp_microbatches must be >= 1, got ", s.micro_batches);
   if (schedule != Schedule::Interleaved) {
     CADRE_CONFIG_CHECK(s.chunks == 1, "parallel.pp_schedule ", schedule_name(schedule), " runs one chunk per stage, not ",
-                       s.chunks, " (virtual stages need parallel.pp_schedule: interleaved)");
+                       s.chunks, " (parallel.pp_chunks > 1 needs parallel.pp_schedule: interleaved)");
     return;
   }
-  CADRE_CONFIG_CHECK(s.chunks >= 2, "parallel.pp_schedule interleaved needs >= 2 chunks per stage, got ", s.chunks);
+  CADRE_CONFIG_CHECK(s.chunks >= 2, "parallel.pp_schedule interleaved needs parallel.pp_chunks >= 2 chunks per stage, got ",
+                     s.chunks);
   CADRE_CONFIG_CHECK(s.micro_batches % s.stages == 0, "parallel.pp_schedule interleaved needs parallel.pp_microbatches (",
                      s.micro_batches, ") to be a multiple of parallel.pp_size (", s.stages, ")");
 }

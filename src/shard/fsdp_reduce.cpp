@@ -14,6 +14,7 @@ namespace cadre::detail {
 
 void FsdpTree::start_reduce(size_t k) {
   c10::NoGradGuard no_grad;
+  state_[k]->unreduced = false;
   const bool issued = zero1()                ? start_reduce_zero1(k)
                       : options.groups.shard ? start_reduce_scatter(k)
                                              : start_whole_all_reduce(k);

@@ -183,27 +183,51 @@ void FsdpTree::fold_finished_reductions() {
   }
 }
 
+// Each flat parameter's gradients of this backward all arrived, or (partial_backward) none of
+// them did: it sat the backward out; NO_SHARD's buckets, which follow registration order and
+// not units, may also have received some. Resets the count for the next backward; returns
+// which flat parameters took part.
+std::vector<bool> FsdpTree::close_backward_of_flats() {
+  std::vector<bool> took_part(flats.size());
+  for (size_t k = 0; k < flats.size(); ++k) {
+    FlatParam& f = *flats[k];
+    FlatState& st = *state_[k];
+    const int64_t all = static_cast<int64_t>(f.params.size());
+    const bool allowed = options.partial_backward && (st.pending == all || !sharded());
+    CADRE_CHECK(st.ready || allowed, "FSDP unit ", f.unit, ": ", st.pending, " of its ", f.params.size(),
+                " parameter gradients never arrived in the backward (first parameter ", f.names[0],
+                "); every parameter that requires grad must take part in the loss");
+    took_part[k] = st.ready || st.pending < all;
+    st.ready = false;
+    st.pending = all;
+  }
+  return took_part;
+}
+
 void FsdpTree::finish_backward() {
   if (!callback_queued_) return;  // no backward reached this tree since the last finish
   callback_queued_ = false;
   c10::NoGradGuard no_grad;
-  for (size_t k = 0; k < flats.size(); ++k) {
-    FlatParam& f = *flats[k];
-    FlatState& st = *state_[k];
-    CADRE_CHECK(st.ready, "FSDP unit ", f.unit, ": ", st.pending, " of its ", f.params.size(),
-                " parameter gradients never arrived in the backward (first parameter ", f.names[0],
-                "); every parameter that requires grad must take part in the loss");
-    st.ready = false;
-    st.pending = static_cast<int64_t>(f.params.size());
-  }
+  const std::vector<bool> took_part = close_backward_of_flats();
   frozen_finish_backward();
   if (!reduce_now) {  // accumulating: the gradients stay unsharded until the last micro-batch
-    for (auto& f : flats) f->carry_grads();
+    for (size_t k = 0; k < flats.size(); ++k) {
+      if (!took_part[k]) continue;  // nothing new in its buffer
+      flats[k]->carry_grads();
+      state_[k]->unreduced = true;
+    }
     return;
   }
   if (!sharded())
     while (next_bucket_ < flats.size()) start_reduce(next_bucket_++);
   next_bucket_ = 0;
+  // Units that accumulated under no_sync and sat this backward out (partial_backward): their
+  // reduction was not issued when gradients arrived, as the others' was.
+  for (size_t k = 0; k < flats.size(); ++k) {
+    if (!state_[k]->unreduced) continue;
+    start_reduce(k);
+    if (frees_in_backward()) reshard(k);
+  }
   for (size_t k : reducing_) reduce_finish(k);
   reducing_.clear();
   // Without a group nothing was in flight; a low-precision reduction still lands in float32.

@@ -78,6 +78,7 @@ struct FlatState {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   int64_t pending = 0;  // parameters whose gradient has not arrived in this backward
   bool ready = false;
+  bool unreduced = false;  // gradients accumulated under no_sync and not reduced since
   comm::Work reduce_work;
   bool reduce_pending = false;
   at::Tensor reduce_in, reduce_out;
@@ -189,6 +190,7 @@ class FsdpTree {
   void launch_ready_buckets();
   void fold_finished_reductions();
   void ensure_final_callback();
+  std::vector<bool> close_backward_of_flats();
   void prefetch_unit(size_t unit);
   bool ends_the_forward(const Unit& u) const;
 

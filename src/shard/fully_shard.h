@@ -98,6 +98,12 @@ struct FullyShardOptions {
   // tree's counterpart): the global gradient norm adds their squares. Null: this tree is the
   // whole model.
   comm::Communicator* stage_group = nullptr;
+  // A backward may run through some of the units only (a pipeline stage holding several chunks
+  // under the interleaved schedule: each micro-batch's backward runs through one chunk). A unit
+  // none of whose gradients arrived sat that backward out, instead of being an error; what units
+  // accumulated under no_sync and then sat out the backward that reduces is reduced at its end.
+  // Off: every parameter that requires grad must take part in each backward.
+  bool partial_backward = false;
   // Where parameters built without storage (shard/deferred_param.h) get their values: each rank
   // reads only its shard (of its tensor-parallel part), allocated on `device`. Both unused when
   // the parameters were initialised before fully_shard.

@@ -21,7 +21,8 @@ namespace cadre {
 
 struct PipelineRun {
   pipeline::Schedule schedule = pipeline::Schedule::OneFOneB;
-  pipeline::StageBounds bounds;  // blocks of every stage
+  int64_t chunks = 1;            // per stage (virtual stages: pp_size x chunks; > 1 under interleaved)
+  pipeline::StageBounds bounds;  // blocks of every virtual stage
   PipelineStage stage;           // this rank's
   int64_t micro_batches = 1;     // per step
   int64_t batch_parts = 1;       // data micro-batches (data.batch_size samples) in each
@@ -29,26 +30,31 @@ struct PipelineRun {
   std::set<std::string> held_elsewhere;  // the model's parameters the other stages hold
   std::unique_ptr<pipeline::Links> links;
   int64_t stage_index = 0;  // this rank's stage, 0 .. pp_size - 1
-  // "pipeline stage 1 of 2: blocks [4, 8) + head and loss; 1f1b over 8 micro-batches" for the log.
+  // "pipeline stage 1 of 2: blocks [4, 8) + head and loss; 1f1b over 8 micro-batches" for the log
+  // ("blocks [2, 4) and [6, 8)" for a stage of two chunks).
   std::string describe() const;
   // The stage's micro-batches for the memory estimate: data micro-batches joined into one, and
   // the most whose activations it holds at once (the schedule's, run on paper: GPipe all m,
-  // 1F1B p - stage).
+  // 1F1B p - stage; interleaved, in whole stages' worth: its chunk forwards held / chunks).
   StageActivations activations() const;
+  int64_t stages() const { return (int64_t(bounds.size()) - 1) / chunks; }
+  // Whether `chunk` of this stage is the pipeline's last virtual stage (it computes the loss).
+  bool computes_loss(int64_t chunk) const { return stage.last && chunk == chunks - 1; }
 };
 
 // Null for pp_size 1. ConfigError naming the parallel.pp_* (or other) key when the run cannot
-// be split as asked: a model without stages, too few blocks, a bad split or schedule, or what
-// the pipeline does not run yet (interleaved stages in a training run, LoRA dropout, in-memory
-// recovery). Keeps the stage of `pp_rank` in `model`.
+// be split as asked: a model without stages, too few blocks, a bad split, schedule or chunk
+// count, or what the pipeline does not run yet (LoRA dropout, in-memory recovery). Keeps the
+// stage of `pp_rank` (its chunks) in `model`.
 std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, int64_t pp_rank);
 
 // Collective over the mesh's pp dimension: the links between neighbouring stages.
 void pipeline_connect(PipelineRun& run, const DeviceMesh& mesh);
 
-// One batch's forward through the pipeline, without a backward (evaluation): this stage's part,
-// its input received from the previous stage and its output sent to the next, each transfer
-// waited for. The loss on the last stage; undefined on the others. Collective over the pp group.
+// One batch's forward through the pipeline, without a backward (evaluation): each of this
+// stage's chunks in turn, its input received from the previous virtual stage and its output
+// sent to the next, each transfer waited for. The loss on the last stage; undefined on the
+// others. Collective over the pp group.
 LossOutput pipeline_forward_loss(PipelineRun& run, Model& model, const Batch& batch);
 
 }  // namespace cadre

@@ -76,7 +76,8 @@ void summary_write(RunSetup& run, const RunOutcome& o) {
   if (run.pipeline) {  // rank 0's view: its schedule, and the blocks of every stage
     s["pp_schedule"] = pipeline::schedule_name(run.pipeline->schedule);
     s["pp_microbatches"] = run.pipeline->micro_batches;
-    s["pp_bounds"] = run.pipeline->bounds;
+    s["pp_bounds"] = run.pipeline->bounds;  // of every virtual stage
+    s["pp_chunks"] = run.pipeline->chunks;
   }
   std::ofstream(run.c.run.dir + "/summary.json") << s.dump(2) << "\n";
 }

@@ -52,30 +52,33 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
       labelled ? micro_batch_weights(batches) : std::vector<double>(size_t(m), 1.0 / double(m));
   // measure() divides by grad_accum_steps; agree_across_ranks averages over every rank, and
   // only the last stage's ranks (one in pp_size) hold a loss.
-  const double loss_scale = double(accum) * double(pp.links->stages());
+  const double loss_scale = double(accum) * double(pp.stages());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_->device));
 
   pipeline::StageWork work;
-  work.forward = [&](int64_t, int64_t micro, const at::Tensor& input) {
+  work.forward = [&](int64_t chunk, int64_t micro, const at::Tensor& input) {
     const Batch& batch = batches[size_t(micro)];
-    at::Tensor out = run_->model->stage_forward(batch, input);
-    if (!pp.stage.last) return out;
+    at::Tensor out = run_->model->stage_forward(batch, input, chunk);
+    if (!pp.computes_loss(chunk)) return out;
     const at::Tensor loss = run_->model->stage_loss(out, batch).loss;
     const double w = weights[size_t(micro)];
     if (w > 0) loss_sum += loss.detach().to(at::kDouble) * (w * loss_scale);
     return loss * w;
   };
   // Whole gradients are reduced across the data-parallel ranks only in the stage's last
-  // backward of the step.
+  // backward of the step: chunk 0's last (every schedule ends with it). Under interleaved that
+  // backward runs through chunk 0 alone, and FSDP reduces what the other chunks' units
+  // accumulated at its end (FullyShardOptions::partial_backward).
   std::optional<FSDPModule::NoSyncGuard> accumulate;
   const bool whole = accumulates_whole_gradients(c_.parallel);
-  work.before_backward = [&](int64_t, bool last_of_chunk) {
-    if (whole && !last_of_chunk && !accumulate) accumulate.emplace(&run_->sharded.tree());
-    if (last_of_chunk) accumulate.reset();
+  work.before_backward = [&](int64_t chunk, bool last_of_chunk) {
+    const bool last_of_step = chunk == 0 && last_of_chunk;
+    if (whole && !last_of_step && !accumulate) accumulate.emplace(&run_->sharded.tree());
+    if (last_of_step) accumulate.reset();
   };
   pipeline::StepShape shape;
   shape.schedule = pp.schedule;
-  shape.shape = {pp.links->stages(), m, 1};
+  shape.shape = {pp.stages(), m, pp.chunks};
   shape.activation_sizes = run_->model->stage_activation_sizes(B * per, run_->train_data->sample_len());
   shape.activation_dtype = pp.activation_dtype;
   shape.device = run_->device;
@@ -89,7 +92,11 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
   at::Tensor split = at::zeros({2 * stages}, at::kFloat);
   split[s] = figures.compute_s;
   split[stages + s] = figures.wait_s;
-  run_->mesh->pp()->all_reduce(split, comm::ReduceOp::Sum);
+  try {
+    run_->mesh->pp()->all_reduce(split, comm::ReduceOp::Sum);
+  } catch (const std::exception& e) {
+    throw Error(str("pipeline stage ", s, ": summing the stages' compute and wait times of step ", step, ": ", e.what()));
+  }
   for (int64_t i = 0; i < stages; ++i) {
     f.stage_compute_s.push_back(split[i].item<double>());
     f.stage_wait_s.push_back(split[stages + i].item<double>());

@@ -67,12 +67,15 @@ restarts=$(job_field "$id" Restarts)
 # The job's own output (each attempt's agents) goes beside the cluster's logs that fail() shows.
 cp "$tmp"/killed/logs/killed-"$id"*.out "$tmp"/log/ 2>/dev/null || true
 ((restarts >= 1)) || fail "job $id was not requeued (Restarts=$restarts)"
-grep -q "resumed from .*step-000000" "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log ||
+# Whatever checkpoint was the newest when the agent died (step 50, 100, ... depending on how far
+# the job got; a step or two may run between reading killed_at and the kill): not a fresh start,
+# not the end.
+resumed=$(grep -oP 'resumed from \S+ at step \K[0-9]+' "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log) ||
   fail "attempt 1 did not resume from a checkpoint: $(tail -5 "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log)"
+((resumed > 0 && resumed < steps)) || fail "attempt 1 resumed at step $resumed, not from a checkpoint of attempt 0 (killed at step $killed_at)"
 [[ $(steps_done "$tmp/runs/killed") == "$steps" ]] || fail "job $id stopped at step $(steps_done "$tmp/runs/killed")"
 same_losses "$tmp/runs/killed" "$tmp/ref-$steps" ||
   fail "resumed job's losses differ: $(diff <(losses "$tmp/runs/killed") <(losses "$tmp/ref-$steps") | head)"
-resumed=$(grep -oP 'resumed from \S+ at step \K[0-9]+' "$tmp"/killed/logs/job-"$id"/attempt-1/round_0/rank_0/stderr.log)
 echo "ok: job $id requeued $restarts time(s), resumed at step $resumed (killed at $killed_at), $steps steps equal to the uninterrupted run"
 # 3. Bad input on every node: each agent gives up with the workers' exit 2, and the script reads
 #    the agents' exit-code files rather than srun's status.

@@ -38,16 +38,23 @@ TEST(Pipeline, LlamaStagesFollowOneProcessBitForBit) {
 }
 
 // Stage 1 expects activations of another shape than stage 0 sends: the transfer's in-band check
-// fails on both ends, naming the broadcast, and every rank exits non-zero.
+// fails on both ends, naming the broadcast, and every rank exits non-zero with an error naming
+// its own stage, the action it was in and the other stage.
 TEST(Pipeline, StagesThatDisagreeFailLoudly) {
   cadre::testing::RankOptions options;
   options.env = [](int rank) { return rank == 1 ? std::vector<std::string>{"PIPELINE_ROWS=4"} : std::vector<std::string>{}; };
   options.limit = std::chrono::seconds(60);
   const auto results = cadre::testing::run_ranks(2, {PIPELINE_WORKER, "1f1b", "1", "4"}, options);
   ASSERT_EQ(results.size(), 2u);
-  for (const auto& r : results) {
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    const auto& r = results[rank];
     EXPECT_EQ(r.exit_code, 1) << cadre::testing::describe(results);
     EXPECT_NE(r.output.find("broadcast"), std::string::npos) << cadre::testing::describe(results);
+    const std::string other = "stage " + std::to_string(1 - rank) + ": ";
+    EXPECT_NE(r.output.find("pipeline stage " + std::to_string(rank) + " "), std::string::npos)
+        << cadre::testing::describe(results);
+    EXPECT_TRUE(r.output.find("from " + other) != std::string::npos || r.output.find("to " + other) != std::string::npos)
+        << cadre::testing::describe(results);
   }
 }
 

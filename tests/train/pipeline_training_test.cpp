@@ -81,8 +81,9 @@ class PipelineTraining : public ::testing::Test {
 };
 cadre::test::TempDir* PipelineTraining::dir_ = nullptr;
 
-// A stage computes the same operations on the same micro-batches as one rank does; what
-// differs is where the step's loss is summed (the last stage, then an all-reduce in float32)
+// A stage computes the same operations on the same micro-batches as one rank does (under
+// interleaved as well: its chunks are the same blocks, run in another order); what differs is
+// where the step's loss is summed (the last stage, then an all-reduce in float32)
 // and, with dp or tp, the order of the gradient sums: within the order spread of one rank.
 // A wrong pipeline is far outside it: a gradient not sent back leaves the first stage's blocks
 // untrained, a micro-batch weighted twice moves the first step's loss by percents.
@@ -102,6 +103,17 @@ TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
       {"pp 2 x dp 2 ZERO1 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=ZERO1"}},
       {"pp 2 x tp 2 1f1b", 4, 1, {"parallel.pp_size=2", "parallel.tp_size=2"}},
       {"pp 2 1f1b, activation checkpointing", 2, 1, {"parallel.pp_size=2", "parallel.activation_checkpointing=true"}},
+      // Interleaved: each rank holds 2 chunks of one block (stage 0 blocks 0 and 2, stage 1
+      // blocks 1 and 3), each backward runs through one of them. FULL_SHARD reduces each
+      // chunk's units in its own backwards; NO_SHARD (one bucket straddling both chunks) and
+      // ZERO1 accumulate both chunks and reduce at the end of chunk 0's last backward, which
+      // chunk 1's units sit out.
+      {"pp 2 interleaved", 2, 1, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved"}},
+      {"pp 2 x dp 2 FULL_SHARD interleaved", 4, 2,
+       {"parallel.pp_size=2", "parallel.pp_schedule=Interleaved", "parallel.strategy=FULL_SHARD"}},
+      {"pp 2 x dp 2 NO_SHARD interleaved", 4, 2, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved"}},
+      {"pp 2 x dp 2 ZERO1 interleaved", 4, 2,
+       {"parallel.pp_size=2", "parallel.pp_schedule=interleaved", "parallel.strategy=ZERO1"}},
   };
   int index = 0;
   for (const Layout& l : layouts) {
@@ -178,8 +190,9 @@ TEST_F(PipelineTraining, ATwoStageCheckpointResumesOnOneAndFourStages) {
   }
 }
 
-// Validation runs through the stages too (a forward without a backward, each transfer awaited):
-// the validation loss every 4 steps follows one rank's.
+// Validation runs through the stages too (a forward without a backward, each transfer awaited;
+// here interleaved, so through each stage's 2 chunks in turn and across the link from the last
+// stage back to the first): the validation loss every 4 steps follows one rank's.
 TEST_F(PipelineTraining, ValidationLossFollowsOneRank) {
   auto val_losses = [](const TrainRun& run) {
     std::vector<double> out;
@@ -193,10 +206,10 @@ TEST_F(PipelineTraining, ValidationLossFollowsOneRank) {
   ASSERT_EQ(val_losses(one).size(), 2u) << one.output;
   const cadre::test::OrderSpread spread(val_losses(one), {val_losses(variant)});
   std::vector<std::string> pp = eval;
-  pp.push_back("parallel.pp_size=2");
+  pp.insert(pp.end(), {"parallel.pp_size=2", "parallel.pp_schedule=interleaved"});
   const TrainRun run = train("val-pp", 2, 1, 4, pp);
   ASSERT_EQ(val_losses(run).size(), 2u) << run.output;
-  spread.expect_follows(val_losses(run), "[pipeline] pp 2 validation loss vs 1 rank");
+  spread.expect_follows(val_losses(run), "[pipeline] pp 2 interleaved validation loss vs 1 rank");
 }
 
 // A stage allocates only its own parameters: the embedding and the first half of the blocks on
@@ -233,8 +246,9 @@ TEST_F(PipelineTraining, AStageHoldsOnlyItsOwnBlocks) {
 // A stage that dies mid-run ends the others' step with an error naming the operation and what
 // failed, not a hang: rank 1 is killed once rank 0 has recorded 3 steps, and rank 0 must exit
 // non-zero within the collectives' timeout. Where rank 0 is caught depends on where it was: in a
-// transfer on the link to stage 1 (named "pp.act0to1" or "pp.grad1to0"), or in a collective of
-// the whole job, which names rank 1 as the one that did not arrive.
+// transfer to or from stage 1 (the error names this stage, the action and the neighbour:
+// "pipeline stage 0 B2: waiting for the gradient from stage 1: ..."), or in a collective of the
+// whole job, which names rank 1 as the one that did not arrive.
 TEST_F(PipelineTraining, ADeadStageEndsTheRunWithAnErrorNotAHang) {
   const std::string metrics = *dir_ / "dead/metrics.jsonl";
   const std::vector<std::string> argv = cadre::test::tiny_train_command(
@@ -255,9 +269,10 @@ TEST_F(PipelineTraining, ADeadStageEndsTheRunWithAnErrorNotAHang) {
   ASSERT_EQ(results[1].exit_code, 137) << cadre::testing::describe(results);
   EXPECT_NE(results[0].exit_code, 0) << cadre::testing::describe(results);
   const std::string& out = results[0].output;
-  const bool on_link = out.find("pp.act0to1") != std::string::npos || out.find("pp.grad1to0") != std::string::npos;
+  const bool on_link = out.find("pipeline stage 0 ") != std::string::npos &&
+                       (out.find("from stage 1") != std::string::npos || out.find("to stage 1") != std::string::npos);
   const bool names_rank = out.find("did not arrive: rank 1") != std::string::npos;
-  EXPECT_TRUE(on_link || names_rank) << "rank 0's error should name the link to stage 1 or rank 1:\n" << out;
+  EXPECT_TRUE(on_link || names_rank) << "rank 0's error should name its stage and stage 1, or rank 1:\n" << out;
   EXPECT_TRUE(out.find("broadcast") != std::string::npos || out.find("all_reduce") != std::string::npos)
       << "rank 0's error should name the operation:\n" << out;
 }
@@ -273,7 +288,10 @@ TEST_F(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
       {1, {"parallel.pp_size=2"}, "parallel.pp_size 2"},
       {2, {"parallel.pp_size=2", "model.tie_embeddings=true"}, "model.tie_embeddings"},
       {2, {"parallel.pp_size=2", "parallel.pp_schedule=zigzag"}, "parallel.pp_schedule"},
-      {2, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved"}, "parallel.pp_schedule interleaved"},
+      {2, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved", "parallel.pp_microbatches=1"},
+       "parallel.pp_microbatches (1) to be a multiple of parallel.pp_size (2)"},
+      {2, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=3"}, "parallel.pp_chunks 3"},
+      {2, {"parallel.pp_size=2", "parallel.pp_chunks=2"}, "parallel.pp_chunks > 1 needs parallel.pp_schedule"},
       {2, {"parallel.pp_size=2", "parallel.pp_split=3,2"}, "parallel.pp_split"},
       {2, {"parallel.pp_size=2", "parallel.pp_microbatches=3"}, "parallel.pp_microbatches 3"},
       {2, {"parallel.pp_size=2", "lora.rank=4", "lora.dropout=0.1"}, "lora.dropout"},

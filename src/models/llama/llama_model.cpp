@@ -36,11 +36,18 @@ std::optional<PipelineTrunk> LlamaModel::pipeline_trunk() const {
 }
 
 void LlamaModel::keep_pipeline_stage(const PipelineStage& stage) {
-  llama_->keep_stage(stage.begin, stage.end, stage.first, stage.last);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& chunk : stage.chunks) ranges.emplace_back(chunk.begin, chunk.end);
+  llama_->keep_stage(ranges, stage.first, stage.last);
+  chunks_ = stage.chunks;
 }
 
-at::Tensor LlamaModel::stage_forward(const Batch& batch, const at::Tensor& input) {
-  return call(llama_, llama_->has_embedding() ? batch.input : input, batch.documents);
+at::Tensor LlamaModel::stage_forward(const Batch& batch, const at::Tensor& input, int64_t chunk) {
+  CADRE_CHECK(chunk >= 0 && size_t(chunk) < chunks_.size(), "LlamaModel: pipeline chunk ", chunk, " of ",
+              chunks_.size(), " this stage holds");
+  const PipelineStage::Blocks blocks = chunks_[size_t(chunk)];
+  const bool embeds = blocks.begin == 0 && llama_->has_embedding();
+  return call(llama_, embeds ? batch.input : input, batch.documents, blocks.begin, blocks.end);
 }
 
 LossOutput LlamaModel::stage_loss(const at::Tensor& output, const Batch& batch) {

@@ -32,7 +32,7 @@ class LlamaModel : public Model, public CausalLm {
   LoraNames lora_names() const override;
   std::optional<PipelineTrunk> pipeline_trunk() const override;
   void keep_pipeline_stage(const PipelineStage& stage) override;
-  at::Tensor stage_forward(const Batch& batch, const at::Tensor& input) override;
+  at::Tensor stage_forward(const Batch& batch, const at::Tensor& input, int64_t chunk) override;
   LossOutput stage_loss(const at::Tensor& output, const Batch& batch) override;
   std::vector<int64_t> stage_activation_sizes(int64_t batch, int64_t sample_len) const override {
     return {batch, sample_len, config_.dim};
@@ -47,6 +47,7 @@ class LlamaModel : public Model, public CausalLm {
   LlamaConfig config_;
   std::shared_ptr<Llama> llama_;
   std::vector<HookHandle> checkpointing_;
+  std::vector<PipelineStage::Blocks> chunks_;  // a pipeline stage's chunks (keep_pipeline_stage)
 };
 
 }  // namespace cadre

@@ -153,21 +153,41 @@ at::Tensor Block::forward(const at::Tensor& x, const Positions& positions) const
 }
 
 BlockList::BlockList(const LlamaConfig& c, bool deferred) {
-  for (int64_t i = 0; i < c.n_layers; ++i)
+  for (int64_t i = 0; i < c.n_layers; ++i) {
     blocks.push_back(register_module(std::to_string(i), std::make_shared<Block>(c, deferred)));
+    index.push_back(i);
+  }
 }
 
-void BlockList::keep(int64_t begin, int64_t end) {
-  const int64_t held = first + int64_t(blocks.size());
-  CADRE_CHECK(first <= begin && begin < end && end <= held, "Llama: a stage of blocks [", begin, ", ", end,
-              ") from blocks [", first, ", ", held, ")");
+void BlockList::keep(const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  auto kept_by_range = [&](int64_t i) {
+    return std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) { return r.first <= i && i < r.second; });
+  };
+  for (const auto& [begin, end] : ranges) {
+    bool held = begin < end;
+    for (int64_t i = begin; i < end; ++i) held = held && holds(i);
+    CADRE_CHECK(held, "Llama: a stage of blocks [", begin, ", ", end, ") that are not all held");
+  }
   std::vector<std::shared_ptr<Block>> kept;
-  for (int64_t i = first; i < held; ++i) {
-    if (i >= begin && i < end) kept.push_back(blocks[size_t(i - first)]);
-    else unregister_module(std::to_string(i));
+  std::vector<int64_t> kept_index;
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    if (kept_by_range(index[k])) {
+      kept.push_back(blocks[k]);
+      kept_index.push_back(index[k]);
+    } else {
+      unregister_module(std::to_string(index[k]));
+    }
   }
   blocks = std::move(kept);
-  first = begin;
+  index = std::move(kept_index);
+}
+
+bool BlockList::holds(int64_t i) const { return std::binary_search(index.begin(), index.end(), i); }
+
+const std::shared_ptr<Block>& BlockList::block(int64_t i) const {
+  const auto at = std::lower_bound(index.begin(), index.end(), i);
+  CADRE_CHECK(at != index.end() && *at == i, "Llama: block ", i, " is not one this stage holds");
+  return blocks[size_t(at - index.begin())];
 }
 
 Llama::Llama(const LlamaConfig& c, bool deferred) : config_(c) {
@@ -213,16 +233,25 @@ void check_documents(const std::vector<std::vector<int64_t>>& documents, int64_t
 }  // namespace
 
 at::Tensor Llama::forward(const at::Tensor& input, const std::vector<std::vector<int64_t>>& documents) {
-  at::Tensor h = has_embedding() ? embed(input) : input;
-  h = run_blocks(std::move(h), layers->first, layers->first + int64_t(layers->blocks.size()), documents);
-  return has_head() ? head(std::move(h)) : h;
+  const std::vector<int64_t>& held = layers->index;
+  CADRE_CHECK(held.empty() || held.back() - held.front() + 1 == int64_t(held.size()),
+              "Llama.forward: this module holds several chunks of blocks; run them one at a time");
+  return forward(input, documents, held.empty() ? 0 : held.front(), held.empty() ? 0 : held.back() + 1);
 }
 
-void Llama::keep_stage(int64_t begin, int64_t end, bool first, bool last) {
+at::Tensor Llama::forward(const at::Tensor& input, const std::vector<std::vector<int64_t>>& documents, int64_t begin,
+                          int64_t end) {
+  const bool embeds = has_embedding() && begin == 0, heads = has_head() && end == config_.n_layers;
+  at::Tensor h = embeds ? embed(input) : input;
+  h = run_blocks(std::move(h), begin, end, documents);
+  return heads ? head(std::move(h)) : h;
+}
+
+void Llama::keep_stage(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool first, bool last) {
   CADRE_CONFIG_CHECK(!config_.tie_embeddings || (first && last), "parallel.pp_size: model.tie_embeddings puts the ",
                      "embedding on the first pipeline stage and the head on the last, which share it; pipeline ",
                      "stages of a tied model are not supported yet (untie it, or use pp_size 1)");
-  layers->keep(begin, end);
+  layers->keep(ranges);
   if (!first) {
     unregister_module("tok_embeddings");
     tok_embeddings.reset();
@@ -245,10 +274,8 @@ at::Tensor Llama::embed(const at::Tensor& tokens) {
 
 at::Tensor Llama::run_blocks(at::Tensor h, int64_t begin, int64_t end,
                              const std::vector<std::vector<int64_t>>& documents) {
-  const int64_t first = layers->first;
-  CADRE_CHECK(h.dim() == 3 && first <= begin && begin <= end && end <= first + int64_t(layers->blocks.size()),
-              "Llama.run_blocks: blocks [", begin, ", ", end, ") of those held, [", first, ", ",
-              first + int64_t(layers->blocks.size()), "), over ", h.sizes());
+  CADRE_CHECK(h.dim() == 3 && begin <= end && (begin == end || (layers->holds(begin) && layers->holds(end - 1))),
+              "Llama.run_blocks: blocks [", begin, ", ", end, ") over ", h.sizes(), ", not all of them held");
   const int64_t T = h.size(1);
   CADRE_CHECK(T <= config_.max_seq_len, "Llama.forward: sequence length ", T, " exceeds model.max_seq_len ",
               config_.max_seq_len);
@@ -257,7 +284,7 @@ at::Tensor Llama::run_blocks(at::Tensor h, int64_t begin, int64_t end,
   // Windows of one document each attend as unpacked ones do (one call for the whole batch).
   const bool one_each = std::all_of(documents.begin(), documents.end(), [](const auto& d) { return d.size() == 1; });
   if (!one_each) positions.documents = documents;
-  for (int64_t b = begin; b < end; ++b) h = call(layers->blocks[size_t(b - first)], h, positions);
+  for (int64_t b = begin; b < end; ++b) h = call(layers->block(b), h, positions);
   return h;
 }
 

@@ -90,10 +90,13 @@ class Block : public torch::nn::Module {
 class BlockList : public torch::nn::Module {
  public:
   explicit BlockList(const LlamaConfig& config, bool deferred = false);
-  // Drops every block outside [begin, end).
-  void keep(int64_t begin, int64_t end);
-  std::vector<std::shared_ptr<Block>> blocks;
-  int64_t first = 0;
+  // Drops every block outside the ranges [begin, end) (a pipeline stage's chunks).
+  void keep(const std::vector<std::pair<int64_t, int64_t>>& ranges);
+  // Block `i` in the model's numbering; error when this list does not hold it.
+  const std::shared_ptr<Block>& block(int64_t i) const;
+  bool holds(int64_t i) const;
+  std::vector<std::shared_ptr<Block>> blocks;  // those held, in order
+  std::vector<int64_t> index;                  // each one's number in the model
 };
 
 class Llama : public torch::nn::Module {
@@ -108,10 +111,14 @@ class Llama : public torch::nn::Module {
   // stage (keep_stage) runs the parts it holds: without the embedding `input` is the previous
   // stage's hidden state [B, T, dim], without the head it returns its own.
   at::Tensor forward(const at::Tensor& input, const std::vector<std::vector<int64_t>>& documents = {});
-  // Keeps only a pipeline stage's parts: blocks [begin, end), the embedding if `first`, the
-  // final norm and head if `last`; the others are dropped (built deferred, they never held
-  // storage). Error for tied embeddings split across stages.
-  void keep_stage(int64_t begin, int64_t end, bool first, bool last);
+  // One pipeline chunk of what this module holds: blocks [begin, end), the embedding before them
+  // when they start at block 0, the norm and head after them when they end at the last block.
+  at::Tensor forward(const at::Tensor& input, const std::vector<std::vector<int64_t>>& documents, int64_t begin,
+                     int64_t end);
+  // Keeps only a pipeline stage's parts: the blocks of each range [begin, end) (its chunks),
+  // the embedding if `first`, the final norm and head if `last`; the others are dropped (built
+  // deferred, they never held storage). Error for tied embeddings split across stages.
+  void keep_stage(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool first, bool last);
   // forward in its three parts, for a pipeline stage that holds some of them: forward is
   // head(run_blocks(embed(tokens), 0, n_layers)), op for op. embed: tokens [B, T] -> hidden
   // [B, T, dim]; run_blocks: blocks [begin, end) (model-wide indices, of those this module
