@@ -102,6 +102,11 @@ void CheckpointSaver::wait() {
   check();
 }
 
+int64_t CheckpointSaver::in_flight() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pending_ || busy_ ? header_.step : -1;
+}
+
 SaveStats CheckpointSaver::last_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

@@ -61,6 +61,8 @@ class CheckpointSaver {
   void check();
   // Waits for the save in flight; rethrows its error.
   void wait();
+  // The step of a save submitted and not yet finished (written, agreed, committed), or -1.
+  int64_t in_flight() const;
 
   double last_stage_wait_s() const { return last_stage_wait_s_; }
   SaveStats last_stats() const;

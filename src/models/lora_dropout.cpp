@@ -41,7 +41,7 @@ at::Tensor lora_dropout_keep(const DropoutDraw& draw, double p, const std::strin
   at::parallel_for(0, samples * positions, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t s = r / positions, t = r % positions;
-      const uint64_t key = counter_rng::substream(step_key, uint64_t(draw.first_sample + s));
+      const uint64_t key = counter_rng::substream(step_key, uint64_t(draw.sample(s)));
       const uint64_t first = uint64_t(t) * uint64_t(total_columns) + uint64_t(column_offset);
       counter_rng::Block block = counter_rng::philox(key, first / 4);
       for (int64_t c = 0; c < columns; ++c) {

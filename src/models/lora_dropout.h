@@ -16,14 +16,20 @@
 
 namespace cadre {
 
-// Which masks the micro-batch about to run draws: the step and where its first sample sits in
-// the step's global batch (micro-batch m of a data-parallel rank r with batch B, dp ranks:
-// m * B * dp + r * B). Set by the trainer before each micro-batch's forward; kept until the
-// next one (the backward's recomputation reads it, on whichever thread autograd runs it).
+// Which masks the micro-batch about to run draws: the step and where its samples sit in the
+// step's global batch (micro-batch m of a data-parallel rank r with batch B, dp ranks: from
+// m * B * dp + r * B on). A pipeline micro-batch joins several data micro-batches, whose samples
+// are runs of `run` (B) consecutive ones `run_stride` (B * dp) apart; run 0: one run. Set by the
+// trainer before each micro-batch's forward, and under pipeline stages before its backward too;
+// kept until the next one (the backward's recomputation reads it, on whichever thread autograd
+// runs it).
 struct DropoutDraw {
   uint64_t seed = 0;
   uint64_t step = 0;
   int64_t first_sample = 0;
+  int64_t run = 0, run_stride = 0;
+  // Where the micro-batch's sample `s` sits in the step's global batch.
+  int64_t sample(int64_t s) const { return run > 0 ? first_sample + s / run * run_stride + s % run : first_sample + s; }
 };
 void set_dropout_draw(const std::optional<DropoutDraw>& draw);
 

@@ -7,8 +7,10 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
+#include "pipeline/stage_error.h"
 
 namespace cadre::pipeline {
 namespace {
@@ -19,14 +21,13 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 // Runs a transfer step, rethrowing its failure with the stage and action it belongs to: a
 // neighbour that died or runs another schedule then reads "pipeline stage 0 B3: waiting for the
-// gradient from stage 1: <what the collectives layer saw>".
+// gradient from stage 1: <what the collectives layer saw>". `doing` ("waiting for", "sending")
+// and `what` ("the gradient from stage 1", built once a step) make the message on failure only.
 template <typename Op>
-auto in_context(int64_t stage, const Action& a, const std::string& what, Op&& op) -> decltype(op()) {
-  try {
-    return op();
-  } catch (const std::exception& e) {
-    throw Error(str("pipeline stage ", stage, " ", describe(a), ": ", what, ": ", e.what()));
-  }
+auto in_context(int64_t stage, const Action& a, const char* doing, const std::string& what, Op&& op)
+    -> decltype(op()) {
+  return rethrow_in_context(std::forward<Op>(op),
+                            [&] { return str("pipeline stage ", stage, " ", describe(a), ": ", doing, " ", what); });
 }
 
 // Receives on one link, posted in the order the stage's actions consume them, each once the
@@ -47,7 +48,7 @@ class Inbox {
       at::Tensor buffer =
           at::empty(step_.activation_sizes, at::TensorOptions().dtype(step_.activation_dtype).device(step_.device));
       const Action& a = order_[posted_].first;
-      pending_.push_back({a, in_context(stage_, a, "receiving " + what_, [&] { return receive_(buffer); }), buffer});
+      pending_.push_back({a, in_context(stage_, a, "receiving", what_, [&] { return receive_(buffer); }), buffer});
       ++posted_;
     }
   }
@@ -59,7 +60,7 @@ class Inbox {
     Pending next = std::move(pending_.front());
     pending_.pop_front();
     const auto t0 = Clock::now();
-    in_context(stage_, a, "waiting for " + what_, [&] { next.work.wait(); });
+    in_context(stage_, a, "waiting for", what_, [&] { next.work.wait(); });
     figures.wait_s += since(t0);
     return next.buffer;
   }
@@ -89,8 +90,8 @@ struct Held {
 class Outbox {
  public:
   explicit Outbox(int64_t stage) : stage_(stage) {}
-  // `what`: "sending the activation to stage 1".
-  void add(const Action& a, std::string what, const std::function<comm::Work()>& send, at::Tensor t) {
+  // `what`: "the activation to stage 1", alive for the step.
+  void add(const Action& a, const std::string& what, const std::function<comm::Work()>& send, at::Tensor t) {
     for (size_t i = 0; i < sent_.size();) {
       if (!sent_[i].work.done()) {
         ++i;
@@ -99,8 +100,8 @@ class Outbox {
       finish(sent_[i]);
       sent_.erase(sent_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    comm::Work work = in_context(stage_, a, what, send);
-    sent_.push_back({a, std::move(what), std::move(work), std::move(t)});
+    comm::Work work = in_context(stage_, a, "sending", what, send);
+    sent_.push_back({a, &what, std::move(work), std::move(t)});
   }
   void wait_all() {
     for (Sent& s : sent_) finish(s);
@@ -110,11 +111,11 @@ class Outbox {
  private:
   struct Sent {
     Action action;
-    std::string what;
+    const std::string* what;
     comm::Work work;
     at::Tensor tensor;
   };
-  void finish(Sent& s) { in_context(stage_, s.action, s.what, [&] { s.work.wait(); }); }
+  void finish(Sent& s) { in_context(stage_, s.action, "sending", *s.what, [&] { s.work.wait(); }); }
 
   int64_t stage_;
   std::vector<Sent> sent_;
@@ -136,8 +137,9 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
     if (a.kind == Action::Forward && virtual_stage(a) > 0) activations_in.emplace_back(a, i);
     if (a.kind == Action::Backward && virtual_stage(a) < last) gradients_in.emplace_back(a, i);
   }
-  // The neighbours (wrapping around for interleaved chunks), for errors.
+  // What crosses to and from the neighbours (wrapping around for interleaved chunks), for errors.
   const std::string previous = str("stage ", (stage + p - 1) % p), next = str("stage ", (stage + 1) % p);
+  const std::string activation_out = "the activation to " + next, gradient_out = "the gradient to " + previous;
   Inbox activations(activations_in, [&](const at::Tensor& t) { return links.receive_activation(t); }, step, stage,
                     "the activation from " + previous);
   Inbox gradients(gradients_in, [&](const at::Tensor& t) { return links.receive_gradient(t); }, step, stage,
@@ -166,13 +168,13 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
                     h.output.scalar_type(), ", the next stage expects ", at::IntArrayRef(step.activation_sizes), " ",
                     step.activation_dtype);
         at::Tensor out = h.output.detach().contiguous();
-        sent.add(a, "sending the activation to " + next, [&] { return links.send_activation(out); }, out);
+        sent.add(a, activation_out, [&] { return links.send_activation(out); }, out);
       }
       continue;
     }
     const at::Tensor grad = g < last ? gradients.take(a, i, figures) : at::Tensor();
     const auto t0 = Clock::now();
-    if (work.before_backward) work.before_backward(a.chunk, last_backward[a.chunk] == a.micro);
+    if (work.before_backward) work.before_backward(a.chunk, a.micro, last_backward[a.chunk] == a.micro);
     if (g < last) h.output.backward(grad);
     else h.output.backward();
     figures.compute_s += since(t0);
@@ -180,7 +182,7 @@ StepFigures run_step(const StageWork& work, Links& links, const StepShape& step)
       CADRE_CHECK(h.input.grad().defined(), "pipeline stage ", stage, " ", describe(a),
                   ": the stage's input got no gradient (its output does not depend on it)");
       at::Tensor back = h.input.grad().contiguous();
-      sent.add(a, "sending the gradient to " + previous, [&] { return links.send_gradient(back); }, back);
+      sent.add(a, gradient_out, [&] { return links.send_gradient(back); }, back);
     }
     held.erase({a.chunk, a.micro});
   }

@@ -21,9 +21,10 @@ namespace cadre::pipeline {
 // wants the micro-batches summed).
 struct StageWork {
   std::function<at::Tensor(int64_t chunk, int64_t micro, const at::Tensor& input)> forward;
-  // Optional: called right before each backward, with whether it is the step's last backward
-  // through `chunk` on this stage (where data-parallel gradient reductions belong).
-  std::function<void(int64_t chunk, bool last_of_chunk)> before_backward;
+  // Optional: called right before each backward (of micro-batch `micro` through `chunk`), with
+  // whether it is the step's last backward through `chunk` on this stage (where data-parallel
+  // gradient reductions belong).
+  std::function<void(int64_t chunk, int64_t micro, bool last_of_chunk)> before_backward;
 };
 
 struct StepShape {

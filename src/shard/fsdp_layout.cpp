@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "shard/deferred_param.h"
 #include "shard/fsdp_tree.h"
+#include "shard/shard_plan.h"
 
 namespace cadre::detail {
 namespace {
@@ -79,7 +80,7 @@ void FsdpTree::name_units() {
       CADRE_CHECK(it != module_name.end(), "an FSDP unit's module is not inside the root module");
       names.push_back(it->second);
     }
-    if (u.get() == units.back().get()) u->name = "root";
+    if (u.get() == units.back().get()) u->name = kRootUnit;
     else if (names.size() == 1) u->name = names[0];
     else u->name = group_name(names.front(), names.back());
   }

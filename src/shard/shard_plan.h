@@ -12,6 +12,9 @@
 
 namespace cadre {
 
+// The outermost unit's name: it holds the parameters no inner unit takes.
+inline constexpr char kRootUnit[] = "root";
+
 struct FlatPlan {
   std::string unit;         // the unit's name ("layers.3", "root"), or "buckets" for NO_SHARD
   int64_t numel = 0;        // its parameters' elements (this rank's tensor-parallel parts)

@@ -3,9 +3,12 @@
 // (padded), U the largest unit's, c the compute dtype's bytes, g a whole gradient's (c on the
 // CPU when sharded over more than one rank: the reduce-scatter widens it; else 4) and K the
 // optimizer's bytes per parameter:
-//   FULL_SHARD, HYBRID_SHARD  4S masters, 4S gradients, KS state; a backward holds two units
-//                             whole (the one computing and the next, gathered ahead), each
-//                             with its gradient: 2U(c + g) (U(c + g) without prefetch)
+//   FULL_SHARD, HYBRID_SHARD  4S masters, 4S gradients, KS state; the root unit (R elements)
+//                             stays whole through the step (its forward and backward enclose
+//                             the others'), and beside it two other units (the one computing
+//                             and the next, gathered ahead), each with its gradient:
+//                             (R + 2U')(c + g), U' the largest other unit (R + U' without
+//                             prefetch)
 //   SHARD_GRAD_OP             the same, but every unit stays whole from the forward to its
 //                             backward: Nc + 2Ug
 //   NO_SHARD                  4N (+ cN for a compute copy in another dtype), 4N, KN
@@ -14,8 +17,8 @@
 // Accumulating unsharded keeps every unit's whole gradient between micro-batches: + Ng.
 // Frozen parameters (F of them kept, the largest unit's Uf) hold masters of f bytes (4, or c
 // for a LoRA base kept in the compute dtype) and compute copies, nothing else: sharded fF, and
-// a unit held whole holds its frozen part too (FULL_SHARD: 2 x the largest unit's U(c + g) +
-// Uf c); NO_SHARD fF (+ cF when c != f); ZERO1 cF (+ fF' where F' is its own block, c != f).
+// a unit held whole holds its frozen part too (FULL_SHARD: each unit held whole counts its
+// U(c + g) + Uf c); NO_SHARD fF (+ cF when c != f); ZERO1 cF (+ fF' where F' is its own block, c != f).
 // Loading only (train.steps 0) allocates no optimizer and touches no sharded gradient. Each
 // buffer is counted as the pages it makes resident (huge pages round it up; estimate_memory).
 #include "train/memory_estimate.h"
@@ -63,16 +66,21 @@ int64_t per_flat(const std::vector<FlatPlan>& flats, int64_t bytes_per_element, 
   return sum;
 }
 
-// The most one unit holds gathered: its trainable parameters in the compute dtype with their
-// whole gradient, and its frozen ones in the compute dtype (the flat parameters of one unit
-// share its name).
-int64_t largest_gathered_unit(const ShardPlan& plan, int64_t c, int64_t g, int64_t page) {
+// What sharded units hold gathered at a step's peak: the root's parameters, whole from its
+// forward's start to its backward's end, with its whole gradient, and beside it `others` of the
+// other units at once, counted as the largest. A unit held whole: its trainable parameters in
+// the compute dtype with their whole gradient, and its frozen ones in the compute dtype (the
+// flat parameters of one unit share its name).
+int64_t gathered_working_set(const ShardPlan& plan, int64_t c, int64_t g, int64_t page, int64_t others) {
   std::map<std::string, int64_t> bytes;
   for (const auto& f : plan.flats) bytes[f.unit] += resident(f.padded * c, page) + resident(f.padded * g, page);
   for (const auto& f : plan.frozen) bytes[f.unit] += resident(f.padded * c, page);
-  int64_t most = 0;
-  for (const auto& [unit, b] : bytes) most = std::max(most, b);
-  return most;
+  int64_t root = 0, most = 0;
+  for (const auto& [unit, b] : bytes) {
+    if (unit == kRootUnit) root = b;
+    else most = std::max(most, b);
+  }
+  return root + others * most;
 }
 
 }  // namespace
@@ -109,7 +117,7 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
       e.optimizer = K * S;  // one tensor per parameter's piece, most of them small
       e.gathered = plan.strategy == Strategy::ShardGradOp
                        ? wholes(c) + frozen_wholes(c) + units_whole * resident(U * g, page)
-                       : units_whole * largest_gathered_unit(plan, c, g, page);
+                       : gathered_working_set(plan, c, g, page, units_whole);
       if (in.accumulate_unsharded) e.grads += wholes(g);
     }
   }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "pipeline/simulation.h"
+#include "pipeline/stage_error.h"
 #include "rdzv/membership.h"
 
 namespace cadre {
@@ -14,8 +15,6 @@ namespace {
 
 // What the trainer's pipeline does not run yet, refused before any work starts.
 void check_supported(const Config& c) {
-  CADRE_CONFIG_CHECK(c.lora.dropout == 0, "lora.dropout ", c.lora.dropout,
-                     ": LoRA dropout under pipeline stages is not supported yet (set 0 with parallel.pp_size > 1)");
   CADRE_CONFIG_CHECK(!std::getenv(rdzv::kMembershipFdEnv), "parallel.pp_size ", c.parallel.pp_size,
                      ": `cadre run --recovery memory` does not re-form pipeline stages yet (use --recovery restart)");
 }
@@ -84,25 +83,21 @@ std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, 
 LossOutput pipeline_forward_loss(PipelineRun& run, Model& model, const Batch& batch) {
   const int64_t s = run.stage_index, p = run.stages();
   // A failed transfer names this stage and its neighbour, as a training step's do.
-  auto transfer = [&](const std::string& what, const std::function<comm::Work()>& op) {
-    try {
-      op().wait();
-    } catch (const std::exception& e) {
-      throw Error(str("pipeline stage ", s, " (validation): ", what, ": ", e.what()));
-    }
+  auto transfer = [&](const char* what, int64_t neighbour, const std::function<comm::Work()>& op) {
+    pipeline::rethrow_in_context([&] { op().wait(); },
+                                 [&] { return str("pipeline stage ", s, " (validation): ", what, " stage ", neighbour); });
   };
   const std::vector<int64_t> sizes = model.stage_activation_sizes(batch.input.size(0), batch.input.size(1));
   for (int64_t chunk = 0; chunk < run.chunks; ++chunk) {
     at::Tensor input;
     if (chunk > 0 || !run.stage.first) {
       input = at::empty(sizes, batch.input.options().dtype(run.activation_dtype));
-      transfer(str("receiving the activation from stage ", (s + p - 1) % p),
-               [&] { return run.links->receive_activation(input); });
+      transfer("receiving the activation from", (s + p - 1) % p, [&] { return run.links->receive_activation(input); });
     }
     const at::Tensor output = model.stage_forward(batch, input, chunk);
     if (run.computes_loss(chunk)) return model.stage_loss(output, batch);
     const at::Tensor sent = output.contiguous();
-    transfer(str("sending the activation to stage ", (s + 1) % p), [&] { return run.links->send_activation(sent); });
+    transfer("sending the activation to", (s + 1) % p, [&] { return run.links->send_activation(sent); });
   }
   return {};
 }

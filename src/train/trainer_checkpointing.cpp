@@ -40,6 +40,21 @@ void Trainer::open_checkpointing() {
   end_step_ = c_.train.stop_at > 0 ? c_.train.stop_at : c_.train.steps;
 }
 
+// An error is unwinding through the trainer, or (--recovery memory) it ends because a peer is
+// lost. A save still in flight would hold this rank in the saver's destructor until its
+// agreement times out (checkpoint.timeout_s, 10 minutes by default: a peer that went silent
+// never answers), and the error would reach the log and the agent only then. Aborting the
+// saver's communicator ends that agreement at once; the step it was writing stays uncommitted
+// and the earlier checkpoints stay intact.
+void Trainer::abandon_background_save() noexcept {
+  if (!saver_ || !checkpoint_group_) return;
+  const int64_t step = saver_->in_flight();
+  if (step < 0) return;
+  log::warn(str("checkpoint: rank ", run_->rank, " stops training while its step-", step,
+                " save is in flight: abandoning that save"));
+  checkpoint_group_->abort(str("rank ", run_->rank, " abandoned the step-", step, " save (training stopped)"));
+}
+
 bool Trainer::checkpoint_due(int64_t done) const {
   return (done == end_step_ && c_.checkpoint.at_end) || (c_.checkpoint.interval > 0 && done % c_.checkpoint.interval == 0);
 }

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -91,6 +92,9 @@ class Trainer {
   }
   ~Trainer() {
     if (channel_) channel_->set_abort_handler(nullptr);  // before the communicators go
+    // A save in flight cannot finish once this rank failed or a peer is lost: its agreement
+    // needs every rank.
+    if (std::uncaught_exceptions() > uncaught_at_start_ || lost_peer()) abandon_background_save();
   }
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -127,6 +131,8 @@ class Trainer {
   TrainSummary stopped(const SaveStats& saved);
   TrainSummary completed(const SaveStats& saved);
   void abort_on_lost_node();
+  std::vector<comm::Communicator*> communicators() const;
+  void abandon_background_save() noexcept;
   bool sharded_recovery() const { return channel_ && c_.parallel.strategy != Strategy::NoShard; }
   void keep_copy(int64_t done, std::string record);
   std::string checkpoint_path(int64_t step) const { return checkpoint_dir_ + "/" + checkpoint_name(step); }
@@ -169,6 +175,9 @@ class Trainer {
   bool reform_due_ = false;
   std::string last_record_;     // this rank's record of its last step (every rank measures it)
   std::string adopted_record_;  // the record of the step a re-formed group took over
+  // Exceptions already in flight when the trainer was built: more at its destruction means an
+  // error is unwinding through it.
+  int uncaught_at_start_ = std::uncaught_exceptions();
 };
 
 // --recovery memory: train_run's loop, re-formed in place whenever a peer is lost or a node

@@ -7,7 +7,9 @@
 // backward (sharded strategies) or in the step's last (whole gradients).
 #include <ATen/ATen.h>
 
+#include "models/lora_dropout.h"
 #include "pipeline/executor.h"
+#include "pipeline/stage_error.h"
 #include "train/trainer_impl.h"
 
 namespace cadre::detail {
@@ -55,8 +57,17 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
   const double loss_scale = double(accum) * double(pp.stages());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_->device));
 
+  // LoRA dropout draws pipeline micro-batch i's masks as one rank draws its data micro-batches
+  // i * per ... i * per + per - 1 (models/lora_dropout.h), in its forward and again in its
+  // backward (activation checkpointing's recomputation): other micro-batches run in between.
+  DropoutDrawScope draws;
+  auto draw_for = [&](int64_t micro) {
+    draws.set({static_cast<uint64_t>(c_.train.seed), static_cast<uint64_t>(step), (micro * per * run_->dp + run_->dp_rank) * B,
+               B, B * run_->dp});
+  };
   pipeline::StageWork work;
   work.forward = [&](int64_t chunk, int64_t micro, const at::Tensor& input) {
+    draw_for(micro);
     const Batch& batch = batches[size_t(micro)];
     at::Tensor out = run_->model->stage_forward(batch, input, chunk);
     if (!pp.computes_loss(chunk)) return out;
@@ -71,7 +82,8 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
   // accumulated at its end (FullyShardOptions::partial_backward).
   std::optional<FSDPModule::NoSyncGuard> accumulate;
   const bool whole = accumulates_whole_gradients(c_.parallel);
-  work.before_backward = [&](int64_t chunk, bool last_of_chunk) {
+  work.before_backward = [&](int64_t chunk, int64_t micro, bool last_of_chunk) {
+    draw_for(micro);
     const bool last_of_step = chunk == 0 && last_of_chunk;
     if (whole && !last_of_step && !accumulate) accumulate.emplace(&run_->sharded.tree());
     if (last_of_step) accumulate.reset();
@@ -92,11 +104,8 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
   at::Tensor split = at::zeros({2 * stages}, at::kFloat);
   split[s] = figures.compute_s;
   split[stages + s] = figures.wait_s;
-  try {
-    run_->mesh->pp()->all_reduce(split, comm::ReduceOp::Sum);
-  } catch (const std::exception& e) {
-    throw Error(str("pipeline stage ", s, ": summing the stages' compute and wait times of step ", step, ": ", e.what()));
-  }
+  pipeline::rethrow_in_context([&] { run_->mesh->pp()->all_reduce(split, comm::ReduceOp::Sum); },
+                               [&] { return str("pipeline stage ", s, ": summing the stages' compute and wait times of step ", step); });
   for (int64_t i = 0; i < stages; ++i) {
     f.stage_compute_s.push_back(split[i].item<double>());
     f.stage_wait_s.push_back(split[stages + i].item<double>());

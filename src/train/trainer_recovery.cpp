@@ -70,12 +70,17 @@ void Trainer::keep_copy(int64_t done, std::string record) {
 // A communicator of this group failed (a peer gone or unreachable), as opposed to an error of
 // this rank's own.
 bool Trainer::lost_peer() const {
-  for (const comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
-    if (g && g->poisoned()) return true;
-  if (peer_copies_)
-    for (const comm::Communicator* g : peer_copies_->communicators())
-      if (g->poisoned()) return true;
-  return false;
+  const std::vector<comm::Communicator*> all = communicators();
+  return std::any_of(all.begin(), all.end(), [](const comm::Communicator* g) { return g->poisoned(); });
+}
+
+// Every communicator of this rank: training's, the saver's and the peer copies'.
+std::vector<comm::Communicator*> Trainer::communicators() const {
+  std::vector<comm::Communicator*> groups;
+  for (comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
+    if (g && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  if (peer_copies_) groups.insert(groups.end(), peer_copies_->communicators().begin(), peer_copies_->communicators().end());
+  return groups;
 }
 
 // --recovery memory: when the agent reports this round lost a node, every communicator of the
@@ -84,11 +89,7 @@ bool Trainer::lost_peer() const {
 // fails as on a reset connection and the group re-forms from memory.
 void Trainer::abort_on_lost_node() {
   if (!channel_) return;
-  std::vector<comm::Communicator*> groups;
-  for (comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
-    if (g && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
-  if (peer_copies_) groups.insert(groups.end(), peer_copies_->communicators().begin(), peer_copies_->communicators().end());
-  channel_->set_abort_handler([groups](const std::string& reason) {
+  channel_->set_abort_handler([groups = communicators()](const std::string& reason) {
     for (comm::Communicator* g : groups) g->abort(reason);
   });
 }

@@ -3,16 +3,18 @@
 // and 4 ranks under other strategies (each rank reading only its part), checkpoints reshard
 // across both mesh dimensions (dp 2 x tp 2 to 1 rank and to 4 FULL_SHARD ranks, FULL_SHARD to
 // tp 2), a version-1 checkpoint (ranges of flattened tensors) still loads, SIGTERM checkpoints
-// the step it arrives at, and damaged or foreign checkpoints are skipped or refused without
-// harm, including a full disk.
+// the step it arrives at, a rank whose training fails during a save ends within the comm timeout,
+// and damaged or foreign checkpoints are skipped or refused without harm, including a full disk.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -118,6 +120,41 @@ class Resume : public ::testing::Test {
     std::vector<double> out;
     for (const auto& [step, loss] : by_step) out.push_back(loss);
     return out;
+  }
+
+  // `cadre train` as two ranks on loopback, started and left running; rank r logs to
+  // <run>-rank<r>.log.
+  static void start_two_ranks(const std::string& run, const std::vector<std::string>& sets,
+                              cadre::testing::ChildGuard& ranks) {
+    const int port = cadre::testing::free_port();
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
+                                      "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+                                      "CADRE_JOB_SECRET=resume-test-secret-" + std::to_string(port)};
+      ranks.pids.push_back(cadre::testing::spawn(train_argv(run, sets), cadre::testing::base_environment(env),
+                                                 path(run + "-rank" + std::to_string(r) + ".log")));
+    }
+  }
+
+  // Steps in `run`'s metrics.jsonl: complete lines only (the writer may be mid-line).
+  static long steps_logged(const std::string& run) {
+    std::ifstream in(path(run) + "/metrics.jsonl");
+    return static_cast<long>(std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
+  }
+
+  // Polls until `run` logged `steps` steps; false after two minutes.
+  static bool wait_for_steps(const std::string& run, long steps) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (steps_logged(run) < steps) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the condition
+    }
+    return true;
+  }
+
+  static std::string log_of(const std::string& run, int rank) {
+    std::ifstream in(path(run + "-rank" + std::to_string(rank) + ".log"));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
 
   static cadre::test::RunResult cadre_cli(const std::vector<std::string>& args) {
@@ -366,27 +403,11 @@ TEST_F(Resume, VersionOneCheckpointsStillLoad) {
 TEST_F(Resume, SigtermCheckpointsTheCurrentStepAndResumeLosesNothing) {
   const auto& whole = straight("straight2", 2, kTwoRanks);
   const std::string run = "sigterm";
-  const std::string metrics = path(run) + "/metrics.jsonl";
-  const int port = cadre::testing::free_port();
   cadre::testing::ChildGuard ranks;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                    "CADRE_JOB_SECRET=resume-test-secret-" + std::to_string(port)};
-    ranks.pids.push_back(cadre::testing::spawn(train_argv(run, kTwoRanks), cadre::testing::base_environment(env),
-                                               path(run + "-rank" + std::to_string(r) + ".log")));
-  }
+  start_two_ranks(run, kTwoRanks, ranks);
   // Once step 3 is logged, freeze both ranks, signal both, and let them go: the signal is
   // handled before either runs another step, so the run cannot finish first.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  auto lines_logged = [&] {  // complete lines only: the writer may be mid-line
-    std::ifstream in(metrics);
-    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
-  };
-  while (lines_logged() < 3) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no third step logged in " << metrics;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the condition
-  }
+  ASSERT_TRUE(wait_for_steps(run, 3)) << "no third step logged in " << path(run);
   for (pid_t p : ranks.pids) kill(p, SIGSTOP);
   for (pid_t p : ranks.pids) kill(p, SIGTERM);
   for (pid_t p : ranks.pids) kill(p, SIGCONT);
@@ -396,8 +417,7 @@ TEST_F(Resume, SigtermCheckpointsTheCurrentStepAndResumeLosesNothing) {
     p = 0;
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << "status " << status;
   }
-  std::ifstream log0(path(run + "-rank0.log"));
-  const std::string out0((std::istreambuf_iterator<char>(log0)), std::istreambuf_iterator<char>());
+  const std::string out0 = log_of(run, 0);
   auto before = losses(run);
   const int64_t stopped = before.rbegin()->first;
   ASSERT_GE(stopped, 3);
@@ -416,6 +436,52 @@ TEST_F(Resume, SigtermCheckpointsTheCurrentStepAndResumeLosesNothing) {
   auto after = losses(run);
   ASSERT_EQ(after.size(), 40u);
   for (int64_t step = 1; step <= 40; ++step) EXPECT_EQ(after.at(step), whole.at(step)) << "step " << step;
+}
+
+// A rank's training fails (a peer went silent) while its background save waits for that peer
+// to agree the save was written: the rank ends within parallel.comm_timeout, saying why, instead
+// of waiting out the saver's own timeout (checkpoint.timeout_s, 10 minutes) before its error
+// reaches the log. Rank 1's part of the step-20 save blocks (its file is a FIFO nobody reads,
+// as on a hung filesystem), so rank 0's save is still agreeing when rank 1 is frozen.
+TEST_F(Resume, ATrainingErrorDuringASaveEndsTheRankWithinTheCommTimeout) {
+  const std::string run = "stuck-save";
+  const int comm_timeout_s = 3;
+  auto sets = kTwoRanks;
+  sets.insert(sets.end(), {"checkpoint.interval=20", "parallel.comm_timeout=" + std::to_string(comm_timeout_s)});
+  cadre::testing::ChildGuard ranks;
+  start_two_ranks(run, sets, ranks);
+  // The ranks clear incomplete checkpoints as they start: the FIFO goes in once they train,
+  // while both are frozen well before step 20.
+  ASSERT_TRUE(wait_for_steps(run, 1)) << log_of(run, 0);
+  for (pid_t p : ranks.pids) kill(p, SIGSTOP);
+  ASSERT_LT(steps_logged(run), 19) << "the ranks were frozen too late for this test";
+  const std::string partial = path(run) + "/checkpoints/.step-00000020.partial";
+  fs::create_directories(partial);
+  ASSERT_EQ(mkfifo((partial + "/rank-00001-of-00002.bin").c_str(), 0644), 0) << std::strerror(errno);
+  for (pid_t p : ranks.pids) kill(p, SIGCONT);
+
+  // Step 21 logged: rank 0's step-20 save is past writing, waiting for rank 1's. Rank 1 goes
+  // silent; rank 0 alone goes on into its next collective.
+  ASSERT_TRUE(wait_for_steps(run, 21)) << log_of(run, 0);
+  kill(ranks.pids[1], SIGSTOP);
+  const auto t_silent = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t exited = 0;
+  while ((exited = waitpid(ranks.pids[0], &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t_silent < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling for the exit
+  ASSERT_EQ(exited, ranks.pids[0]) << "rank 0 still runs 60 s after its peer went silent:\n" << log_of(run, 0);
+  ranks.pids[0] = 0;
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_silent).count();
+  std::printf("[stuck-save] rank 0 exited %.1f s after rank 1 went silent (comm_timeout %d s)\n", took,
+              comm_timeout_s);
+  const std::string out0 = log_of(run, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "status " << status << "\n" << out0;
+  EXPECT_NE(out0.find("failed after " + std::to_string(comm_timeout_s * 1000) + " ms timeout"), std::string::npos)
+      << out0;
+  EXPECT_NE(out0.find("stops training while its step-20 save is in flight: abandoning that save"), std::string::npos) << out0;
+  EXPECT_FALSE(fs::exists(path(run) + "/checkpoints/step-00000020")) << "an abandoned save was published";
+  fs::remove(partial + "/rank-00001-of-00002.bin");
 }
 
 TEST_F(Resume, DamagedNewestCheckpointIsSkippedForTheOneBefore) {

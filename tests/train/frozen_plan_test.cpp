@@ -85,8 +85,9 @@ TEST(FrozenPlan, FrozenParametersArePlannedPerUnitAndShardedOverTheGroup) {
 }
 
 // bf16 compute on a GPU (no huge-page rounding): masters 4 bytes per kept element for both
-// kinds, gradients and AdamW's 8 bytes only for the trainable ones; a backward holds two of the
-// largest unit whole, its frozen part in bf16 beside its trainable one.
+// kinds, gradients and AdamW's 8 bytes only for the trainable ones; a step holds the root unit
+// whole and beside it two of the largest other unit, each unit's frozen part in bf16 beside its
+// trainable one.
 TEST(FrozenPlan, TheEstimateGivesFrozenParametersMastersAndGathersButNoGradientOrState) {
   usernet::Net net;
   freeze_some(net);
@@ -98,19 +99,22 @@ TEST(FrozenPlan, TheEstimateGivesFrozenParametersMastersAndGathersButNoGradientO
   in.cpu = false;
   const cadre::MemoryEstimate e = cadre::estimate_memory(in);
   const int64_t S = in.plan.shard_numel(), F = in.plan.frozen_shard_numel();
-  // The largest unit whole: the same unit's trainable and frozen flat parameters together.
-  int64_t largest = 0;
+  // A unit whole: the same unit's trainable and frozen flat parameters together.
+  int64_t root = 0, largest = 0;
   for (const auto& f : in.plan.flats) {
     int64_t unit = 6 * f.padded;  // bf16 parameters and a float32 gradient
     for (const auto& frozen : in.plan.frozen)
       if (frozen.unit == f.unit) unit += 2 * frozen.padded;
-    largest = std::max(largest, unit);
+    if (f.unit == "root") root = unit;
+    else largest = std::max(largest, unit);
   }
+  ASSERT_GT(root, 0);
+  ASSERT_GT(largest, 0);
   EXPECT_EQ(e.params, 4 * S);
   EXPECT_EQ(e.frozen, 4 * F);
   EXPECT_EQ(e.grads, 4 * S);
   EXPECT_EQ(e.optimizer, 8 * S);
-  EXPECT_EQ(e.gathered, 2 * largest);
+  EXPECT_EQ(e.gathered, root + 2 * largest);
   EXPECT_EQ(e.total(), e.params + e.frozen + e.grads + e.optimizer + e.gathered + e.unsharded);
   EXPECT_NE(e.to_text().find("frozen parameters"), std::string::npos) << e.to_text();
 
