@@ -129,9 +129,7 @@ class Resume : public ::testing::Test {
                               cadre::testing::ChildGuard& ranks) {
     const int port = cadre::testing::free_port();
     for (int r = 0; r < 2; ++r) {
-      std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
-                                      "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                      "CADRE_JOB_SECRET=resume-test-secret-" + std::to_string(port)};
+      const auto env = cadre::testing::rank_environment(r, 2, port, "resume-test-secret-" + std::to_string(port));
       ranks.pids.push_back(cadre::testing::spawn(train_argv(run, sets), cadre::testing::base_environment(env),
                                                  path(run + "-rank" + std::to_string(r) + ".log")));
     }

@@ -87,6 +87,15 @@ inline std::vector<std::string> base_environment(const std::vector<std::string>&
   return env;
 }
 
+// The variables that make a process rank `rank` of `world` ranks on loopback, meeting at `port`
+// with the job secret `secret` (store/secret.h).
+inline std::vector<std::string> rank_environment(int rank, int world, int port, const std::string& secret) {
+  return {"RANK=" + std::to_string(rank),       "LOCAL_RANK=" + std::to_string(rank),
+          "WORLD_SIZE=" + std::to_string(world), "LOCAL_WORLD_SIZE=" + std::to_string(world),
+          "MASTER_ADDR=127.0.0.1",              "MASTER_PORT=" + std::to_string(port),
+          "CADRE_JOB_SECRET=" + secret};
+}
+
 struct RankOptions {
   // Prepended to the command of one rank (e.g. {"taskset", "-c", "1"}); empty for none.
   std::function<std::vector<std::string>(int rank)> prefix;
@@ -103,10 +112,7 @@ inline std::vector<RankResult> run_ranks(int n, const std::vector<std::string>& 
   ChildGuard guard;
   std::vector<std::string> logs;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> extra = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
-                                      "WORLD_SIZE=" + std::to_string(n), "LOCAL_WORLD_SIZE=" + std::to_string(n),
-                                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                      "CADRE_JOB_SECRET=" + secret};
+    std::vector<std::string> extra = rank_environment(r, n, port, secret);
     if (options.env)
       for (auto& e : options.env(r)) {  // replaces a variable of the same name
         const std::string name = e.substr(0, e.find('=') + 1);
