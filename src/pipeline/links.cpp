@@ -28,4 +28,11 @@ Links::Links(comm::Communicator& pp, bool wrap) : stage_(pp.rank()), stages_(pp.
   }
 }
 
+std::vector<comm::Communicator*> Links::communicators() const {
+  std::vector<comm::Communicator*> out;
+  for (const auto* link : {&act_out_, &grad_in_, &act_in_, &grad_out_})
+    if (*link) out.push_back(link->get());
+  return out;
+}
+
 }  // namespace cadre::pipeline

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <vector>
 
 #include "comm/comm.h"
 
@@ -29,6 +30,8 @@ class Links {
   comm::Work receive_activation(const at::Tensor& into) { return act_in_->broadcast_async(into, peer_root(*act_in_)); }
   comm::Work send_gradient(const at::Tensor& t) { return grad_out_->broadcast_async(t, own_root(*grad_out_)); }
   comm::Work receive_gradient(const at::Tensor& into) { return grad_in_->broadcast_async(into, peer_root(*grad_in_)); }
+  // The links this stage has (to abort their ops when a peer is lost).
+  std::vector<comm::Communicator*> communicators() const;
 
  private:
   static int own_root(const comm::Communicator& c) { return c.rank(); }

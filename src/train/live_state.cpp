@@ -3,10 +3,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/shape_text.h"
+#include "shard/device_mesh.h"
 
 namespace cadre {
 namespace {
@@ -67,6 +70,48 @@ int64_t broadcast_state(const std::vector<std::pair<std::string, at::Tensor>>& l
   return bytes + int64_t(scalars.nbytes());
 }
 
+// What one rank of the new group carries: the steps it completed (-1: nothing) and their stage.
+struct StageCarrier {
+  int64_t step = -1;
+  int64_t stage = 0;
+};
+
+// Every rank's carrier, the same list on every rank.
+std::vector<StageCarrier> stage_carriers(const LiveState* mine, const DeviceMesh& mesh) {
+  const int n = mesh.world_size();
+  at::Tensor table = at::zeros({n, 2}, at::kLong);  // each rank fills its row: the sum is the table
+  int64_t* row = table.data_ptr<int64_t>() + 2 * mesh.rank();
+  row[0] = mine ? mine->step + 1 : 0;
+  row[1] = mine ? mine->stage : 0;
+  if (mesh.world()) mesh.world()->all_reduce(table, comm::ReduceOp::Sum);
+  std::vector<StageCarrier> out(static_cast<size_t>(n));
+  const int64_t* v = table.data_ptr<int64_t>();
+  for (int r = 0; r < n; ++r) out[size_t(r)] = {v[2 * r] - 1, v[2 * r + 1]};
+  return out;
+}
+
+// Why the new group's stages cannot go on from the carried states ("" when they can, and then
+// `step`, the step every stage goes on from). Stage s's new ranks are s * dp_size onwards.
+std::string stages_unrecoverable(const std::vector<StageCarrier>& carriers, const DeviceMesh& mesh, int64_t* step) {
+  const int stages = mesh.pp_size(), replicas = mesh.dp_size();
+  std::vector<int64_t> best(size_t(stages), -1);
+  for (const StageCarrier& c : carriers)
+    if (c.step >= 0 && c.stage < stages) best[size_t(c.stage)] = std::max(best[size_t(c.stage)], c.step);
+  for (int s = 0; s < stages; ++s) {
+    if (best[size_t(s)] < 0) return str("no live rank holds stage ", s);
+    if (best[size_t(s)] != best[0])
+      return str("stage 0's survivors completed step ", best[0], " and stage ", s, "'s step ", best[size_t(s)]);
+  }
+  for (int s = 0; s < stages; ++s) {
+    const auto first = carriers.begin() + s * replicas, end = first + replicas;
+    if (std::none_of(first, end, [&](const StageCarrier& c) { return c.stage == s && c.step == best[0]; }))
+      return str("none of stage ", s, "'s new ranks (", s * replicas, "..", (s + 1) * replicas - 1,
+                 ") holds its state of step ", best[0]);
+  }
+  *step = best[0];
+  return "";
+}
+
 }  // namespace
 
 LiveState live_state_take(FSDPModule& model, Optimizer& optimizer, int64_t step, int64_t data_position,
@@ -114,6 +159,34 @@ std::optional<Adopted> live_state_adopt(const LiveState* mine, FSDPModule& model
   model.mark_updated();
   optimizer.set_steps(v[2]);
   data.set_position(uint64_t(v[1]));
+  return out;
+}
+
+std::optional<Adopted> live_state_adopt_stages(const LiveState* mine, FSDPModule& model, Optimizer& optimizer,
+                                               BatchSource& data, const DeviceMesh& mesh) {
+  CADRE_CHECK(mesh.tp_size() == 1, "rank ", mesh.rank(), ": in-memory recovery of pipeline stages needs tp_size 1");
+  const std::vector<StageCarrier> carriers = stage_carriers(mine, mesh);
+  if (std::none_of(carriers.begin(), carriers.end(), [](const StageCarrier& c) { return c.step >= 0; }))
+    return std::nullopt;
+  int64_t step = -1;
+  const std::string why = stages_unrecoverable(carriers, mesh, &step);
+  if (!why.empty()) {
+    if (mesh.rank() == 0)
+      log::warn(str("recovery: the pipeline stages cannot go on from memory (", why, "); resuming from disk"));
+    return std::nullopt;
+  }
+  // Within the stage, as replicas do: restored where it fits, else sent by the replica with the most steps.
+  const bool fits = mine && mine->stage == mesh.pp_rank();
+  std::optional<Adopted> out = live_state_adopt(fits ? mine : nullptr, model, optimizer, data, mesh.dp(), mesh.dp_rank());
+  CADRE_CHECK(out && out->step == step, "rank ", mesh.rank(), ": stage ", mesh.pp_rank(), " took the state of step ",
+              out ? out->step : -1, " where every stage goes on from step ", step);
+  // Every stage's transfer, for the lead's line.
+  at::Tensor sent = at::tensor({out->bytes, int64_t(out->transferred)}, at::kLong);
+  if (mesh.world()) mesh.world()->all_reduce(sent, comm::ReduceOp::Sum);
+  out->bytes = sent[0].item<int64_t>();
+  out->transferred = sent[1].item<int64_t>() > 0;
+  out->source = -1;
+  out->stages = mesh.pp_size();
   return out;
 }
 

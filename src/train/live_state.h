@@ -6,7 +6,8 @@
 // Replicated state only (parallel.strategy NO_SHARD): every rank's shard is the whole model, so
 // any survivor can seed the new group whatever its size. The survivor that completed the most
 // steps is the source: a collective can complete on some ranks and fail on others, so survivors
-// may be one step apart, and replicas at the same step are equal bit for bit.
+// may be one step apart, and replicas at the same step are equal bit for bit. Under pipeline
+// stages the same holds for each stage's replicas (live_state_adopt_stages).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,11 +25,14 @@
 
 namespace cadre {
 
+class DeviceMesh;
+
 struct LiveState {
   int64_t step = 0;             // steps completed
   int64_t data_position = 0;    // global samples consumed
   int64_t optimizer_steps = 0;
   int64_t micro_batches = 0;    // per step, over all data-parallel ranks: the global batch in batch_size units
+  int64_t stage = 0;            // the pipeline stage the state is of (0 without stages)
   // metrics.jsonl's record of `step` as this rank measured it ("" before the first step): rank 0
   // writes the file, and may have stopped between a step's last collective and its record.
   std::string last_record;
@@ -47,6 +51,7 @@ struct Adopted {
   int64_t micro_batches = 0;
   int source = 0;           // the rank whose state everyone now holds (-1: assembled from several)
   int owners = 0;           // sharded state: the ranks of the lost group whose copies were assembled
+  int stages = 0;           // pipeline stages: each stage's state came from one of its own survivors
   bool transferred = false; // false when every rank already held it (nothing crossed the network)
   int64_t bytes = 0;        // sent by the source
   std::string record;       // the source's record of `step` (LiveState::last_record)
@@ -57,5 +62,16 @@ struct Adopted {
 // nullopt when no rank carries one (a fresh start or a restart: resume from disk instead).
 std::optional<Adopted> live_state_adopt(const LiveState* mine, FSDPModule& model, Optimizer& optimizer,
                                         BatchSource& data, comm::Communicator* group, int rank);
+
+// The same under pipeline stages (a mesh of pp_size stages outermost, tp_size 1): each stage's
+// state comes from a survivor that held that stage. Ranks are numbered afresh when a group
+// re-forms, so a survivor may now hold another stage than the one it carries; what it carries
+// then serves nobody, and it takes its new stage's state from that stage's replicas. Collective
+// over the mesh's world, then over each stage's data-parallel ranks. nullopt when no rank carries
+// a state, or (logged on rank 0) when some stage cannot go on from memory: no survivor among its
+// new ranks held it, or the stages' survivors are at different steps (a step's last collective
+// completed on some ranks only); the caller resumes from disk.
+std::optional<Adopted> live_state_adopt_stages(const LiveState* mine, FSDPModule& model, Optimizer& optimizer,
+                                               BatchSource& data, const DeviceMesh& mesh);
 
 }  // namespace cadre

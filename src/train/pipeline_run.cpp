@@ -15,8 +15,10 @@ namespace {
 
 // What the trainer's pipeline does not run yet, refused before any work starts.
 void check_supported(const Config& c) {
-  CADRE_CONFIG_CHECK(!std::getenv(rdzv::kMembershipFdEnv), "parallel.pp_size ", c.parallel.pp_size,
-                     ": `cadre run --recovery memory` does not re-form pipeline stages yet (use --recovery restart)");
+  CADRE_CONFIG_CHECK(!std::getenv(rdzv::kMembershipFdEnv) || c.parallel.strategy == Strategy::NoShard,
+                     "parallel.pp_size ", c.parallel.pp_size, " with parallel.strategy ",
+                     strategy_name(c.parallel.strategy), ": `cadre run --recovery memory` re-forms pipeline stages "
+                     "from replicated state only (NO_SHARD; or use --recovery restart)");
 }
 
 // parallel.pp_chunks, or the schedule's default: 2 chunks a stage under interleaved, else 1.
@@ -51,12 +53,10 @@ std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, 
   auto run = std::make_unique<PipelineRun>();
   run->schedule = pipeline::parse_schedule(p.pp_schedule);
   run->chunks = chunks_per_stage(p, run->schedule);
-  run->micro_batches = p.pp_microbatches > 0 ? p.pp_microbatches : c.optim.grad_accum_steps;
-  run->batch_parts = c.optim.grad_accum_steps / run->micro_batches;
   run->stage_index = pp_rank;
   run->activation_dtype = p.mixed_precision.param_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   check_supported(c);
-  pipeline::check_shape(run->schedule, {p.pp_size, run->micro_batches, run->chunks});
+  pipeline_set_accumulation(*run, p, c.optim.grad_accum_steps);
   const std::optional<PipelineTrunk> trunk = model.pipeline_trunk();
   CADRE_CONFIG_CHECK(trunk.has_value(), "parallel.pp_size ", p.pp_size, ": ", model.describe(),
                      " cannot be split into pipeline stages");
@@ -78,6 +78,14 @@ std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, 
   model.keep_pipeline_stage(run->stage);
   for (const auto& item : model.module().named_parameters()) run->held_elsewhere.erase(item.key());
   return run;
+}
+
+void pipeline_set_accumulation(PipelineRun& run, const ParallelConfig& p, int64_t grad_accum_steps) {
+  run.micro_batches = p.pp_microbatches > 0 ? p.pp_microbatches : grad_accum_steps;
+  CADRE_CONFIG_CHECK(grad_accum_steps % run.micro_batches == 0, "parallel.pp_microbatches ", run.micro_batches,
+                     " does not divide optim.grad_accum_steps ", grad_accum_steps);
+  run.batch_parts = grad_accum_steps / run.micro_batches;
+  pipeline::check_shape(run.schedule, {p.pp_size, run.micro_batches, run.chunks});
 }
 
 LossOutput pipeline_forward_loss(PipelineRun& run, Model& model, const Batch& batch) {

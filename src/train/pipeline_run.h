@@ -44,9 +44,15 @@ struct PipelineRun {
 
 // Null for pp_size 1. ConfigError naming the parallel.pp_* (or other) key when the run cannot
 // be split as asked: a model without stages, too few blocks, a bad split, schedule or chunk
-// count, or what the pipeline does not run yet (LoRA dropout, in-memory recovery). Keeps the
+// count, or what the pipeline does not run yet (in-memory recovery of sharded stages). Keeps the
 // stage of `pp_rank` (its chunks) in `model`.
 std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, int64_t pp_rank);
+
+// The step's pipeline micro-batches for `grad_accum_steps` data micro-batches a rank
+// (parallel.pp_microbatches, or one each): set at the start, and again when in-memory recovery
+// changes the accumulation to keep the global batch. ConfigError when they do not divide it or
+// the schedule cannot run them.
+void pipeline_set_accumulation(PipelineRun& run, const ParallelConfig& p, int64_t grad_accum_steps);
 
 // Collective over the mesh's pp dimension: the links between neighbouring stages.
 void pipeline_connect(PipelineRun& run, const DeviceMesh& mesh);

@@ -11,25 +11,29 @@ namespace cadre::detail {
 bool Trainer::adopt(const Carried& carried) {
   const auto t0 = Clock::now();
   checkpoint_dir_ = c_.checkpoint.dir.empty() ? c_.run.dir + "/checkpoints" : c_.checkpoint.dir;
+  const LiveState* replica = carried.replica ? &*carried.replica : nullptr;
   std::optional<Adopted> adopted =
       sharded_recovery()
           ? copies_adopt(carried.copies, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank)
-          : live_state_adopt(carried.replica ? &*carried.replica : nullptr, run_->sharded, *run_->optimizer,
-                             *run_->train_data, run_->group, run_->rank);
+      : run_->pipeline
+          ? live_state_adopt_stages(replica, run_->sharded, *run_->optimizer, *run_->train_data, *run_->mesh)
+          : live_state_adopt(replica, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank);
   if (!adopted) return false;
   CADRE_CHECK(adopted->micro_batches % run_->dp == 0, "rank ", run_->rank, ": the global batch is ",
               adopted->micro_batches, " micro-batches of data.batch_size, which ", run_->dp,
               " data-parallel ranks cannot share evenly; in-memory recovery keeps the global batch, so this group "
               "size cannot go on (restart from a checkpoint, or choose sizes that divide it)");
   run_->c.optim.grad_accum_steps = adopted->micro_batches / run_->dp;
+  if (run_->pipeline) pipeline_set_accumulation(*run_->pipeline, c_.parallel, c_.optim.grad_accum_steps);
   micro_batches_ = adopted->micro_batches;
   adopted_record_ = adopted->record;
   resumed_.step = steps_done_ = adopted->step;
   position_done_ = int64_t(run_->train_data->position());
   inherited_copies_ = carried.copies;  // until this group's own copies commit
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const std::string whose = adopted->source >= 0 ? str("state of rank ", adopted->source)
-                                                 : str("copies of the ", adopted->owners, " ranks' parts");
+  const std::string whose = adopted->stages > 0 ? str("each of the ", adopted->stages, " stages from its own survivors")
+                            : adopted->source >= 0 ? str("state of rank ", adopted->source)
+                                                   : str("copies of the ", adopted->owners, " ranks' parts");
   if (run_->lead)
     log::info(str("recovery: ", run_->world, " rank(s) go on from step ", adopted->step, " in memory (round ",
                   channel_ ? channel_->round() : 0, ", ", whose, ", ",
@@ -46,6 +50,7 @@ Carried Trainer::take_carried(bool group_intact) {
   if (!sharded_recovery()) {
     carried.replica =
         live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_, last_record_);
+    carried.replica->stage = run_->pipeline ? run_->pipeline->stage_index : 0;
     return carried;
   }
   if (peer_copies_) carried.copies = peer_copies_->release();
@@ -74,10 +79,16 @@ bool Trainer::lost_peer() const {
   return std::any_of(all.begin(), all.end(), [](const comm::Communicator* g) { return g->poisoned(); });
 }
 
-// Every communicator of this rank: training's, the saver's and the peer copies'.
+// Every communicator of this rank: training's (the pipeline's links too), the saver's and the
+// peer copies'.
 std::vector<comm::Communicator*> Trainer::communicators() const {
   std::vector<comm::Communicator*> groups;
-  for (comm::Communicator* g : {run_->group, run_->mesh->dp(), checkpoint_group_.get()})
+  std::vector<comm::Communicator*> candidates = {run_->group, run_->mesh->dp(), run_->mesh->pp(), checkpoint_group_.get()};
+  if (run_->pipeline && run_->pipeline->links) {
+    const std::vector<comm::Communicator*> links = run_->pipeline->links->communicators();
+    candidates.insert(candidates.end(), links.begin(), links.end());
+  }
+  for (comm::Communicator* g : candidates)
     if (g && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
   if (peer_copies_) groups.insert(groups.end(), peer_copies_->communicators().begin(), peer_copies_->communicators().end());
   return groups;

@@ -257,8 +257,8 @@ class NetFault : public ::testing::Test {
   void start_agent(int host, const std::string& tag = "") {
     std::string name = "h" + std::to_string(host) + tag;
     std::string endpoint = etcd_ ? etcd_->endpoints() : hosts_->address(0) + ":" + kStorePort;
-    std::vector<std::string> argv = {CADRE_BIN, "run", "--nnodes", "2:3", "--nproc-per-node", "1",
-                                     "--rdzv-backend", etcd_ ? "etcd" : "c10d", "--rdzv-endpoint", endpoint,
+    std::vector<std::string> argv = {CADRE_BIN, "run", "--nnodes", "2:3", "--nproc-per-node",
+                                     std::to_string(workers_per_host_), "--rdzv-backend", etcd_ ? "etcd" : "c10d", "--rdzv-endpoint", endpoint,
                                      "--rdzv-id", "netfault",
                                      "--max-restarts", "3", "--monitor-interval", "0.05", "--stop-timeout", "3",
                                      "--recovery", recovery_, "--rdzv-conf", rdzv_conf(), "--log-dir",
@@ -393,6 +393,19 @@ class NetFault : public ::testing::Test {
     return last;
   }
   int64_t current_world_size() const { return last_round().world_size; }
+  // The host whose agent holds group rank `g` in the newest round it logged (-1: none): nodes are
+  // ranked in the order they joined round 0.
+  int host_of_group_rank(int64_t g) const {
+    static const std::regex round_line(R"(round \d+: group rank (\d+) of \d+ nodes)");
+    for (const auto& [host, agent] : agents_) {
+      const std::string out = agent->output();
+      int64_t last = -1;
+      for (auto it = std::sregex_iterator(out.begin(), out.end(), round_line); it != std::sregex_iterator(); ++it)
+        last = std::stoll((*it)[1]);
+      if (last == g) return host;
+    }
+    return -1;
+  }
   const std::vector<Segment>& segments() const { return watch_->segments(); }
   bool has_segment(int64_t world, size_t min_steps, size_t after = 0) const {
     for (size_t i = after; i < segments().size(); ++i)
@@ -429,7 +442,7 @@ class NetFault : public ::testing::Test {
   // detection_line).
   std::pair<int64_t, std::map<int, size_t>> train_until_fault_point() {
     for (int h = 0; h < 3; ++h) start_agent(h);
-    EXPECT_TRUE(wait_for([&] { return has_segment(3, kFaultAfterStep) && due_checkpoint_committed(); }, 180))
+    EXPECT_TRUE(wait_for([&] { return has_segment(ranks(3), kFaultAfterStep) && due_checkpoint_committed(); }, 180))
         << "no 3-node round reached step " << kFaultAfterStep << " with its due checkpoint committed";
     std::map<int, size_t> offsets;
     for (int h : survivors_) offsets[h] = output(h).size();
@@ -522,7 +535,7 @@ class NetFault : public ::testing::Test {
   // After the fault at `t_fault`: the survivors re-form with 2 nodes; detection and resume
   // times go into the report.
   void expect_reformed(Clock::time_point t_fault, const std::string& failure_message) {
-    ASSERT_TRUE(wait_for([&] { return has_segment(2, 1, segments_before_); }, 120)) << failure_message;
+    ASSERT_TRUE(wait_for([&] { return has_segment(ranks(2), 1, segments_before_); }, 120)) << failure_message;
     ASSERT_TRUE(seen("detected"));
     report_.detect_s = event_s("detected", t_fault);
     report_.resume_s = seconds(segments().back().steps.front().seen - t_fault);
@@ -544,12 +557,15 @@ class NetFault : public ::testing::Test {
     recovery_ = "memory";
     shape_ = TrainShape{"FULL_SHARD", 2, 0, kMemoryInterval};
   }
-  // The same job on `world` ranks with the global batch of 6 micro-batches kept.
+  // The same job on `world` ranks with the global batch of 6 micro-batches kept (over the
+  // data-parallel ranks: world / pp_size).
   TrainShape shape_on(int world) const {
     TrainShape shape = shape_;
-    shape.grad_accum_steps = 6 / world;
+    shape.grad_accum_steps = 6 * shape.pp_size / world;
     return shape;
   }
+  // The ranks of `hosts` hosts.
+  int ranks(int hosts) const { return hosts * workers_per_host_; }
   // Nothing may come from disk: the checkpoint directory becomes a file (any read or write of
   // it fails) until unblock_checkpoints(), which the final save needs.
   void block_checkpoints() {
@@ -692,7 +708,7 @@ class NetFault : public ::testing::Test {
     }
     watch_->poll();
     const Segment& last = segments().back();
-    ASSERT_EQ(last.world_size, 2);
+    ASSERT_EQ(last.world_size, ranks(2));
     EXPECT_EQ(last.last_step(), steps_) << "the 2-node group did not train to the end";
     // The most advanced survivor's state, at or after the last step logged before the fault (a
     // step can complete on one survivor and not another).
@@ -707,14 +723,14 @@ class NetFault : public ::testing::Test {
     EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
     EXPECT_NE(survivors.find("keeps the global batch of 6 x 4 samples"), std::string::npos) << survivors;
 
-    const Losses& three = reference(3, steps_, shape_);
-    const Losses& two = reference(2, steps_, shape_on(2));
+    const Losses& three = reference(ranks(3), steps_, shape_);
+    const Losses& two = reference(ranks(2), steps_, shape_on(ranks(2)));
     const double spread = max_difference(two, three);
     auto ulp = [](double x) {
       const float f = static_cast<float>(std::abs(x));
       return static_cast<double>(std::nextafter(f, INFINITY) - f);
     };
-    const Losses switched = switched_reference(3, shape_, from, 2, shape_on(2));
+    const Losses switched = switched_reference(ranks(3), shape_, from, ranks(2), shape_on(ranks(2)));
     // What metrics.jsonl holds at the end: a group that went back to an older step (sharded
     // state) cut it back and logged the steps after it again.
     expect_each_step_logged_once();
@@ -734,9 +750,9 @@ class NetFault : public ::testing::Test {
     std::smatch recovery_line;
     if (std::regex_search(survivors, recovery_line, std::regex(R"(recovery: \d+ rank\(s\) go on from step [^\n]*)")))
       std::printf("[netfault] %s\n", recovery_line.str().c_str());
-    std::printf("[netfault] in memory: losses after the fault within %.3g of the fault-free 3-rank run (the 2- and "
-                "3-rank fault-free runs differ by up to %.3g)\n",
-                max_difference(losses_of(run_dir_ + "/metrics.jsonl"), three), spread);
+    std::printf("[netfault] in memory: losses after the fault within %.3g of the fault-free %d-rank run (the %d- and "
+                "%d-rank fault-free runs differ by up to %.3g)\n",
+                max_difference(losses_of(run_dir_ + "/metrics.jsonl"), three), ranks(3), ranks(2), ranks(3), spread);
     RecordProperty("recovery_s", std::to_string(report_.resume_s));
   }
 
@@ -756,6 +772,7 @@ class NetFault : public ::testing::Test {
   static constexpr int kEveryHost = -1;
   std::map<int, std::vector<std::string>> agent_flags_;
   TrainShape shape_;
+  int workers_per_host_ = 1;  // cadre run --nproc-per-node
   std::vector<int> survivors_ = {0, 1};  // hosts the fault spares; the first one's log is read
   int64_t round_seen_ = -1;
   std::map<std::string, std::function<bool()>> pending_;
@@ -807,6 +824,63 @@ TEST_F(NetFault, KilledHostSurvivorsGoOnFromMemoryWithoutARestart) {
   expect_reformed(t_fault, "the survivors did not re-form with 2");
   ASSERT_FALSE(HasFatalFailure());
   expect_survivors_went_on_from_memory(at_fault);
+}
+
+// Pipeline stages (issue #53): 3 hosts x 2 workers train pp 2 x dp 3, NO_SHARD (stage 0 on ranks
+// 0-2, stage 1 on 3-5: the host of ranks 2 and 3 holds one of each). The host of ranks 4 and 5
+// (two of stage 1's three replicas) is killed; the survivors re-form as pp 2 x dp 2 without a
+// restart, and rank 2, a stage-0 replica, is now one of stage 1's two ranks: it takes stage 1's
+// state from rank 3 over the network while stage 0 keeps its own. Losses as for replicated
+// state: the fault-free 6-rank run's up to the fault, and after it bit for bit those of a
+// fault-free run that went from 6 to 4 ranks through a checkpoint of that step.
+TEST_F(NetFault, KilledHostsPipelineStagesGoOnFromMemory) {
+  use_memory_recovery();
+  shape_.pp_size = 2;
+  workers_per_host_ = 2;
+  steps_ = 16;
+  begin_fault("SIGKILL the host of ranks 4-5, pp 2 x dp 3, --recovery memory");
+  ASSERT_FALSE(HasFailure());
+  // Hosts are ranked in the order they joined: the victim is whichever holds ranks 4 and 5.
+  const int victim = host_of_group_rank(2);
+  ASSERT_GE(victim, 0) << every_output();
+  survivors_.clear();
+  offsets_.clear();
+  for (int h = 0; h < 3; ++h)
+    if (h != victim) {
+      survivors_.push_back(h);
+      offsets_[h] = output(h).size();
+    }
+  block_checkpoints();
+  const SurvivorsAtFault at_fault = survivors_at_fault();
+  auto t_fault = Clock::now();
+  hosts_->kill_all(victim);
+  ASSERT_TRUE(agents_[victim]->wait_exit(10));
+
+  expect_reformed(t_fault, "the survivors did not re-form with 2 hosts");
+  ASSERT_FALSE(HasFatalFailure());
+  expect_survivors_went_on_from_memory(at_fault);
+  const std::string survivors = survivors_output();
+  EXPECT_NE(survivors.find("each of the 2 stages from its own survivors"), std::string::npos) << survivors;
+  EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the moved rank got no state: " << survivors;
+}
+
+// The same stages losing host 2 by a cut link: nothing resets, so a stage waiting for its
+// neighbour's activation or gradient would wait out parallel.comm_timeout (20 s). The agents'
+// notice aborts the pipeline's links with the group's other communicators, and the survivors
+// re-form within the heartbeat deadline.
+TEST_F(NetFault, CutHostsPipelineStagesGoOnFromMemoryBeforeTheCollectiveTimeout) {
+  use_memory_recovery();
+  shape_.pp_size = 2;
+  workers_per_host_ = 2;
+  steps_ = 16;
+  SurvivorsAtFault at_fault;
+  cut_host2_under_memory_recovery("link of host 2 cut, pp 2 x dp 3, --recovery memory", &at_fault);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_LE(report_.resume_s, timeouts_.heartbeat_s + 3.0) << "the collective timeout or the last call was waited for";
+  expect_survivors_went_on_from_memory(at_fault);
+  const std::string survivors = survivors_output();
+  EXPECT_NE(survivors.find("each of the 2 stages from its own survivors"), std::string::npos) << survivors;
+  ASSERT_TRUE(agents_[2]->wait_exit(timeouts_.store_s + timeouts_.comm_s + 10)) << output(2);
 }
 
 // The same loss by a cut link (issue #26): nothing resets, so the survivors' collectives would

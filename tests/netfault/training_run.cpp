@@ -18,6 +18,7 @@ std::vector<std::string> train_args(const std::string& cadre_bin, const std::str
       "optim.grad_accum_steps=" + std::to_string(shape.grad_accum_steps), "data.dir=" + data_dir,
       "run.dir=" + run_dir};
   if (shape.memory_interval > 0) sets.push_back("checkpoint.memory_interval=" + std::to_string(shape.memory_interval));
+  if (shape.pp_size > 1) sets.push_back("parallel.pp_size=" + std::to_string(shape.pp_size));
   sets.insert(sets.end(), extra.begin(), extra.end());
   for (const std::string& s : sets) {
     a.push_back("--set");

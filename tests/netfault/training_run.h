@@ -17,9 +17,11 @@ struct TrainShape {
   int grad_accum_steps = 1;
   int checkpoint_interval = 5;
   int memory_interval = 0;  // checkpoint.memory_interval (sharded in-memory recovery); 0: the default
+  int pp_size = 1;          // parallel.pp_size: pipeline stages
   std::string name() const {
     return strategy + "-a" + std::to_string(grad_accum_steps) + "-c" + std::to_string(checkpoint_interval) +
-           (memory_interval > 0 ? "-m" + std::to_string(memory_interval) : "");
+           (memory_interval > 0 ? "-m" + std::to_string(memory_interval) : "") +
+           (pp_size > 1 ? "-p" + std::to_string(pp_size) : "");
   }
 };
 
