@@ -6,10 +6,14 @@ tokens and timing rules (decoding steps only, median of --repeats after a warm-u
 
   python_decode_peer.py <hf_dir> [--threads 2] [--prompt-len 16] [--tokens 128]
                         [--streams 1,8,32] [--dtype float32|bfloat16] [--repeats 3]
-                        [--impl loop|transformers]
+                        [--impl loop|transformers|static]
 --impl transformers times Hugging Face's LlamaForCausalLM.generate (greedy, its own KV cache)
 instead: PyTorch's own decoding, what a user would pick. Its decoding steps are timed as
 generate(N new tokens) - generate(1 new token), the prefill and set-up cancelling out.
+--impl static: the same generate with its static cache (cache_implementation="static") and the
+forward compiled by torch.compile, transformers' fastest decoding path; its static cache is sized
+by the length asked (two lengths would be two compiled graphs), so its decoding steps are timed
+by a streamer's clock within one generate, after a first generate that compiles.
 Prints one JSON object per stream count.
 """
 import argparse
@@ -76,6 +80,42 @@ def prompts_for(B, prompt_len, vocab):
     return torch.tensor([[prompt_token(s, t, vocab) for t in range(prompt_len)] for s in range(B)])
 
 
+def time_static(a, dtype, streams):
+    """Greedy tokens/s of generate with the static cache and a compiled forward, per stream count."""
+    from transformers import LlamaForCausalLM
+    from transformers.generation.streamers import BaseStreamer
+
+    class Clock(BaseStreamer):  # generate calls put() with the prompt, then once per new token
+        def __init__(self):
+            self.times = []
+
+        def put(self, value):
+            self.times.append(time.perf_counter())
+
+        def end(self):
+            pass
+
+    model = LlamaForCausalLM.from_pretrained(a.hf_dir, dtype=dtype).eval()
+    model.generation_config.cache_implementation = "static"
+    model.forward = torch.compile(model.forward)
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        for B in streams:
+            prompts = prompts_for(B, a.prompt_len, vocab)
+            rates = []
+            for rep in range(a.repeats + 1):  # run 0 compiles for this batch
+                clock = Clock()
+                out = model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
+                                     max_new_tokens=a.tokens, min_new_tokens=a.tokens, pad_token_id=0, streamer=clock)
+                assert len(clock.times) == a.tokens + 1, len(clock.times)
+                if rep > 0:  # the steps after the first new token
+                    rates.append(B * (a.tokens - 1) / (clock.times[-1] - clock.times[1]))
+            rates.sort()
+            print(json.dumps({"impl": "static", "dtype": a.dtype, "streams": B, "threads": a.threads,
+                              "tokens_per_s": rates[len(rates) // 2],
+                              "stream0_tokens": out[0, a.prompt_len:].tolist()}), flush=True)
+
+
 def time_transformers(a, dtype, streams):
     """Greedy tokens/s of transformers' generate over the decoding steps, per stream count."""
     from transformers import LlamaForCausalLM
@@ -112,13 +152,15 @@ def main():
     ap.add_argument("--streams", default="1,8,32")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--impl", choices=["loop", "transformers"], default="loop")
+    ap.add_argument("--impl", choices=["loop", "transformers", "static"], default="loop")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
     streams = [int(s) for s in a.streams.split(",")]
     if a.impl == "transformers":
         return time_transformers(a, dtype, streams)
+    if a.impl == "static":
+        return time_static(a, dtype, streams)
     cfg, state = hf_io.read_llama_folder(a.hf_dir)
     model = llama_ref.Llama(cfg)
     model.load_state_dict(state, strict=True)

@@ -5,10 +5,15 @@ token shards, AdamW with the same settings and clipping, run the way a PyTorch 2
   --mode single   one process, eager (or --compile: torch.compile, for reference)
   --mode ddp      DistributedDataParallel over Gloo, --world ranks spawned here
   --mode fsdp2    torch.distributed.fsdp.fully_shard (FSDP2) per block and at the root, Gloo
+                  (--world 1: one process under FSDP2's mixed precision, as a careful user runs
+                  bf16 on one rank)
+  --mode hsdp     fully_shard over a (replicate=world, shard=1) mesh: DDP's layout (every rank
+                  the whole model, gradients all-reduced) under FSDP2's mixed precision
 
-Precision: fp32, or bf16 as each wrapper is meant to be used: torch.autocast for single and DDP
-(fp32 parameters and gradient all-reduce), MixedPrecisionPolicy(param_dtype=bf16,
-reduce_dtype=fp32) for FSDP2 (Cadre's bf16 setting: bf16 compute parameters, fp32 reduction).
+Precision: fp32, or bf16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) for FSDP2
+and HSDP (Cadre's bf16 setting: bf16 compute parameters over float32 masters, fp32 reduction);
+torch.autocast for single and DDP (fp32 parameters, float32 residual stream, norms and RoPE,
+casts before every linear: another dtype policy, shown as a labelled reference row).
 --attention sdpa uses F.scaled_dot_product_attention; --ac checkpoints every block's activations.
 --lora R: PEFT's LoRA (rank R, alpha 2R, no dropout) on every projection (PEFT's all-linear),
 the base frozen, as a PEFT + FSDP2 user fine-tunes; --fused: AdamW(fused=True); --meta: the model
@@ -96,10 +101,11 @@ def make_optimizer(model, args):
 def wrap(model, args, world):
     if args.mode == "ddp":
         return torch.nn.parallel.DistributedDataParallel(model)
-    if args.mode == "fsdp2":
+    if args.mode in ("fsdp2", "hsdp"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        mesh = init_device_mesh("cpu", (world,))
+        mesh = init_device_mesh("cpu", (world,)) if args.mode == "fsdp2" else \
+            init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
             if args.precision == "bf16" else MixedPrecisionPolicy()
         for layer in model.layers:
@@ -134,7 +140,7 @@ def train(args, rank, world):
     if args.meta:
         materialise(model, cfg)
     opt = make_optimizer(model, args)  # after wrapping: FSDP2 registers new (DTensor) parameters
-    autocast = args.precision == "bf16" and args.mode != "fsdp2"
+    autocast = args.precision == "bf16" and args.mode in ("single", "ddp")
     gen = np.random.default_rng(1234 + rank)
     times, losses = [], []
     for step in range(args.steps):
@@ -185,7 +191,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", required=True, help="model config as JSON")
-    ap.add_argument("--mode", choices=["single", "ddp", "fsdp2"], default="single")
+    ap.add_argument("--mode", choices=["single", "ddp", "fsdp2", "hsdp"], default="single")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2, help="threads per process")
     ap.add_argument("--steps", type=int, default=12)
@@ -205,7 +211,7 @@ def main():
         ap.error(f"--warmup {args.warmup} leaves no step of --steps {args.steps} to time")
     if args.compile and args.mode != "single":
         ap.error("--compile is for --mode single")
-    if args.meta and args.mode != "fsdp2":
+    if args.meta and args.mode not in ("fsdp2", "hsdp"):
         ap.error("--meta is for --mode fsdp2 (the model is materialised after sharding)")
     if args.mode == "single":
         print(json.dumps(train(args, 0, 1)), flush=True)

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Issue #25's rows against PyTorch 2.x in one sitting: the training, memory and checkpoint rows
-# (bench/vs_pytorch2.py), ResNet DDP against torchvision + DDP (bench/resnet_throughput.py) and
-# KV-cache decoding against transformers' generate (bench/decode_throughput.py) and the collectives
-# against Gloo's own all-reduce (bench/collectives_vs_gloo.py), one after the other with the same
-# Cadre build and the same venv, then the four tables.
+# Issue #25's rows against PyTorch 2.x in one sitting, the peers as a careful PyTorch engineer runs
+# them (issue #55: fused AdamW, jemalloc, FSDP2's mixed precision for bf16; docs/benchmarks.md):
+# the training, memory and checkpoint rows (bench/vs_pytorch2.py), ResNet DDP against a
+# channels-last torchvision + DDP (bench/resnet_throughput.py), KV-cache decoding against the faster
+# of transformers' generate with a static cache and torch.compile and an eager KV-cache loop
+# (bench/decode_throughput.py) and the collectives against Gloo's own all-reduce
+# (bench/collectives_vs_gloo.py), one after the other with the same venv, then the four tables.
 #
-#   bench/vs_pytorch2_all.sh [BUILD]     BUILD: a libtorch 2.x build with CADRE_BENCH=ON
-#                                        (default build-torch2-cpu; decode needs its bin/decode_bench)
+#   bench/vs_pytorch2_all.sh [BUILD [SECOND]]
+#       BUILD: a libtorch 2.x build with CADRE_BENCH=ON (default build-torch2-cpu; decode needs its
+#       bin/decode_bench). SECOND (e.g. build, what `make demo` makes): its Cadre side runs beside
+#       BUILD's in every training row of the same sitting, against the same peer runs.
 # The figures in docs/benchmarks.md come from a CPU build (CADRE_CUDA=OFF), which does not load
 # the wheel's CUDA libraries (~230 MiB per process: docs/TORCH2.md):
 #   cmake -S . -B build-torch2-cpu -G Ninja -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path> \
@@ -16,6 +20,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-torch2-cpu}
+second=${2:-}
+[[ -z $second || -x $second/bin/cadre ]] || { echo "vs_pytorch2_all: no $second/bin/cadre: build it first" >&2; exit 2; }
 python=${CADRE_VENV:-$HOME/.cache/cadre/venv}/bin/python
 [[ -x $build/bin/cadre ]] || { echo "vs_pytorch2_all: no $build/bin/cadre: build it first" >&2; exit 2; }
 [[ -x $build/bin/decode_bench ]] || {
@@ -28,7 +34,7 @@ echo "== $(date -u +%FT%TZ) start; load average $(cut -d' ' -f1-3 /proc/loadavg)
 # Five alternating repeats for the training and ResNet rows: one repeat moves by 5-10% on a 2-core
 # VM (FSDP2 1.48-1.62x, ResNet's Cadre side 1230-1407 images/s in the sittings of 2026-11-29),
 # so three left the median to one draw.
-"$python" "$root/bench/vs_pytorch2.py" --build "$build" --python "$python" --repeats 5
+"$python" "$root/bench/vs_pytorch2.py" --build "$build" ${second:+--build "$second"} --python "$python" --repeats 5
 "$python" "$root/bench/resnet_throughput.py" --build "$build" --repeats 5
 "$python" "$root/bench/decode_throughput.py" --build "$build" --threads 1,2 --rounds 3
 "$python" "$root/bench/collectives_vs_gloo.py" --build "$build" --repeats 3
