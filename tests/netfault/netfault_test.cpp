@@ -557,6 +557,13 @@ class NetFault : public ::testing::Test {
     recovery_ = "memory";
     shape_ = TrainShape{"FULL_SHARD", 2, 0, kMemoryInterval};
   }
+  // Replicated pipeline stages in memory: 2 workers a host as pp 2 (dp 3 on 3 hosts, 2 on 2), 16 steps.
+  void use_pipeline_memory_recovery() {
+    use_memory_recovery();
+    shape_.pp_size = 2;
+    workers_per_host_ = 2;
+    steps_ = 16;
+  }
   // The same job on `world` ranks with the global batch of 6 micro-batches kept (over the
   // data-parallel ranks: world / pp_size).
   TrainShape shape_on(int world) const {
@@ -834,10 +841,7 @@ TEST_F(NetFault, KilledHostSurvivorsGoOnFromMemoryWithoutARestart) {
 // state: the fault-free 6-rank run's up to the fault, and after it bit for bit those of a
 // fault-free run that went from 6 to 4 ranks through a checkpoint of that step.
 TEST_F(NetFault, KilledHostsPipelineStagesGoOnFromMemory) {
-  use_memory_recovery();
-  shape_.pp_size = 2;
-  workers_per_host_ = 2;
-  steps_ = 16;
+  use_pipeline_memory_recovery();
   begin_fault("SIGKILL the host of ranks 4-5, pp 2 x dp 3, --recovery memory");
   ASSERT_FALSE(HasFailure());
   // Hosts are ranked in the order they joined: the victim is whichever holds ranks 4 and 5.
@@ -869,10 +873,7 @@ TEST_F(NetFault, KilledHostsPipelineStagesGoOnFromMemory) {
 // notice aborts the pipeline's links with the group's other communicators, and the survivors
 // re-form within the heartbeat deadline.
 TEST_F(NetFault, CutHostsPipelineStagesGoOnFromMemoryBeforeTheCollectiveTimeout) {
-  use_memory_recovery();
-  shape_.pp_size = 2;
-  workers_per_host_ = 2;
-  steps_ = 16;
+  use_pipeline_memory_recovery();
   SurvivorsAtFault at_fault;
   cut_host2_under_memory_recovery("link of host 2 cut, pp 2 x dp 3, --recovery memory", &at_fault);
   ASSERT_FALSE(HasFailure());
