@@ -24,7 +24,14 @@ namespace {
 using comm::Communicator;
 using comm::ReduceOp;
 
-enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, C10dAllReduce };
+enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, C10dAllReduce, C10dAllGather, C10dReduceScatter };
+
+// libtorch's own Gloo ops (comm/c10d_baseline.h), the peers of ours: float32, sum or max.
+bool is_c10d(Collective c) {
+  return c == Collective::C10dAllReduce || c == Collective::C10dAllGather || c == Collective::C10dReduceScatter;
+}
+bool gathers(Collective c) { return c == Collective::AllGather || c == Collective::C10dAllGather; }
+bool scatters(Collective c) { return c == Collective::ReduceScatter || c == Collective::C10dReduceScatter; }
 
 struct CollectiveInfo {
   const char* name;
@@ -38,6 +45,8 @@ const CollectiveInfo kCollectives[] = {
     {"reduce_scatter", Collective::ReduceScatter, true},
     {"broadcast", Collective::Broadcast, false},
     {"c10d_all_reduce", Collective::C10dAllReduce, true},
+    {"c10d_all_gather", Collective::C10dAllGather, false},
+    {"c10d_reduce_scatter", Collective::C10dReduceScatter, true},
 };
 
 // nccl-tests' bus bandwidth factors: what each link must carry relative to the data size.
@@ -46,7 +55,9 @@ double bus_factor(Collective c, int n) {
     case Collective::AllReduce:
     case Collective::C10dAllReduce: return 2.0 * (n - 1) / n;
     case Collective::AllGather:
-    case Collective::ReduceScatter: return double(n - 1) / n;
+    case Collective::ReduceScatter:
+    case Collective::C10dAllGather:
+    case Collective::C10dReduceScatter: return double(n - 1) / n;
     case Collective::Broadcast: return 1.0;
   }
   return 1.0;
@@ -109,6 +120,7 @@ struct Case {
         input = output;
         break;
       case Collective::AllGather:
+      case Collective::C10dAllGather:
         output = at::zeros({count}, zeros_here);
         if (in_place) {
           input = output.narrow(0, rank * per, per);
@@ -118,6 +130,7 @@ struct Case {
         }
         break;
       case Collective::ReduceScatter:
+      case Collective::C10dReduceScatter:
         input = pattern_here(count, 0, rank);
         output = in_place ? input.narrow(0, rank * per, per) : at::zeros({per}, zeros_here);
         break;
@@ -130,12 +143,14 @@ struct Case {
       case Collective::AllReduce:
       case Collective::C10dAllReduce: return count_wrong(output, reduced_pattern(count, 0, n, op, dtype));
       case Collective::Broadcast: return count_wrong(output, pattern(count, 0, 0, dtype));
-      case Collective::AllGather: {
+      case Collective::AllGather:
+      case Collective::C10dAllGather: {
         int64_t bad = 0;
         for (int b = 0; b < n; ++b) bad += count_wrong(output.narrow(0, b * per, per), pattern(per, 0, b, dtype));
         return bad;
       }
-      case Collective::ReduceScatter: return count_wrong(output, reduced_pattern(per, rank * per, n, op, dtype));
+      case Collective::ReduceScatter:
+      case Collective::C10dReduceScatter: return count_wrong(output, reduced_pattern(per, rank * per, n, op, dtype));
     }
     return 0;
   }
@@ -149,7 +164,7 @@ class Runner {
   Communicator& comm() { return comm_; }
   // Collective: every rank connects the c10d baseline group at the same point.
   void start_c10d() {
-    if (!c10d_) c10d_ = std::make_unique<comm::C10dGlooAllReduce>(env_, comm_.options().timeout);
+    if (!c10d_) c10d_ = std::make_unique<comm::C10dGloo>(env_, comm_.options().timeout);
   }
 
   Result run(Case& c) {
@@ -215,10 +230,10 @@ class Runner {
       case Collective::AllGather: return comm_.all_gather_async(c.output, c.input);
       case Collective::ReduceScatter: return comm_.reduce_scatter_async(c.output, c.input, c.op);
       case Collective::Broadcast: return comm_.broadcast_async(c.output, 0);
-      case Collective::C10dAllReduce:
-        // Synchronous: the baseline runs on c10d's own threads; an empty handle is finished.
-        c10d_->all_reduce(c.output, c.op);
-        return comm::Work();
+      // Synchronous: the baseline runs on c10d's own threads; an empty handle is finished.
+      case Collective::C10dAllReduce: c10d_->all_reduce(c.output, c.op); return comm::Work();
+      case Collective::C10dAllGather: c10d_->all_gather(c.output, c.input); return comm::Work();
+      case Collective::C10dReduceScatter: c10d_->reduce_scatter(c.output, c.input, c.op); return comm::Work();
     }
     return comm::Work();
   }
@@ -226,8 +241,17 @@ class Runner {
   CollectivesBenchOptions options_;
   comm::JobEnv env_;
   Communicator comm_;
-  std::unique_ptr<comm::C10dGlooAllReduce> c10d_;
+  std::unique_ptr<comm::C10dGloo> c10d_;
 };
+
+// Why a c10d baseline row is not run, or null when it is.
+const char* c10d_skipped(Collective c, at::ScalarType dtype, const std::optional<ReduceOp>& op) {
+  if (!is_c10d(c)) return nullptr;
+  if (c != Collective::C10dAllReduce && !comm::C10dGloo::kHasTensorCollectives)
+    return "this libtorch's ProcessGroupGloo has no all_gather / reduce_scatter over flat tensors; 2.3 and later have";
+  if (dtype != at::kFloat || op == ReduceOp::Avg) return "the c10d Gloo baseline runs float sum/max only";
+  return nullptr;
+}
 
 std::string format_time(double us) {
   char buf[32];
@@ -280,7 +304,8 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
     for (const auto& c : kCollectives)
       if (name == "all" || name == c.name) collectives.push_back(&c), found = true;
     CADRE_CONFIG_CHECK(found, "unknown collective '", name,
-                       "' (all_reduce, all_gather, reduce_scatter, broadcast, c10d_all_reduce, all)");
+                       "' (all_reduce, all_gather, reduce_scatter, broadcast, c10d_all_reduce, c10d_all_gather, "
+                       "c10d_reduce_scatter, all)");
   }
   std::vector<at::ScalarType> dtypes;
   for (const auto& d : options.dtypes) {
@@ -313,7 +338,7 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
                                   : "issued all at once, time = mean per op");
   }
   for (const CollectiveInfo* c : collectives)
-    if (c->kind == Collective::C10dAllReduce) runner.start_c10d();
+    if (is_c10d(c->kind)) runner.start_c10d();
   int64_t total_wrong = 0;
   for (const CollectiveInfo* c : collectives) {
     for (at::ScalarType dtype : dtypes) {
@@ -321,10 +346,10 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
       if (c->reduces) redops.assign(ops.begin(), ops.end());
       else redops.push_back(std::nullopt);
       for (const auto& op : redops) {
-        if (c->kind == Collective::C10dAllReduce && (dtype != at::kFloat || op == ReduceOp::Avg)) {
+        if (const char* why = c10d_skipped(c->kind, dtype, op)) {
           if (printer)
-            std::fprintf(out, "#\n# c10d_all_reduce %s %s: skipped (c10d Gloo 1.13 supports float sum/max only)\n",
-                         comm::dtype_name(dtype).c_str(), comm::reduce_op_name(*op));
+            std::fprintf(out, "#\n# %s %s%s%s: skipped (%s)\n", c->name, comm::dtype_name(dtype).c_str(),
+                         op ? " " : "", op ? comm::reduce_op_name(*op) : "", why);
           continue;
         }
         if (printer) {
@@ -338,7 +363,7 @@ int run_collectives_bench(const CollectivesBenchOptions& options) {
         for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes;
              bytes = options.step_factor >= 2 ? bytes * options.step_factor : options.max_bytes + 1) {
           int64_t count = bytes / elem;
-          if (c->kind == Collective::AllGather || c->kind == Collective::ReduceScatter) count = count / n * n;
+          if (gathers(c->kind) || scatters(c->kind)) count = count / n * n;
           const int64_t size = count * elem;
           Result results[2];
           for (int place = 0; place < 2; ++place) {

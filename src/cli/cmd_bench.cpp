@@ -18,7 +18,10 @@ int bench_collectives(const Args& args) {
   int64_t check = 1;
   std::string dtype = "float", redop = "sum";
   Flags flags(
-      "cadre bench collectives [all_reduce|all_gather|reduce_scatter|broadcast|c10d_all_reduce|all]... [flags]\n"
+      "cadre bench collectives [all_reduce|all_gather|reduce_scatter|broadcast|c10d_all_reduce|c10d_all_gather|\n"
+      "                         c10d_reduce_scatter|all]... [flags]\n"
+      "c10d_*: libtorch's own ProcessGroupGloo ops in the same job, float sum/max (all_gather and\n"
+      "reduce_scatter over flat tensors need libtorch 2.3 or later).\n"
       "Runs under `cadre run` or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT\n"
       "(and CADRE_JOB_SECRET for more than one rank).");
   flags.add("-b", &min_bytes, "minimum size in bytes (K, M, G suffixes; default 32M)");

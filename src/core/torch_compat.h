@@ -28,6 +28,11 @@
 // first release that can carry it, not checked.
 #define CADRE_GLOO_SHARED_STORE CADRE_TORCH_AT_LEAST(2, 8)
 
+// c10d::ProcessGroupGloo::_allgather_base and _reduce_scatter_base, what all_gather_into_tensor
+// and reduce_scatter_tensor call (the latter an all-reduce of which each rank keeps its chunk):
+// 1.13's Gloo throws for both; 2.3 has both (only 1.13 and 2.11 are built).
+#define CADRE_TORCH_GLOO_HAS_TENSOR_COLLECTIVES CADRE_TORCH_AT_LEAST(2, 3)
+
 // at::_fused_adamw_: one multi-tensor AdamW kernel per device and dtype, taking lr as a double
 // and the step counts as float32 tensors. Its CUDA kernel came in 2.1, its CPU kernel in 2.4;
 // Cadre uses it from 2.4 so that the CPU tests run the same op (only 1.13 and 2.11 are built).

@@ -158,6 +158,10 @@ int FSDPModule::replica_index() {
   auto* r = tree().options.groups.replica;
   return r ? r->rank() : 0;
 }
+int FSDPModule::shard_index() {
+  auto* s = tree().options.groups.shard;
+  return s ? s->rank() : 0;
+}
 std::vector<std::pair<std::string, at::Tensor>> FSDPModule::unsharded_state() { return tree().unsharded; }
 const std::vector<at::Tensor>& FSDPModule::frozen_parameters() { return tree().frozen_pieces; }
 const std::vector<ShardPiece>& FSDPModule::frozen_piece_layout() { return tree().frozen_layout; }

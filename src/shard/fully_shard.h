@@ -192,6 +192,8 @@ class FSDPModule {
   // index among them: checkpoints write each shard once, spread over the replicas.
   int replica_count();
   int replica_index();
+  // This rank's index in the group its units are sharded over (0 without one).
+  int shard_index();
   // Buffers by name (full on every rank).
   std::vector<std::pair<std::string, at::Tensor>> unsharded_state();
   // Frozen parameters (requires_grad off), sharded like the trainable ones: the pieces of them

@@ -29,6 +29,15 @@ bool writes_tensor_parallel_copy(const ShardPiece& where, const TensorParallelLa
   return (p && !p->replicated) || tp->group->rank() == 0;
 }
 
+// Buffers are the same on every rank of the model's data-parallel group (broadcast from its first
+// rank each training step, shard/fsdp_buffers.cpp) and of its tensor-parallel group: their first
+// rank writes them. Under pipeline stages that is one rank per stage, each stage's model holding
+// its own buffers (world rank 0 alone would leave the later stages' out).
+bool writes_buffers(FSDPModule& model) {
+  const TensorParallelLayout* tp = model.tensor_parallel();
+  return model.replica_index() == 0 && model.shard_index() == 0 && (!tp || !tp->group || tp->group->rank() == 0);
+}
+
 // A CPU tensor is read in place, as the staging goes; a device tensor's copy is queued in
 // `staging` (HostStaging: page-locked buffers, copies that do not wait for the device) and its
 // pieces are filled by the writer. `cpu_too`: CPU tensors take the device path (for tests).
@@ -177,9 +186,8 @@ void stage_train_state(Snapshot& snapshot, FSDPModule& model, Optimizer& optimiz
   const std::vector<size_t> frozen = frozen_staging == FrozenStaging::Include
                                          ? pieces_this_rank_writes(model, model.frozen_piece_layout())
                                          : std::vector<size_t>{};
-  // Buffers are the same on every rank (broadcast from rank 0 each training step): rank 0 writes them.
   std::vector<std::pair<std::string, at::Tensor>> buffers;
-  if (rank == 0)
+  if (writes_buffers(model))
     for (const auto& [name, t] : model.unsharded_state()) buffers.emplace_back(name, t.contiguous());
   at::Tensor rng = rng_state();
 

@@ -70,6 +70,14 @@ Plan choose(const std::vector<std::vector<Offer>>& offers) {
   return {};
 }
 
+// The piece of `copy` named `rng` (none or one): all a rank takes from another stage's copy.
+std::vector<SnapshotPiece> rng_piece(const PackedState& copy, const std::string& rng) {
+  std::vector<SnapshotPiece> out;
+  for (const SnapshotPiece& p : copy.pieces)
+    if (p.tensor == rng) out.push_back(p);
+  return out;
+}
+
 const PackedState& held_copy(const std::vector<PackedState>& held, const Plan& plan, int owner, int rank) {
   for (const PackedState& s : held)
     if (s.step == plan.step && s.world == plan.world && s.owner == owner) return s;
@@ -79,7 +87,7 @@ const PackedState& held_copy(const std::vector<PackedState>& held, const Plan& p
 }  // namespace
 
 std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPModule& model, Optimizer& optimizer,
-                                    BatchSource& data, comm::Communicator* group, int rank) {
+                                    BatchSource& data, comm::Communicator* group, int rank, int stage) {
   const Plan plan = choose(gather_offers(held, group));
   if (plan.step < 0) return std::nullopt;
   StateFiller filler(model, optimizer);
@@ -87,6 +95,7 @@ std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPMo
   Adopted out;
   out.source = -1;
   out.owners = plan.world;
+  int last_stage = 0;
   for (int owner = 0; owner < plan.world; ++owner) {
     const int holder = plan.holder[size_t(owner)];
     PackedState received;
@@ -102,7 +111,9 @@ std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPMo
                   ": rank ", holder, " sent the copy of rank ", received.owner, " of ", received.world, " at step ",
                   received.step, " instead of rank ", owner, "'s at step ", plan.step);
     }
-    filler.apply(copy->pieces, copy->base(), rng);
+    if (copy->stage == stage) filler.apply(copy->pieces, copy->base(), rng);
+    else filler.apply(rng_piece(*copy, rng), copy->base(), rng);  // the part of a stage this rank does not hold
+    last_stage = std::max(last_stage, copy->stage);
     if (owner == 0) {
       out.step = copy->step;
       out.micro_batches = copy->micro_batches;
@@ -112,6 +123,7 @@ std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPMo
     }
   }
   filler.finish(rank);
+  out.stages = last_stage > 0 ? last_stage + 1 : 0;
   return out;
 }
 

@@ -21,7 +21,14 @@ namespace cadre {
 // Collective over the new group (null: one rank). nullopt when no step is covered (no rank
 // holds copies, or the copies of some old rank were all lost: resume from disk instead).
 // Adopted::source is -1 (several ranks), ::owners the old group's size.
+//
+// Under pipeline stages every rank's copy is of its owner's stage (PackedState::stage), and the
+// group re-forms with the same stages (ranks numbered afresh: a survivor may now hold another
+// stage than the one it carried, and its copies then serve others). Each copy still reaches
+// every rank; a rank fills its part from the copies of `stage`, the one it holds now, and takes
+// only the RNG of old rank (rank mod old world) from another's, as a resume from disk does.
+// Adopted::stages is then the number of stages the copies were of.
 std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPModule& model, Optimizer& optimizer,
-                                    BatchSource& data, comm::Communicator* group, int rank);
+                                    BatchSource& data, comm::Communicator* group, int rank, int stage = 0);
 
 }  // namespace cadre

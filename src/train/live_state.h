@@ -51,7 +51,7 @@ struct Adopted {
   int64_t micro_batches = 0;
   int source = 0;           // the rank whose state everyone now holds (-1: assembled from several)
   int owners = 0;           // sharded state: the ranks of the lost group whose copies were assembled
-  int stages = 0;           // pipeline stages: each stage's state came from one of its own survivors
+  int stages = 0;           // pipeline stages (0 without): each stage's state came from its own survivors
   bool transferred = false; // false when every rank already held it (nothing crossed the network)
   int64_t bytes = 0;        // sent by the source
   std::string record;       // the source's record of `step` (LiveState::last_record)

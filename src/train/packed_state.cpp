@@ -23,6 +23,7 @@ std::string header_text(const PackedState& s) {
   return nlohmann::json{{"step", s.step},
                         {"owner", s.owner},
                         {"world", s.world},
+                        {"stage", s.stage},
                         {"data_position", s.data_position},
                         {"optimizer_steps", s.optimizer_steps},
                         {"micro_batches", s.micro_batches},
@@ -40,6 +41,8 @@ PackedState parse_header(const std::string& text, int64_t bytes, const std::stri
     s.step = h.at("step").get<int64_t>();
     s.owner = h.at("owner").get<int>();
     s.world = h.at("world").get<int>();
+    s.stage = h.at("stage").get<int>();
+    CADRE_CHECK(s.stage >= 0, "negative pipeline stage ", s.stage);
     s.data_position = h.at("data_position").get<int64_t>();
     s.optimizer_steps = h.at("optimizer_steps").get<int64_t>();
     s.micro_batches = h.at("micro_batches").get<int64_t>();
@@ -75,6 +78,7 @@ PackedState pack_state(Snapshot& staged, FSDPModule& model, Optimizer& optimizer
   s.step = scalars.step;
   s.owner = rank;
   s.world = world;
+  s.stage = scalars.stage;
   s.data_position = scalars.data_position;
   s.optimizer_steps = scalars.optimizer_steps;
   s.micro_batches = scalars.micro_batches;

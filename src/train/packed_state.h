@@ -21,6 +21,7 @@ struct PackedState {
   int64_t step = -1;           // steps completed
   int owner = -1;              // the rank that staged it
   int world = 0;               // in a group of this many ranks (whose layout the slices follow)
+  int stage = 0;               // the pipeline stage whose part it is (0 without stages)
   int64_t data_position = 0;   // global samples consumed after `step`
   int64_t optimizer_steps = 0;
   int64_t micro_batches = 0;   // the global batch, in data.batch_size units
@@ -34,6 +35,7 @@ struct PackedState {
 struct PackedScalars {
   int64_t step = 0, data_position = 0, optimizer_steps = 0, micro_batches = 0;
   std::string record;
+  int stage = 0;  // the owner's pipeline stage
 };
 
 // Stages this rank's part of the model, optimizer and RNG (as a checkpoint does) in `staging` and

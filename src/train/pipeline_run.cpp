@@ -1,25 +1,15 @@
 // Setting up a run's pipeline stage (pipeline_run.h).
 #include "train/pipeline_run.h"
 
-#include <cstdlib>
 #include <functional>
 
 #include "core/error.h"
 #include "pipeline/simulation.h"
 #include "pipeline/stage_error.h"
-#include "rdzv/membership.h"
 
 namespace cadre {
 
 namespace {
-
-// What the trainer's pipeline does not run yet, refused before any work starts.
-void check_supported(const Config& c) {
-  CADRE_CONFIG_CHECK(!std::getenv(rdzv::kMembershipFdEnv) || c.parallel.strategy == Strategy::NoShard,
-                     "parallel.pp_size ", c.parallel.pp_size, " with parallel.strategy ",
-                     strategy_name(c.parallel.strategy), ": `cadre run --recovery memory` re-forms pipeline stages "
-                     "from replicated state only (NO_SHARD; or use --recovery restart)");
-}
 
 // parallel.pp_chunks, or the schedule's default: 2 chunks a stage under interleaved, else 1.
 int64_t chunks_per_stage(const ParallelConfig& p, pipeline::Schedule schedule) {
@@ -55,7 +45,6 @@ std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, 
   run->chunks = chunks_per_stage(p, run->schedule);
   run->stage_index = pp_rank;
   run->activation_dtype = p.mixed_precision.param_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-  check_supported(c);
   pipeline_set_accumulation(*run, p, c.optim.grad_accum_steps);
   const std::optional<PipelineTrunk> trunk = model.pipeline_trunk();
   CADRE_CONFIG_CHECK(trunk.has_value(), "parallel.pp_size ", p.pp_size, ": ", model.describe(),

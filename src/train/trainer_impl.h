@@ -134,6 +134,7 @@ class Trainer {
   std::vector<comm::Communicator*> communicators() const;
   void abandon_background_save() noexcept;
   bool sharded_recovery() const { return channel_ && c_.parallel.strategy != Strategy::NoShard; }
+  int stage_index() const { return run_->pipeline ? int(run_->pipeline->stage_index) : 0; }  // 0 without stages
   void keep_copy(int64_t done, std::string record);
   std::string checkpoint_path(int64_t step) const { return checkpoint_dir_ + "/" + checkpoint_name(step); }
 

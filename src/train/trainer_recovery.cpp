@@ -14,7 +14,8 @@ bool Trainer::adopt(const Carried& carried) {
   const LiveState* replica = carried.replica ? &*carried.replica : nullptr;
   std::optional<Adopted> adopted =
       sharded_recovery()
-          ? copies_adopt(carried.copies, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank)
+          ? copies_adopt(carried.copies, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank,
+                         stage_index())
       : run_->pipeline
           ? live_state_adopt_stages(replica, run_->sharded, *run_->optimizer, *run_->train_data, *run_->mesh)
           : live_state_adopt(replica, run_->sharded, *run_->optimizer, *run_->train_data, run_->group, run_->rank);
@@ -31,9 +32,10 @@ bool Trainer::adopt(const Carried& carried) {
   position_done_ = int64_t(run_->train_data->position());
   inherited_copies_ = carried.copies;  // until this group's own copies commit
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const std::string whose = adopted->stages > 0 ? str("each of the ", adopted->stages, " stages from its own survivors")
-                            : adopted->source >= 0 ? str("state of rank ", adopted->source)
-                                                   : str("copies of the ", adopted->owners, " ranks' parts");
+  std::string whose = adopted->owners > 0   ? str("copies of the ", adopted->owners, " ranks' parts")
+                      : adopted->stages > 0 ? str("each of the ", adopted->stages, " stages from its own survivors")
+                                            : str("state of rank ", adopted->source);
+  if (adopted->owners > 0 && adopted->stages > 0) whose += str(" of ", adopted->stages, " pipeline stages");
   if (run_->lead)
     log::info(str("recovery: ", run_->world, " rank(s) go on from step ", adopted->step, " in memory (round ",
                   channel_ ? channel_->round() : 0, ", ", whose, ", ",
@@ -50,14 +52,14 @@ Carried Trainer::take_carried(bool group_intact) {
   if (!sharded_recovery()) {
     carried.replica =
         live_state_take(run_->sharded, *run_->optimizer, steps_done_, position_done_, micro_batches_, last_record_);
-    carried.replica->stage = run_->pipeline ? run_->pipeline->stage_index : 0;
+    carried.replica->stage = stage_index();
     return carried;
   }
   if (peer_copies_) carried.copies = peer_copies_->release();
   if (group_intact)
     carried.copies.push_back(pack_state(copy_staging_, run_->sharded, *run_->optimizer, run_->rank, run_->world,
                                         {steps_done_, position_done_, run_->optimizer->steps(), micro_batches_,
-                                         last_record_}));
+                                         last_record_, stage_index()}));
   for (PackedState& c : inherited_copies_) carried.copies.push_back(std::move(c));
   inherited_copies_.clear();
   return carried;
@@ -68,7 +70,8 @@ Carried Trainer::take_carried(bool group_intact) {
 void Trainer::keep_copy(int64_t done, std::string record) {
   obs::ProgressHeartbeat busy;  // a previous exchange may still be finishing: busy, not hung
   peer_copies_->start(pack_state(copy_staging_, run_->sharded, *run_->optimizer, run_->rank, run_->world,
-                                 {done, position_done_, run_->optimizer->steps(), micro_batches_, std::move(record)}),
+                                 {done, position_done_, run_->optimizer->steps(), micro_batches_, std::move(record),
+                                  stage_index()}),
                       *run_->group);
 }
 

@@ -31,6 +31,15 @@ TEST(BenchCollectives, PrintsEveryOpAndDtypeWithNoWrongResults) {
       EXPECT_NE(out.find(std::string("# Collective test: ") + coll + "  dtype " + dtype + "\n"), std::string::npos) << out;
   }
   EXPECT_NE(out.find("# Collective test: c10d_all_reduce  dtype float  redop sum"), std::string::npos);
+  // libtorch's Gloo all_gather_into_tensor / reduce_scatter_tensor, where it has them (2.3+).
+  const bool tensor_ops = CADRE_GLOO_TENSOR_COLLECTIVES;
+  EXPECT_EQ(out.find("# Collective test: c10d_all_gather  dtype float\n") != std::string::npos, tensor_ops) << out;
+  EXPECT_EQ(out.find("# Collective test: c10d_reduce_scatter  dtype float  redop max") != std::string::npos, tensor_ops)
+      << out;
+  EXPECT_EQ(out.find("# c10d_reduce_scatter float sum: skipped (this libtorch's ProcessGroupGloo has no") !=
+                std::string::npos,
+            !tensor_ops)
+      << out;
   // Data rows: size count type redop root, then (time algbw busbw #wrong) twice.
   std::istringstream lines(out);
   std::string line;
@@ -45,8 +54,9 @@ TEST(BenchCollectives, PrintsEveryOpAndDtypeWithNoWrongResults) {
     EXPECT_EQ(f[12], "0") << line;
     ++rows;
   }
-  // 4 dtypes x (2 reducing collectives x 3 ops + 2 others) + c10d float sum/max, 2 sizes each.
-  EXPECT_EQ(rows, 2 * (4 * (2 * 3 + 2) + 2)) << out;
+  // 4 dtypes x (2 reducing collectives x 3 ops + 2 others) + c10d float: all-reduce sum/max, and
+  // (2.x) reduce-scatter sum/max and all-gather; 2 sizes each.
+  EXPECT_EQ(rows, 2 * (4 * (2 * 3 + 2) + 2 + (tensor_ops ? 3 : 0))) << out;
   EXPECT_NE(out.find("# Avg bus bandwidth"), std::string::npos);
 }
 

@@ -564,6 +564,12 @@ class NetFault : public ::testing::Test {
     workers_per_host_ = 2;
     steps_ = 16;
   }
+  // The same with sharded stages (FULL_SHARD), copied every kMemoryInterval steps.
+  void use_sharded_pipeline_memory_recovery() {
+    use_pipeline_memory_recovery();
+    shape_.strategy = "FULL_SHARD";
+    shape_.memory_interval = kMemoryInterval;
+  }
   // The same job on `world` ranks with the global batch of 6 micro-batches kept (over the
   // data-parallel ranks: world / pp_size).
   TrainShape shape_on(int world) const {
@@ -692,6 +698,29 @@ class NetFault : public ::testing::Test {
     expect_reformed(t_fault, "the survivors did not re-form with 2");
   }
 
+  // Kills the host that holds ranks 4 and 5 (hosts are ranked in the order they joined) after
+  // begin_fault(scenario) while nothing can be read from disk, and waits for the survivors to
+  // re-form; `at_fault` gets their state at the kill.
+  void kill_host_of_ranks_4_and_5_under_memory_recovery(const std::string& scenario, SurvivorsAtFault* at_fault) {
+    begin_fault(scenario);
+    ASSERT_FALSE(HasFailure());
+    const int victim = host_of_group_rank(2);
+    ASSERT_GE(victim, 0) << every_output();
+    survivors_.clear();
+    offsets_.clear();
+    for (int h = 0; h < 3; ++h)
+      if (h != victim) {
+        survivors_.push_back(h);
+        offsets_[h] = output(h).size();
+      }
+    block_checkpoints();
+    *at_fault = survivors_at_fault();
+    auto t_fault = Clock::now();
+    hosts_->kill_all(victim);
+    ASSERT_TRUE(agents_[victim]->wait_exit(10));
+    expect_reformed(t_fault, "the survivors did not re-form with 2 hosts");
+  }
+
   // After host 2 was lost under --recovery memory: hosts 0 and 1 kept their processes, went on
   // with 2 ranks from the step they were in (replicated state; sharded state: from the newest step
   // whose copies every part has in a survivor's memory, at most checkpoint.memory_interval steps
@@ -724,7 +753,8 @@ class NetFault : public ::testing::Test {
     ASSERT_GE(from, earliest_recovery_step(at_fault.logged)) << survivors;
     if (shape_.memory_interval > 0) {  // copies every memory_interval steps
       EXPECT_EQ(from % shape_.memory_interval, 0) << survivors;
-      EXPECT_NE(survivors.find("copies of the 3 ranks' parts"), std::string::npos) << survivors;
+      const std::string copies = "copies of the " + std::to_string(ranks(3)) + " ranks' parts";
+      EXPECT_NE(survivors.find(copies), std::string::npos) << survivors;
     }
     expect_goes_on_from(from);
     EXPECT_EQ(survivors.find("train: resumed from"), std::string::npos) << "a checkpoint was read";
@@ -842,30 +872,31 @@ TEST_F(NetFault, KilledHostSurvivorsGoOnFromMemoryWithoutARestart) {
 // fault-free run that went from 6 to 4 ranks through a checkpoint of that step.
 TEST_F(NetFault, KilledHostsPipelineStagesGoOnFromMemory) {
   use_pipeline_memory_recovery();
-  begin_fault("SIGKILL the host of ranks 4-5, pp 2 x dp 3, --recovery memory");
-  ASSERT_FALSE(HasFailure());
-  // Hosts are ranked in the order they joined: the victim is whichever holds ranks 4 and 5.
-  const int victim = host_of_group_rank(2);
-  ASSERT_GE(victim, 0) << every_output();
-  survivors_.clear();
-  offsets_.clear();
-  for (int h = 0; h < 3; ++h)
-    if (h != victim) {
-      survivors_.push_back(h);
-      offsets_[h] = output(h).size();
-    }
-  block_checkpoints();
-  const SurvivorsAtFault at_fault = survivors_at_fault();
-  auto t_fault = Clock::now();
-  hosts_->kill_all(victim);
-  ASSERT_TRUE(agents_[victim]->wait_exit(10));
-
-  expect_reformed(t_fault, "the survivors did not re-form with 2 hosts");
+  SurvivorsAtFault at_fault;
+  kill_host_of_ranks_4_and_5_under_memory_recovery("SIGKILL the host of ranks 4-5, pp 2 x dp 3, --recovery memory",
+                                                   &at_fault);
   ASSERT_FALSE(HasFatalFailure());
   expect_survivors_went_on_from_memory(at_fault);
   const std::string survivors = survivors_output();
   EXPECT_NE(survivors.find("each of the 2 stages from its own survivors"), std::string::npos) << survivors;
   EXPECT_NE(survivors.find("MB sent over the network"), std::string::npos) << "the moved rank got no state: " << survivors;
+}
+
+// The same stages sharded (FULL_SHARD, copies every 5 steps on the buddy two ranks on, the next
+// host): no survivor holds the parts of ranks 4 and 5, but the host of ranks 0 and 1 holds their
+// copies. The survivors go back to the newest step every part has a copy of, and each fills its
+// new stage's part from that stage's copies, whichever stage it held before (rank 2, a stage-0
+// rank, now holds part of stage 1). Losses as for replicated state: bit for bit those of a
+// fault-free run that went from 6 to 4 ranks through a checkpoint of that step.
+TEST_F(NetFault, KilledHostsShardedPipelineStagesComeBackFromTheirBuddysCopies) {
+  use_sharded_pipeline_memory_recovery();
+  SurvivorsAtFault at_fault;
+  kill_host_of_ranks_4_and_5_under_memory_recovery(
+      "SIGKILL the host of ranks 4-5, pp 2 x dp 3, FULL_SHARD, --recovery memory", &at_fault);
+  ASSERT_FALSE(HasFatalFailure());
+  expect_survivors_went_on_from_memory(at_fault);
+  const std::string survivors = survivors_output();
+  EXPECT_NE(survivors.find("copies of the 6 ranks' parts of 2 pipeline stages"), std::string::npos) << survivors;
 }
 
 // The same stages losing host 2 by a cut link: nothing resets, so a stage waiting for its

@@ -17,14 +17,15 @@ namespace {
 
 struct Adopted {
   bool found = false, nothing = false;
-  long step = -1, owners = -1, position = -1, optimizer_steps = -1, micro_batches = -1, transferred = -1, rng = -1,
-       wrong = -1;
+  long step = -1, owners = -1, stages = -1, position = -1, optimizer_steps = -1, micro_batches = -1,
+       transferred = -1, rng = -1, wrong = -1;
   std::string record;
 };
 
 Adopted adopted(const std::string& output) {
   static const std::regex line(
-      R"(adopted step (\d+) owners (\d+) position (\d+) optimizer_steps (\d+) micro_batches (\d+) transferred (\d) )"
+      R"(adopted step (\d+) owners (\d+) stages (\d+) position (\d+) optimizer_steps (\d+) )"
+      R"(micro_batches (\d+) transferred (\d) )"
       R"(rng (\d+) wrong (\d+) record (.*))");
   std::smatch m;
   Adopted a;
@@ -33,13 +34,14 @@ Adopted adopted(const std::string& output) {
   a.found = true;
   a.step = std::stol(m[1]);
   a.owners = std::stol(m[2]);
-  a.position = std::stol(m[3]);
-  a.optimizer_steps = std::stol(m[4]);
-  a.micro_batches = std::stol(m[5]);
-  a.transferred = std::stol(m[6]);
-  a.rng = std::stol(m[7]);
-  a.wrong = std::stol(m[8]);
-  a.record = m[9];
+  a.stages = std::stol(m[3]);
+  a.position = std::stol(m[4]);
+  a.optimizer_steps = std::stol(m[5]);
+  a.micro_batches = std::stol(m[6]);
+  a.transferred = std::stol(m[7]);
+  a.rng = std::stol(m[8]);
+  a.wrong = std::stol(m[9]);
+  a.record = m[10];
   return a;
 }
 
@@ -71,8 +73,9 @@ class PeerCopiesRecovery : public ::testing::Test {
     return results;
   }
   // Every rank of the new group holds its part exactly, at step 7, with the old group's scalars
-  // and the RNG of old rank (new rank mod old world).
-  void expect_adopted(const std::vector<cadre::testing::RankResult>& results, int new_world, int old_world) {
+  // and the RNG of old rank (new rank mod old world); `stages`: the pipeline stages (0: none).
+  void expect_adopted(const std::vector<cadre::testing::RankResult>& results, int new_world, int old_world,
+                      int stages = 0) {
     const std::map<int, long> rng = old_rng(results);
     ASSERT_EQ(rng.size(), size_t(old_world));
     for (int r = 0; r < new_world; ++r) {
@@ -81,6 +84,7 @@ class PeerCopiesRecovery : public ::testing::Test {
       EXPECT_EQ(a.wrong, 0) << "rank " << r << ": elements not where they belong\n" << results[r].output;
       EXPECT_EQ(a.step, 7);
       EXPECT_EQ(a.owners, old_world);
+      EXPECT_EQ(a.stages, stages);
       EXPECT_EQ(a.position, 107);
       EXPECT_EQ(a.optimizer_steps, 7);
       EXPECT_EQ(a.micro_batches, 6);
@@ -119,6 +123,17 @@ TEST_F(PeerCopiesRecovery, HybridShardPartsReachANewcomer) { expect_adopted(run(
 // bf16 and land where they belong.
 TEST_F(PeerCopiesRecovery, FrozenPartsKeptInBf16SurviveAShrink) {
   expect_adopted(run(3, "shrink", "FULL_SHARD", "bf16-frozen"), 2, 3);
+}
+
+// Pipeline stages (issue #53): all of stage 1 is lost (ranks 2 and 3 of pp 2 x dp 2) and rank 1,
+// which held stage 0, now holds stage 1: it fills its part from the copies of stage 1's ranks
+// (its own of rank 3, rank 0's of rank 2) and takes nothing else from its own stage-0 part, which
+// rank 0 receives. Each stage's elements carry its tag: a part filled from the other stage's
+// copies, or twice, fails.
+TEST_F(PeerCopiesRecovery, EachStageFillsItsPartFromItsOwnStagesCopies) {
+  auto results = run(4, "stages");
+  EXPECT_NE(results[1].output.find("holds 2 copies (buddy 3, giver 3)"), std::string::npos) << results[1].output;
+  expect_adopted(results, 2, 4, /*stages=*/2);
 }
 
 TEST_F(PeerCopiesRecovery, NothingIsAdoptedWhenEveryCopyOfAPartIsGone) {

@@ -5,6 +5,9 @@
 // tensor, pack their parts at step 7, exchange copies with their buddies (ranks_per_node 1), and
 // then the ranks of a new group (another size, or a newcomer) adopt what the survivors hold and
 // check every element they now own against that value.
+// Under pipeline stages (the stages scenario) each stage is the user network sharded over that
+// stage's data-parallel ranks, its values tagged with the stage: a part filled from another
+// stage's copy shows.
 //
 //   peer_copies_worker <data_dir> <scenario> <new_port> [strategy] [bf16-frozen]
 //
@@ -15,6 +18,9 @@
 // grow:        2 -> 3: ranks 0 and 1 hold their own parts; rank 2 is a newcomer.
 // replace:     3 -> 3: rank 1 is replaced by a newcomer; its part comes from rank 2's copy.
 // copies_lost: 3 -> 2 with rank 0's copy of rank 2 dropped: no step is covered, nothing adopted.
+// stages:      pp 2 x dp 2 -> pp 2 x dp 1, buddies two ranks on (ranks_per_node 2): ranks 2 and 3
+//              (all of stage 1) are lost; rank 1, a stage-0 rank, now holds stage 1 and fills it
+//              from its copy of rank 3 and rank 0's of rank 2, while its own part serves rank 0.
 //
 // Prints "rng <x>" (the old rank's next random number after packing) and "adopted step ... ok"
 // or "nothing adopted".
@@ -22,12 +28,14 @@
 #include <c10/core/GradMode.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "comm/comm.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "optim/make_optimizer.h"
+#include "shard/device_mesh.h"
 #include "shard/fully_shard.h"
 #include "shard/parallel_groups.h"
 #include "shard/user_net.h"
@@ -39,9 +47,10 @@ namespace {
 
 struct Scenario {
   int old_world, new_world;
+  std::string name;
+  int pp = 1, ranks_per_node = 1;
   int old_rank(int process) const;  // -1: not in the old group (a newcomer)
   int new_rank(int process) const;  // -1: not in the new group (lost)
-  std::string name;
 };
 int Scenario::old_rank(int process) const { return process < old_world ? process : -1; }
 int Scenario::new_rank(int process) const { return process < new_world ? process : -1; }
@@ -50,6 +59,7 @@ Scenario scenario(const std::string& name) {
   if (name == "shrink" || name == "copies_lost") return {3, 2, name};
   if (name == "grow") return {2, 3, name};
   if (name == "replace") return {3, 3, name};
+  if (name == "stages") return {4, 2, name, /*pp=*/2, /*ranks_per_node=*/2};
   throw cadre::Error("peer_copies_worker: no scenario '" + name + "'");
 }
 
@@ -61,15 +71,24 @@ at::Tensor expected(const std::string& tensor, int64_t start, int64_t n) {
 }
 
 struct Job {
+  std::optional<cadre::DeviceMesh> mesh;  // pipeline stages: pp outermost, this rank's stage's dp group
   std::shared_ptr<usernet::Net> net;
   cadre::ParallelGroups groups;
   cadre::FSDPModule model;
   std::unique_ptr<cadre::Optimizer> optimizer;
+  int stage() const { return mesh ? mesh->pp_rank() : 0; }
+  cadre::comm::Communicator* world() const { return mesh ? mesh->world() : groups.world.get(); }
 };
 
-std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, cadre::Strategy strategy, bool bf16_frozen) {
+std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, const Scenario& s, cadre::Strategy strategy,
+                           bool bf16_frozen) {
   auto job = std::make_unique<Job>();
-  job->groups = cadre::make_parallel_groups(env, strategy, /*shard_group_size=*/1, {});
+  if (s.pp > 1) {
+    job->mesh.emplace(env, 1, cadre::comm::CommOptions{}, s.pp);
+    job->groups = cadre::make_parallel_groups(job->mesh->dp(), strategy, /*shard_group_size=*/1);
+  } else {
+    job->groups = cadre::make_parallel_groups(env, strategy, /*shard_group_size=*/1, {});
+  }
   job->net = std::make_shared<usernet::Net>();
   job->net->init(7);
   cadre::FullyShardOptions options;
@@ -88,15 +107,16 @@ std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, cadre::Strategy strat
   return job;
 }
 
-// Every element of this rank's part: set to (fill) or compared with (check) its value (a frozen
-// piece kept in bf16: the value rounded to it). Buffers hold 3 everywhere.
+// Every element of this rank's part: set to (fill) or compared with (check) its value in this
+// rank's stage (a frozen piece kept in bf16: the value rounded to it). Buffers hold 3 everywhere.
 int64_t visit(Job& job, bool fill) {
   c10::NoGradGuard no_grad;
   int64_t wrong = 0;
   const auto& layout = job.model.piece_layout();
   const std::vector<cadre::OptimizerState> state = job.optimizer->state();
   auto one = [&](const std::string& name, const cadre::ShardPiece& where, const at::Tensor& t) {
-    const at::Tensor want = expected(name, where.start, t.numel()).to(t.scalar_type());
+    const std::string tagged = std::to_string(job.stage()) + "/" + name;
+    const at::Tensor want = expected(tagged, where.start, t.numel()).to(t.scalar_type());
     if (fill) t.view({-1}).copy_(want);
     else wrong += t.view({-1}).ne(want).sum().item<int64_t>();
   };
@@ -124,21 +144,22 @@ cadre::comm::JobEnv env_for(const cadre::comm::JobEnv& base, int rank, int world
 // The old group: pack at step 7, exchange with the buddy, hand over what this rank holds.
 std::vector<cadre::PackedState> old_group(const cadre::comm::JobEnv& env, const Scenario& s,
                                           cadre::Strategy strategy, bool bf16_frozen) {
-  std::unique_ptr<Job> job = build(env, strategy, bf16_frozen);
+  std::unique_ptr<Job> job = build(env, s, strategy, bf16_frozen);
   visit(*job, /*fill=*/true);
   job->optimizer->set_steps(7);
   at::manual_seed(uint64_t(1000 + env.rank));
   cadre::Snapshot staging;
   cadre::PackedState own = cadre::pack_state(staging, job->model, *job->optimizer, env.rank, env.world_size,
-                                             {7, 107, 7, 6, "{\"step\":7,\"rank\":" + std::to_string(env.rank) + "}"});
+                                             {7, 107, 7, 6, "{\"step\":7,\"rank\":" + std::to_string(env.rank) + "}",
+                                              job->stage()});
   std::printf("rank %d: rng %lld\n", env.rank, static_cast<long long>(at::randint(1 << 30, {1}).item<int64_t>()));
-  cadre::PeerCopies copies(*job->groups.world, /*ranks_per_node=*/1);
-  copies.start(std::move(own), *job->groups.world);
+  cadre::PeerCopies copies(*job->world(), s.ranks_per_node);
+  copies.start(std::move(own), *job->world());
   copies.commit();  // waits for this rank's side of the exchange (the barrier below for the others')
   std::vector<cadre::PackedState> held = copies.release();
   if (s.name == "copies_lost" && env.rank == 0) held.resize(1);  // its own part only
   std::printf("rank %d: holds %zu copies (buddy %d, giver %d)\n", env.rank, held.size(), copies.buddy(), copies.giver());
-  job->groups.world->barrier();
+  job->world()->barrier();
   return held;
 }
 
@@ -157,23 +178,23 @@ int run(int argc, char** argv) {
   if (s.name == "replace" && env.rank == 1) held.clear();  // the replacement starts with nothing
   if (new_rank < 0) return 0;
   const cadre::comm::JobEnv fresh = env_for(env, new_rank, s.new_world, std::stoi(argv[3]));
-  std::unique_ptr<Job> job = build(fresh, strategy, bf16_frozen);
+  std::unique_ptr<Job> job = build(fresh, s, strategy, bf16_frozen);
   std::unique_ptr<cadre::BatchSource> data = cadre::BatchSource::open(argv[1], cadre::Split::Train, 1234);
   std::optional<cadre::Adopted> adopted =
-      cadre::copies_adopt(held, job->model, *job->optimizer, *data, job->groups.world.get(), new_rank);
+      cadre::copies_adopt(held, job->model, *job->optimizer, *data, job->world(), new_rank, job->stage());
   if (!adopted) {
     std::printf("rank %d: nothing adopted\n", new_rank);
   } else {
     const int64_t wrong = visit(*job, /*fill=*/false);
-    std::printf("rank %d: adopted step %lld owners %d position %llu optimizer_steps %lld micro_batches %lld "
+    std::printf("rank %d: adopted step %lld owners %d stages %d position %llu optimizer_steps %lld micro_batches %lld "
                 "transferred %d rng %lld wrong %lld record %s\n",
-                new_rank, static_cast<long long>(adopted->step), adopted->owners,
+                new_rank, static_cast<long long>(adopted->step), adopted->owners, adopted->stages,
                 static_cast<unsigned long long>(data->position()), static_cast<long long>(job->optimizer->steps()),
                 static_cast<long long>(adopted->micro_batches), adopted->transferred ? 1 : 0,
                 static_cast<long long>(at::randint(1 << 30, {1}).item<int64_t>()), static_cast<long long>(wrong),
                 adopted->record.c_str());
   }
-  job->groups.world->barrier();
+  job->world()->barrier();
   return 0;
 }
 

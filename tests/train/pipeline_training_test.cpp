@@ -336,22 +336,4 @@ TEST_F(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
   }
 }
 
-// `cadre run --recovery memory` re-forms stages from replicated state only: a sharded strategy
-// is refused before any work, naming both keys, and the job ends (--max-restarts 0).
-TEST_F(PipelineTraining, InMemoryRecoveryOfShardedStagesIsRefused) {
-  const auto train = cadre::test::tiny_train_command(
-      *dir_ / "data", *dir_ / "memory-sharded", {"parallel.pp_size=2", "parallel.strategy=FULL_SHARD", "train.steps=2"});
-  std::vector<std::string> argv = {CADRE_BIN,        "run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
-                                   "0",              "--recovery", "memory", "--log-dir", *dir_ / "memory-sharded-logs",
-                                   "--"};
-  argv.insert(argv.end(), train.begin(), train.end());
-  const auto r = cadre::test::run_process(argv, {"OMP_NUM_THREADS=1"}, 120);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("parallel.pp_size 2 with parallel.strategy FULL_SHARD: `cadre run --recovery memory` "
-                          "re-forms pipeline stages from replicated state only"),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(std::filesystem::exists(*dir_ / "memory-sharded/metrics.jsonl")) << "a step was trained";
-}
-
 }  // namespace
