@@ -24,7 +24,15 @@ namespace {
 using comm::Communicator;
 using comm::ReduceOp;
 
-enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, C10dAllReduce, C10dAllGather, C10dReduceScatter };
+enum class Collective {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  Broadcast,
+  C10dAllReduce,
+  C10dAllGather,
+  C10dReduceScatter,
+};
 
 // libtorch's own Gloo ops (comm/c10d_baseline.h), the peers of ours: float32, sum or max.
 bool is_c10d(Collective c) {
