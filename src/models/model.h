@@ -148,10 +148,12 @@ struct ActivationShape {
 
 // A model's sequential trunk, as pipeline parallelism splits it (pipeline/stage_split.h): each
 // block's parameter count, and those of what runs before the blocks (on the first stage) and
-// after them (on the last).
+// after them (on the last). `tied`: parameters both ends use (a head tied to the embedding):
+// the first and the last stage each hold them, and their gradients are summed across the two.
 struct PipelineTrunk {
   std::vector<int64_t> block_params;
   int64_t before = 0, after = 0;
+  std::vector<std::string> tied;
 };
 
 // One pipeline rank's share of the trunk: the blocks of each of its chunks, [begin, end) in the

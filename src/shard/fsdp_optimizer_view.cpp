@@ -73,6 +73,7 @@ double FsdpTree::clip_grad_norm(double max_norm) {
   const TensorParallelLayout* tp = options.tensor_parallel.get();
   std::vector<at::Tensor> split, whole;
   for (size_t k : piece_norm_order_) {
+    if (options.mirrored.count(piece_layout[k].name)) continue;  // counted on the stage it mirrors
     const Placement* where = tp ? tp->find(piece_layout[k].name) : nullptr;
     (where && !where->replicated ? split : whole).push_back(piece_grads_[k]);
   }

@@ -173,6 +173,7 @@ ShardPlan FSDPModule::plan() {
   return tree_->plan();
 }
 const TensorParallelLayout* FSDPModule::tensor_parallel() { return tree().options.tensor_parallel.get(); }
+const std::set<std::string>& FSDPModule::mirrored() { return tree().options.mirrored; }
 const std::vector<std::unique_ptr<FlatParam>>& FSDPModule::flat_params() { return tree().flats; }
 bool FSDPModule::replicas_identical() { return tree().replicas_identical(); }
 

@@ -49,6 +49,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,6 +99,10 @@ struct FullyShardOptions {
   // tree's counterpart): the global gradient norm adds their squares. Null: this tree is the
   // whole model.
   comm::Communicator* stage_group = nullptr;
+  // Parameters this tree holds as a copy of another stage's (a tied embedding the last stage's
+  // head reads; the pipeline keeps the two equal): the global gradient norm and checkpoints take
+  // them from that stage only, so they are counted and written once.
+  std::set<std::string> mirrored;
   // A backward may run through some of the units only (a pipeline stage holding several chunks
   // under the interleaved schedule: each micro-batch's backward runs through one chunk). A unit
   // none of whose gradients arrived sat that backward out, instead of being an error; what units
@@ -209,6 +214,8 @@ class FSDPModule {
   ShardPlan plan();
   // The tensor-parallel layout the units were made with (null without tensor parallelism).
   const TensorParallelLayout* tensor_parallel();
+  // FullyShardOptions::mirrored.
+  const std::set<std::string>& mirrored();
   const std::vector<std::unique_ptr<FlatParam>>& flat_params();
 
   // Diagnostic (collective): gathers one flat parameter at a time and checks every rank holds

@@ -169,9 +169,10 @@ GlobalPlace global_place(const ShardPiece& where, const TensorParallelLayout* tp
 std::vector<size_t> pieces_this_rank_writes(FSDPModule& model, const std::vector<ShardPiece>& layout) {
   const TensorParallelLayout* tp = model.tensor_parallel();
   std::vector<size_t> mine;
+  const std::set<std::string>& mirrored = model.mirrored();  // written by the stage they mirror
   for (size_t k = 0; k < layout.size(); ++k)
     if (static_cast<int>(layout[k].unit % model.replica_count()) == model.replica_index() &&
-        writes_tensor_parallel_copy(layout[k], tp))
+        writes_tensor_parallel_copy(layout[k], tp) && !mirrored.count(layout[k].name))
       mine.push_back(k);
   return mine;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
@@ -70,11 +71,24 @@ Plan choose(const std::vector<std::vector<Offer>>& offers) {
   return {};
 }
 
-// The piece of `copy` named `rng` (none or one): all a rank takes from another stage's copy.
-std::vector<SnapshotPiece> rng_piece(const PackedState& copy, const std::string& rng) {
+// Whether checkpoint tensor `tensor` is parameter `name` or an optimizer state of it.
+bool names_parameter(const std::string& tensor, const std::string& name) {
+  if (tensor == "model." + name) return true;
+  const std::string suffix = "." + name;
+  return tensor.rfind("optim.", 0) == 0 && tensor.size() > suffix.size() &&
+         tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What a rank takes from another stage's copy: the piece named `rng` (none or one), and those of
+// the parameters this rank mirrors (a tied table, which only the stage it mirrors writes).
+std::vector<SnapshotPiece> pieces_from_other_stage(const PackedState& copy, const std::string& rng,
+                                                   const std::set<std::string>& mirrored) {
   std::vector<SnapshotPiece> out;
-  for (const SnapshotPiece& p : copy.pieces)
-    if (p.tensor == rng) out.push_back(p);
+  for (const SnapshotPiece& p : copy.pieces) {
+    bool take = p.tensor == rng;
+    for (const std::string& name : mirrored) take = take || names_parameter(p.tensor, name);
+    if (take) out.push_back(p);
+  }
   return out;
 }
 
@@ -112,7 +126,7 @@ std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPMo
                   received.step, " instead of rank ", owner, "'s at step ", plan.step);
     }
     if (copy->stage == stage) filler.apply(copy->pieces, copy->base(), rng);
-    else filler.apply(rng_piece(*copy, rng), copy->base(), rng);  // the part of a stage this rank does not hold
+    else filler.apply(pieces_from_other_stage(*copy, rng, model.mirrored()), copy->base(), rng);
     last_stage = std::max(last_stage, copy->stage);
     if (owner == 0) {
       out.step = copy->step;

@@ -26,8 +26,9 @@ namespace cadre {
 // group re-forms with the same stages (ranks numbered afresh: a survivor may now hold another
 // stage than the one it carried, and its copies then serve others). Each copy still reaches
 // every rank; a rank fills its part from the copies of `stage`, the one it holds now, and takes
-// only the RNG of old rank (rank mod old world) from another's, as a resume from disk does.
-// Adopted::stages is then the number of stages the copies were of.
+// only the RNG of old rank (rank mod old world) from another's, as a resume from disk does, and
+// the parameters it mirrors (FSDPModule::mirrored: the last stage's tied table, which the first
+// stage's copies hold). Adopted::stages is then the number of stages the copies were of.
 std::optional<Adopted> copies_adopt(const std::vector<PackedState>& held, FSDPModule& model, Optimizer& optimizer,
                                     BatchSource& data, comm::Communicator* group, int rank, int stage = 0);
 

@@ -1,6 +1,9 @@
 // Setting up a run's pipeline stage (pipeline_run.h).
 #include "train/pipeline_run.h"
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <functional>
 
 #include "core/error.h"
@@ -63,6 +66,8 @@ std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, 
   }
   run->stage.first = pp_rank == 0;
   run->stage.last = pp_rank == p.pp_size - 1;
+  if (run->stage.first || run->stage.last) run->tied = trunk->tied;
+  if (!run->stage.first) run->mirrored.insert(run->tied.begin(), run->tied.end());
   for (const auto& item : model.module().named_parameters()) run->held_elsewhere.insert(item.key());
   model.keep_pipeline_stage(run->stage);
   for (const auto& item : model.module().named_parameters()) run->held_elsewhere.erase(item.key());
@@ -103,6 +108,40 @@ void pipeline_connect(PipelineRun& run, const DeviceMesh& mesh) {
   CADRE_CHECK(mesh.pp(), "pipeline: a ", run.stages(), "-stage pipeline on a mesh without a pp dimension");
   // Interleaved chunks: the last stage's chunk k feeds the first stage's chunk k + 1.
   run.links = std::make_unique<pipeline::Links>(*mesh.pp(), /*wrap=*/run.chunks > 1);
+  if (run.tied.empty()) return;
+  comm::Communicator& stages = *mesh.pp();
+  if (stages.size() == 2) {
+    run.tied_group = &stages;
+    return;
+  }
+  run.own_tied_group = stages.subgroup({0, stages.size() - 1}, "ends");
+  run.tied_group = run.own_tied_group.get();
+}
+
+void pipeline_sum_tied_gradients(PipelineRun& run, FSDPModule& model, int64_t step) {
+  if (!run.tied_group) return;
+  // The two stages' shards of a tied parameter sit alike (the model gives it a unit of the same
+  // layout on both), so this rank's pieces add to its counterpart's element for element.
+  std::vector<at::Tensor> grads;
+  for (size_t k = 0; k < model.piece_layout().size(); ++k) {
+    const std::string& name = model.piece_layout()[k].name;
+    if (std::find(run.tied.begin(), run.tied.end(), name) != run.tied.end()) grads.push_back(model.parameters()[k].grad());
+  }
+  if (grads.empty()) return;  // frozen (or outside this rank's shard): the same on the other stage
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& g : grads) flat.push_back(g.reshape({-1}));
+  at::Tensor sum = at::cat(flat);
+  const int64_t s = run.stage_index, other = run.stage.first ? run.stages() - 1 : 0;
+  pipeline::rethrow_in_context([&] { run.tied_group->all_reduce(sum, comm::ReduceOp::Sum); },
+                               [&] {
+                                 return str("pipeline stage ", s, ": summing the tied parameters' gradients with stage ",
+                                            other, " in step ", step + 1);
+                               });
+  int64_t at = 0;
+  for (at::Tensor& g : grads) {
+    g.view({-1}).copy_(sum.narrow(0, at, g.numel()));
+    at += g.numel();
+  }
 }
 
 }  // namespace cadre

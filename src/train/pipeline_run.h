@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "models/model.h"
@@ -28,6 +29,12 @@ struct PipelineRun {
   int64_t batch_parts = 1;       // data micro-batches (data.batch_size samples) in each
   at::ScalarType activation_dtype = at::kFloat;  // what crosses between stages: the compute dtype
   std::set<std::string> held_elsewhere;  // the model's parameters the other stages hold
+  // Parameters the first and the last stage both hold (PipelineTrunk::tied), on those two
+  // stages; `mirrored`: those of them the last stage holds as the first stage's copy.
+  std::vector<std::string> tied;
+  std::set<std::string> mirrored;
+  comm::Communicator* tied_group = nullptr;  // the first and the last stage (ranks 0 and 1)
+  std::unique_ptr<comm::Communicator> own_tied_group;  // it, where it is not the pp group itself
   std::unique_ptr<pipeline::Links> links;
   int64_t stage_index = 0;  // this rank's stage, 0 .. pp_size - 1
   // "pipeline stage 1 of 2: blocks [4, 8) + head and loss; 1f1b over 8 micro-batches" for the log
@@ -44,8 +51,7 @@ struct PipelineRun {
 
 // Null for pp_size 1. ConfigError naming the parallel.pp_* (or other) key when the run cannot
 // be split as asked: a model without stages, too few blocks, a bad split, schedule or chunk
-// count, or what the pipeline does not run yet (in-memory recovery of sharded stages). Keeps the
-// stage of `pp_rank` (its chunks) in `model`.
+// count. Keeps the stage of `pp_rank` (its chunks) in `model`.
 std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, int64_t pp_rank);
 
 // The step's pipeline micro-batches for `grad_accum_steps` data micro-batches a rank
@@ -54,8 +60,15 @@ std::unique_ptr<PipelineRun> pipeline_keep_stage(const Config& c, Model& model, 
 // the schedule cannot run them.
 void pipeline_set_accumulation(PipelineRun& run, const ParallelConfig& p, int64_t grad_accum_steps);
 
-// Collective over the mesh's pp dimension: the links between neighbouring stages.
+// Collective over the mesh's pp dimension: the links between neighbouring stages, and the
+// group of the first and the last stage where they hold tied parameters.
 void pipeline_connect(PipelineRun& run, const DeviceMesh& mesh);
+
+// After a step's backward, on the first and the last stage: each tied parameter's gradient
+// becomes the sum of the two stages' (collective over them), so the embedding learns from the
+// tokens it looked up and from the head as one stage holding both would, and both copies take
+// the same optimizer step. Nothing on other stages, or when the tied parameters are frozen.
+void pipeline_sum_tied_gradients(PipelineRun& run, FSDPModule& model, int64_t step);
 
 // One batch's forward through the pipeline, without a backward (evaluation): each of this
 // stage's chunks in turn, its input received from the previous virtual stage and its output

@@ -132,6 +132,7 @@ void set_up_mesh(RunSetup& r) {
   r.groups = make_parallel_groups(r.mesh->dp(), r.shard_options.strategy, hybrid_size);
   r.shard_options.groups = r.groups.groups;
   r.shard_options.stage_group = r.mesh->pp();  // the global gradient norm adds every stage's
+  if (r.pipeline) r.shard_options.mirrored = r.pipeline->mirrored;
   // A stage of several chunks runs each backward through one of them.
   r.shard_options.partial_backward = r.pipeline && r.pipeline->chunks > 1;
   if (r.pipeline) {

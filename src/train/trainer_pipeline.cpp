@@ -95,6 +95,7 @@ StepFigures Trainer::forward_backward_pipeline(int64_t step) {
   shape.activation_dtype = pp.activation_dtype;
   shape.device = run_->device;
   const pipeline::StepFigures figures = pipeline::run_step(work, *pp.links, shape);
+  pipeline_sum_tied_gradients(pp, run_->sharded, step);
 
   StepFigures f;
   f.loss_sum = loss_sum.item<double>();

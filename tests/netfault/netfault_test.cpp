@@ -886,10 +886,14 @@ TEST_F(NetFault, KilledHostsPipelineStagesGoOnFromMemory) {
 // host): no survivor holds the parts of ranks 4 and 5, but the host of ranks 0 and 1 holds their
 // copies. The survivors go back to the newest step every part has a copy of, and each fills its
 // new stage's part from that stage's copies, whichever stage it held before (rank 2, a stage-0
-// rank, now holds part of stage 1). Losses as for replicated state: bit for bit those of a
-// fault-free run that went from 6 to 4 ranks through a checkpoint of that step.
+// rank, now holds part of stage 1). The head is tied to the embedding: the last stage's copy of
+// the table is in none of its ranks' copies and comes from the first stage's, and the two stages'
+// gradients of it are summed again over the re-formed pipeline's ends. Losses as for replicated
+// state: bit for bit those of a fault-free run that went from 6 to 4 ranks through a checkpoint
+// of that step.
 TEST_F(NetFault, KilledHostsShardedPipelineStagesComeBackFromTheirBuddysCopies) {
   use_sharded_pipeline_memory_recovery();
+  shape_.tied = true;
   SurvivorsAtFault at_fault;
   kill_host_of_ranks_4_and_5_under_memory_recovery(
       "SIGKILL the host of ranks 4-5, pp 2 x dp 3, FULL_SHARD, --recovery memory", &at_fault);

@@ -19,6 +19,7 @@ std::vector<std::string> train_args(const std::string& cadre_bin, const std::str
       "run.dir=" + run_dir};
   if (shape.memory_interval > 0) sets.push_back("checkpoint.memory_interval=" + std::to_string(shape.memory_interval));
   if (shape.pp_size > 1) sets.push_back("parallel.pp_size=" + std::to_string(shape.pp_size));
+  if (shape.tied) sets.push_back("model.tie_embeddings=true");
   sets.insert(sets.end(), extra.begin(), extra.end());
   for (const std::string& s : sets) {
     a.push_back("--set");

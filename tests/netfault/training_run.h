@@ -18,10 +18,11 @@ struct TrainShape {
   int checkpoint_interval = 5;
   int memory_interval = 0;  // checkpoint.memory_interval (sharded in-memory recovery); 0: the default
   int pp_size = 1;          // parallel.pp_size: pipeline stages
+  bool tied = false;        // model.tie_embeddings: under stages, the table on the first and the last
   std::string name() const {
     return strategy + "-a" + std::to_string(grad_accum_steps) + "-c" + std::to_string(checkpoint_interval) +
            (memory_interval > 0 ? "-m" + std::to_string(memory_interval) : "") +
-           (pp_size > 1 ? "-p" + std::to_string(pp_size) : "");
+           (pp_size > 1 ? "-p" + std::to_string(pp_size) : "") + (tied ? "-t" : "");
   }
 };
 

@@ -129,7 +129,8 @@ TEST_F(PeerCopiesRecovery, FrozenPartsKeptInBf16SurviveAShrink) {
 // which held stage 0, now holds stage 1: it fills its part from the copies of stage 1's ranks
 // (its own of rank 3, rank 0's of rank 2) and takes nothing else from its own stage-0 part, which
 // rank 0 receives. Each stage's elements carry its tag: a part filled from the other stage's
-// copies, or twice, fails.
+// copies, or twice, fails. Stage 1 mirrors one of stage 0's parameters (a tied table), which
+// stage 1's copies leave out: it comes from stage 0's copies.
 TEST_F(PeerCopiesRecovery, EachStageFillsItsPartFromItsOwnStagesCopies) {
   auto results = run(4, "stages");
   EXPECT_NE(results[1].output.find("holds 2 copies (buddy 3, giver 3)"), std::string::npos) << results[1].output;

@@ -7,7 +7,9 @@
 // check every element they now own against that value.
 // Under pipeline stages (the stages scenario) each stage is the user network sharded over that
 // stage's data-parallel ranks, its values tagged with the stage: a part filled from another
-// stage's copy shows.
+// stage's copy shows. The last stage mirrors the first stage's first parameter (as a tied table:
+// FullyShardOptions::mirrored), which carries stage 0's tag on both and which only stage 0's
+// copies hold.
 //
 //   peer_copies_worker <data_dir> <scenario> <new_port> [strategy] [bf16-frozen]
 //
@@ -77,6 +79,8 @@ struct Job {
   cadre::FSDPModule model;
   std::unique_ptr<cadre::Optimizer> optimizer;
   int stage() const { return mesh ? mesh->pp_rank() : 0; }
+  // The stage whose values parameter `name` carries: the first stage's for one mirrored here.
+  int stage_of(const std::string& name) { return model.mirrored().count(name) ? 0 : stage(); }
   cadre::comm::Communicator* world() const { return mesh ? mesh->world() : groups.world.get(); }
 };
 
@@ -94,6 +98,7 @@ std::unique_ptr<Job> build(const cadre::comm::JobEnv& env, const Scenario& s, ca
   cadre::FullyShardOptions options;
   options.strategy = strategy;
   options.groups = job->groups.groups;
+  if (s.pp > 1 && job->stage() == s.pp - 1) options.mirrored = {job->net->named_parameters().begin()->key()};
   if (bf16_frozen) {
     options.mixed_precision.param_dtype = at::kBFloat16;
     options.frozen_in_compute_dtype = true;
@@ -115,7 +120,7 @@ int64_t visit(Job& job, bool fill) {
   const auto& layout = job.model.piece_layout();
   const std::vector<cadre::OptimizerState> state = job.optimizer->state();
   auto one = [&](const std::string& name, const cadre::ShardPiece& where, const at::Tensor& t) {
-    const std::string tagged = std::to_string(job.stage()) + "/" + name;
+    const std::string tagged = std::to_string(job.stage_of(where.name)) + "/" + name;
     const at::Tensor want = expected(tagged, where.start, t.numel()).to(t.scalar_type());
     if (fill) t.view({-1}).copy_(want);
     else wrong += t.view({-1}).ne(want).sum().item<int64_t>();

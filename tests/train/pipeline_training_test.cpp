@@ -1,6 +1,6 @@
 // Pipeline parallelism in `cadre train` (parallel.pp_size), with real processes on the tiny
 // Llama (4 blocks, untied head): every layout (pp, dp, tp) and schedule follows one rank that
-// runs the same micro-batches in turn; a checkpoint written by 2 stages resumes on 1 and on 4
+// runs the same micro-batches in turn, with a head tied to the embedding too; a checkpoint written by 2 stages resumes on 1 and on 4
 // stages with the losses of an uninterrupted run, and exports as the whole model; LoRA dropout
 // draws one rank's masks; each step's record splits every stage's time into compute and
 // waiting; layouts the pipeline cannot run are config errors (exit 2) naming the key, before
@@ -27,7 +27,7 @@ constexpr int kSteps = 8;
 constexpr int64_t kGlobalBatch = 8;  // samples per step, whatever the layout
 
 struct TrainRun {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::vector<nlohmann::json> records;
   std::string output;
 };
@@ -61,6 +61,7 @@ class PipelineTraining : public ::testing::Test {
     for (std::string line; std::getline(in, line);) {
       out.records.push_back(nlohmann::json::parse(line));
       out.losses.push_back(out.records.back()["loss"].get<double>());
+      out.grad_norms.push_back(out.records.back()["grad_norm"].get<double>());
     }
     return out;
   }
@@ -122,6 +123,72 @@ TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
     const TrainRun run = train("layout-" + std::to_string(index++), l.world, l.dp, 4, l.sets);
     ASSERT_EQ(run.losses.size(), size_t(kSteps)) << l.name << "\n" << run.output;
     one.expect_follows(run.losses, std::string("[pipeline] ") + l.name + " vs 1 rank");
+  }
+}
+
+// A head tied to the embedding: the first stage looks tokens up in the table, the last holds its
+// own copy for the head, and the two stages' gradients of it are summed after each backward, so
+// both copies take one rank's step. Every layout follows one tied rank; without the sum the
+// first stage's table never learns from the head and the loss leaves the spread in the first
+// steps. The 2-stage checkpoint holds the table once and resumes on 1 and on 4 stages (where
+// the middle stages hold no table).
+TEST_F(PipelineTraining, TiedEmbeddingsAcrossStagesFollowOneRank) {
+  const std::string tied = "model.tie_embeddings=true";
+  const TrainRun one_tied = train("tied-one", 1, 1, 4, {tied});
+  ASSERT_EQ(one_tied.losses.size(), size_t(kSteps)) << one_tied.output;
+  EXPECT_LT(one_tied.losses.back(), one_tied.losses.front() - 0.1);
+  std::vector<std::vector<double>> variants, variant_norms;
+  for (int accum : {2, 8}) {
+    const TrainRun variant = train("tied-one-accum" + std::to_string(accum), 1, 1, accum, {tied});
+    variants.push_back(variant.losses);
+    variant_norms.push_back(variant.grad_norms);
+  }
+  const cadre::test::OrderSpread one(one_tied.losses, variants);
+  // The gradient norm counts the table once, as one rank's does (the last stage's copy is not
+  // counted again).
+  const cadre::test::OrderSpread one_norms(one_tied.grad_norms, variant_norms);
+  struct Layout {
+    const char* name;
+    int world, dp;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Layout> layouts = {
+      {"tied pp 2 1f1b", 2, 1, {"parallel.pp_size=2"}},
+      {"tied pp 4 gpipe", 4, 1, {"parallel.pp_size=4", "parallel.pp_schedule=gpipe"}},
+      {"tied pp 2 x dp 2 FULL_SHARD 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=FULL_SHARD"}},
+      {"tied pp 2 x dp 2 ZERO1 interleaved", 4, 2,
+       {"parallel.pp_size=2", "parallel.pp_schedule=interleaved", "parallel.strategy=ZERO1"}},
+      {"tied pp 2 x tp 2 1f1b", 4, 1, {"parallel.pp_size=2", "parallel.tp_size=2"}},
+  };
+  int index = 0;
+  for (Layout l : layouts) {
+    l.sets.push_back(tied);
+    const TrainRun run = train("tied-layout-" + std::to_string(index++), l.world, l.dp, 4, l.sets);
+    ASSERT_EQ(run.losses.size(), size_t(kSteps)) << l.name << "\n" << run.output;
+    one.expect_follows(run.losses, std::string("[pipeline] ") + l.name + " vs 1 tied rank");
+    one_norms.expect_follows(run.grad_norms, std::string("[pipeline] ") + l.name + " gradient norms vs 1 tied rank");
+  }
+
+  const TrainRun first_half = train("tied-resume-pp2", 2, 1, 4, {"parallel.pp_size=2", "train.stop_at=4", tied});
+  ASSERT_EQ(first_half.losses.size(), 4u) << first_half.output;
+  const std::filesystem::path saved = *dir_ / "tied-resume-pp2/checkpoints/step-00000004";
+  ASSERT_TRUE(std::filesystem::exists(saved / "COMMITTED")) << first_half.output;
+  const auto exported = cadre::test::run_process(
+      {CADRE_BIN, "ckpt", "export", saved.string(), "--format", "hf", "--out", *dir_ / "tied-resume-pp2-hf"}, {}, 120);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const cadre::HfFolder folder(*dir_ / "tied-resume-pp2-hf");
+  EXPECT_EQ(folder.tensors().size(), 2u + 4u * 9u);  // embedding and norm (the head is the embedding)
+  EXPECT_EQ(folder.tensors().count("lm_head.weight"), 0u);
+  for (const int stages : {1, 4}) {
+    const std::string run = "tied-resume-at-" + std::to_string(stages);
+    const std::filesystem::path checkpoints = *dir_ / (run + "/checkpoints");
+    std::filesystem::create_directories(checkpoints);
+    std::filesystem::copy(saved, checkpoints / "step-00000004", std::filesystem::copy_options::recursive);
+    const TrainRun second_half = train(run, stages, 1, 4, {"parallel.pp_size=" + std::to_string(stages), tied});
+    EXPECT_NE(second_half.output.find("resumed from"), std::string::npos) << second_half.output;
+    ASSERT_EQ(second_half.losses.size(), 4u) << second_half.output;
+    one.expect_follows(second_half.losses, "[pipeline] tied pp 2 checkpoint resumed on " + std::to_string(stages) +
+                                               " stage(s), steps 5-8", 4);
   }
 }
 
@@ -319,7 +386,6 @@ TEST_F(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
   };
   const std::vector<Bad> bad = {
       {1, {"parallel.pp_size=2"}, "parallel.pp_size 2"},
-      {2, {"parallel.pp_size=2", "model.tie_embeddings=true"}, "model.tie_embeddings"},
       {2, {"parallel.pp_size=2", "parallel.pp_schedule=zigzag"}, "parallel.pp_schedule"},
       {2, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved", "parallel.pp_microbatches=1"},
        "parallel.pp_microbatches (1) to be a multiple of parallel.pp_size (2)"},

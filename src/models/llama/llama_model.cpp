@@ -23,7 +23,8 @@ FSDPModule LlamaModel::parallelize(const DeviceMesh& mesh, FullyShardOptions opt
 
 LossOutput LlamaModel::loss(const Batch& batch) { return stage_loss(call(llama_, batch.input, batch.documents), batch); }
 
-// Before the blocks: the embedding; after: the final norm and an untied head.
+// Before the blocks: the embedding; after: the final norm and the head (a tied one on its own
+// copy of the embedding's table, which the first and the last stage both hold).
 std::optional<PipelineTrunk> LlamaModel::pipeline_trunk() const {
   PipelineTrunk trunk;
   const int64_t block = (llama_param_count(config_) - config_.dim -
@@ -31,7 +32,8 @@ std::optional<PipelineTrunk> LlamaModel::pipeline_trunk() const {
                         config_.n_layers;
   trunk.block_params.assign(size_t(config_.n_layers), block);
   trunk.before = config_.vocab_size * config_.dim;
-  trunk.after = config_.dim + (config_.tie_embeddings ? 0 : config_.vocab_size * config_.dim);
+  trunk.after = config_.dim + config_.vocab_size * config_.dim;
+  if (config_.tie_embeddings) trunk.tied = {"tok_embeddings.weight"};
   return trunk;
 }
 

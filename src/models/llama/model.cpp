@@ -248,11 +248,11 @@ at::Tensor Llama::forward(const at::Tensor& input, const std::vector<std::vector
 }
 
 void Llama::keep_stage(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool first, bool last) {
-  CADRE_CONFIG_CHECK(!config_.tie_embeddings || (first && last), "parallel.pp_size: model.tie_embeddings puts the ",
-                     "embedding on the first pipeline stage and the head on the last, which share it; pipeline ",
-                     "stages of a tied model are not supported yet (untie it, or use pp_size 1)");
   layers->keep(ranges);
-  if (!first) {
+  embeds_ = first;
+  // A tied head reads the embedding's table: the last stage keeps its own copy (Megatron's way;
+  // the pipeline sums the two stages' gradients of it, so both take the same steps).
+  if (!first && !(last && config_.tie_embeddings)) {
     unregister_module("tok_embeddings");
     tok_embeddings.reset();
   }

@@ -117,7 +117,8 @@ class Llama : public torch::nn::Module {
                      int64_t end);
   // Keeps only a pipeline stage's parts: the blocks of each range [begin, end) (its chunks),
   // the embedding if `first`, the final norm and head if `last`; the others are dropped (built
-  // deferred, they never held storage). Error for tied embeddings split across stages.
+  // deferred, they never held storage). With tied embeddings a last stage that is not also the
+  // first keeps the embedding's table for its head (mirrors_embedding).
   void keep_stage(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool first, bool last);
   // forward in its three parts, for a pipeline stage that holds some of them: forward is
   // head(run_blocks(embed(tokens), 0, n_layers)), op for op. embed: tokens [B, T] -> hidden
@@ -141,9 +142,13 @@ class Llama : public torch::nn::Module {
 
   const LlamaConfig& config() const { return config_; }
   at::Tensor output_weight() const { return output ? output->weight : tok_embeddings->weight; }
-  // What this module holds (all of them unless keep_stage dropped some).
-  bool has_embedding() const { return bool(tok_embeddings); }
+  // What this module runs (all of it unless keep_stage dropped some): the token lookup, and the
+  // final norm and head.
+  bool has_embedding() const { return tok_embeddings && embeds_; }
   bool has_head() const { return bool(norm); }
+  // A tied head's table held by a last pipeline stage that does not look tokens up: a copy of
+  // the first stage's, kept equal by summing the two stages' gradients of it.
+  bool mirrors_embedding() const { return tok_embeddings && !embeds_; }
   // Rotary tables [max_seq_len, head_dim], float32 (the cached decoder uses the same ones).
   const at::Tensor& rope_cos() const { return rope_cos_; }
   const at::Tensor& rope_sin() const { return rope_sin_; }
@@ -165,6 +170,7 @@ class Llama : public torch::nn::Module {
 
   LlamaConfig config_;
   at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, head_dim], float32
+  bool embeds_ = true;              // looks tokens up: not a later pipeline stage
 };
 
 // Mean next-token cross-entropy of logits [B, T, V] against targets [B, T], in float32.

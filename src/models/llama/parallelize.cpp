@@ -30,6 +30,10 @@ FSDPModule llama_parallelize(Llama& model, const DeviceMesh& mesh, FullyShardOpt
   // behind). As a unit the head is gathered while the last block computes and its gradients
   // are reduced while the blocks' backward runs.
   if (model.output) fully_shard(std::vector<torch::nn::Module*>{model.norm.get(), model.output.get()}, options);
+  // A last pipeline stage's copy of a tied table is the root's only parameter, as the first
+  // stage's table is: the two roots' flat layouts, so each rank's shards, are then the same, and
+  // the two stages' gradients of it add up shard by shard.
+  else if (model.mirrors_embedding()) fully_shard(*model.norm, options);
   FSDPModule sharded = fully_shard(model, options);
   // Every parameter's .grad is now a view of its unit's flat gradient, which autograd adds into:
   // the embedding's rows go there directly, with no dense vocabulary x dim gradient beside it
