@@ -1,9 +1,11 @@
 // `cadre bench <what>`: benchmark command group. `collectives` takes the nccl-tests flags
-// (-b -e -f -n -w -c -d -o) and the collectives to time as positional arguments.
+// (-b -e -f -n -w -c -d -o) and the collectives to time as positional arguments; `gemm` a
+// model's linear layer shapes; `images` an image dataset.
 #include <chrono>
 #include <cstdio>
 
 #include "bench/collectives_bench.h"
+#include "bench/gemm_bench.h"
 #include "data/encoded_image_loader.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -52,6 +54,24 @@ int bench_collectives(const Args& args) {
   return bench::run_collectives_bench(o);
 }
 
+// The training GEMMs of a model's linear layers through Cadre's kernels (bench/gemm_bench.h).
+int bench_gemm(const Args& args) {
+  bench::GemmBenchOptions o;
+  std::string linears;
+  Flags flags("cadre bench gemm --linears in:out[xcount],... [--tokens 2048] [--dtype float32|bfloat16] [--threads 2]");
+  flags.add("--linears", &linears, "the model's linear layers: in:out, or in:outxcount for a shape used count times");
+  flags.add("--tokens", &o.tokens, "rows of each GEMM: a micro-batch's batch x sequence (default 2048)");
+  flags.add("--dtype", &o.dtype, "float32 (default) or bfloat16");
+  flags.add("--threads", &o.threads, "intra-op threads (default 2)");
+  flags.add("--repeats", &o.repeats, "timed runs of each GEMM, the median counts (default 10)");
+  flags.add("--warmup", &o.warmup, "untimed runs first (default 2)");
+  auto rest = flags.parse(args);
+  CADRE_CONFIG_CHECK(rest.empty(), "unexpected argument '", rest.empty() ? "" : rest[0], "'\n", flags.usage());
+  CADRE_CONFIG_CHECK(!linears.empty(), "--linears is required\n", flags.usage());
+  o.linears = bench::parse_linear_shapes(linears);
+  return bench::run_gemm_bench(o);
+}
+
 }  // namespace
 
 // Images/s of the encoded-image loader alone: train transform (RandomResizedCrop, flip,
@@ -88,6 +108,7 @@ int cmd_bench(const Args& args) {
   const char* usage =
       "usage: cadre bench <what> [args...]\n\n"
       "  collectives   all_reduce / all_gather / reduce_scatter / broadcast timings (nccl-tests layout)\n"
+      "  gemm          GFLOP/s of a model's linear layers (forward, input and weight gradients) through Cadre's kernels\n"
       "  images        images/s of the JPEG/PNG loader (decode + RandomResizedCrop + flip + normalise)\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::fputs(usage, args.empty() ? stderr : stdout);
@@ -97,6 +118,7 @@ int cmd_bench(const Args& args) {
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "collectives") return bench_collectives(rest);
   if (args[0] == "images") return bench_images(rest);
+  if (args[0] == "gemm") return bench_gemm(rest);
   throw ConfigError(str("unknown benchmark '", args[0], "'\n", usage));
 }
 

@@ -25,7 +25,7 @@ const Command kCommands[] = {
     {"generate", "generate text from a checkpoint or Hugging Face folder (KV cache, sampling, streaming)",
      cadre::cmd_generate},
     {"serve", "OpenAI-compatible HTTP server with continuous batching", cadre::cmd_serve},
-    {"bench", "benchmarks: `bench collectives` (nccl-tests layout)", cadre::cmd_bench},
+    {"bench", "benchmarks: `bench collectives` (nccl-tests layout), `bench gemm`, `bench images`", cadre::cmd_bench},
     {"doctor", "health checks before training (compute, BLAS, memory, collectives, stragglers)", cadre::cmd_doctor},
     {"run", "launch and supervise workers (torchrun-compatible)", cadre::cmd_run},
     {"deploy", "write Kubernetes manifests (TrainJob, PyTorchJob, etcd) or a Slurm sbatch script", cadre::cmd_deploy},
