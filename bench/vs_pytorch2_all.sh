@@ -4,19 +4,22 @@
 # the training, memory and checkpoint rows (bench/vs_pytorch2.py), ResNet DDP against a
 # channels-last torchvision + DDP (bench/resnet_throughput.py), KV-cache decoding against the faster
 # of transformers' generate with a static cache and torch.compile and an eager KV-cache loop
-# (bench/decode_throughput.py) and the collectives against Gloo's own all-reduce
-# (bench/collectives_vs_gloo.py), one after the other with the same venv, then the four tables.
+# (bench/decode_throughput.py), the collectives against Gloo's same op (bench/collectives_vs_gloo.py)
+# and the matmul peak at the model's GEMM shapes with the training rows' MFU against it
+# (bench/gemm_peak.py), one after the other with the same venv, then the tables.
 #
 #   bench/vs_pytorch2_all.sh [BUILD [SECOND]]
 #       BUILD: a libtorch 2.x build with CADRE_BENCH=ON (default build-torch2-cpu; decode needs its
 #       bin/decode_bench). SECOND (e.g. build, what `make demo` makes): its Cadre side runs beside
-#       BUILD's in every training row of the same sitting, against the same peer runs.
+#       BUILD's in every training row of the same sitting, against the same peer runs, and its
+#       ResNet rows after BUILD's (bench/results/resnet_throughput-SECOND.md).
 # The figures in docs/benchmarks.md come from a CPU build (CADRE_CUDA=OFF), which does not load
 # the wheel's CUDA libraries (~230 MiB per process: docs/TORCH2.md):
 #   cmake -S . -B build-torch2-cpu -G Ninja -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path> \
 #     -DCADRE_CUDA=OFF -DCADRE_BENCH=ON -DBUILD_TESTING=OFF
 #   cmake --build build-torch2-cpu --target cadre decode_bench
-# ~23 minutes on 2 cores; run it on a quiet machine. Results in bench/results/.
+# About 45 minutes on 2 cores, an hour with SECOND (vs_pytorch2.py alone took 23-26 minutes with
+# both builds and 3 repeats); run it on a quiet machine. Results in bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-torch2-cpu}
@@ -36,9 +39,18 @@ echo "== $(date -u +%FT%TZ) start; load average $(cut -d' ' -f1-3 /proc/loadavg)
 # so three left the median to one draw.
 "$python" "$root/bench/vs_pytorch2.py" --build "$build" ${second:+--build "$second"} --python "$python" --repeats 5
 "$python" "$root/bench/resnet_throughput.py" --build "$build" --repeats 5
+if [[ -n $second ]]; then
+  cp "$root/bench/results/resnet_throughput.md" "$root/bench/results/resnet_throughput-first.md"
+  "$python" "$root/bench/resnet_throughput.py" --build "$second" --repeats 5
+  mv "$root/bench/results/resnet_throughput.md" "$root/bench/results/resnet_throughput-$(basename "$second").md"
+  mv "$root/bench/results/resnet_throughput-first.md" "$root/bench/results/resnet_throughput.md"
+fi
 "$python" "$root/bench/decode_throughput.py" --build "$build" --threads 1,2 --rounds 3
 "$python" "$root/bench/collectives_vs_gloo.py" --build "$build" --repeats 3
+"$python" "$root/bench/gemm_peak.py" --build "$build" ${second:+--build "$second"} --sittings 1 \
+  --rows "$root/bench/results/vs_pytorch2.json"
 echo "== $(date -u +%FT%TZ) done; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-for table in vs_pytorch2 resnet_throughput decode_throughput collectives_vs_gloo; do
+tables="vs_pytorch2 resnet_throughput${second:+ resnet_throughput-$(basename "$second")} decode_throughput collectives_vs_gloo gemm_peak"
+for table in $tables; do
   echo; echo "## bench/results/$table.md"; cat "$root/bench/results/$table.md"
 done
