@@ -32,6 +32,13 @@ struct TrainRun {
   std::string output;
 };
 
+// A layout a test runs: `world` ranks, `dp` of them data-parallel, with these overrides.
+struct Layout {
+  const char* name;
+  int world, dp;
+  std::vector<std::string> sets;
+};
+
 class PipelineTraining : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -91,11 +98,6 @@ cadre::test::TempDir* PipelineTraining::dir_ = nullptr;
 // untrained, a micro-batch weighted twice moves the first step's loss by percents.
 TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
   const cadre::test::OrderSpread one = one_rank();
-  struct Layout {
-    const char* name;
-    int world, dp;
-    std::vector<std::string> sets;
-  };
   const std::vector<Layout> layouts = {
       {"pp 2 gpipe", 2, 1, {"parallel.pp_size=2", "parallel.pp_schedule=GPipe"}},
       {"pp 2 1f1b", 2, 1, {"parallel.pp_size=2", "parallel.pp_schedule=1f1b"}},
@@ -147,11 +149,6 @@ TEST_F(PipelineTraining, TiedEmbeddingsAcrossStagesFollowOneRank) {
   // The gradient norm counts the table once, as one rank's does (the last stage's copy is not
   // counted again).
   const cadre::test::OrderSpread one_norms(one_tied.grad_norms, variant_norms);
-  struct Layout {
-    const char* name;
-    int world, dp;
-    std::vector<std::string> sets;
-  };
   const std::vector<Layout> layouts = {
       {"tied pp 2 1f1b", 2, 1, {"parallel.pp_size=2"}},
       {"tied pp 4 gpipe", 4, 1, {"parallel.pp_size=4", "parallel.pp_schedule=gpipe"}},
@@ -214,11 +211,6 @@ TEST_F(PipelineTraining, LoraDropoutDrawsOneRanksMasks) {
   std::vector<std::vector<double>> variants;
   for (int accum : {2, 8}) variants.push_back(train("lora-one-accum" + std::to_string(accum), 1, 1, accum, lora).losses);
   const cadre::test::OrderSpread spread(one.losses, variants);
-  struct Layout {
-    const char* name;
-    int world, dp;
-    std::vector<std::string> sets;
-  };
   const std::vector<Layout> layouts = {
       {"pp 2 1f1b", 2, 1, {"parallel.pp_size=2"}},
       {"pp 2 interleaved", 2, 1, {"parallel.pp_size=2", "parallel.pp_schedule=interleaved"}},
