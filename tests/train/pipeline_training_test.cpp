@@ -73,6 +73,19 @@ class PipelineTraining : public ::testing::Test {
     return out;
   }
 
+  // Steps 5-8 of run `run` on `stages` stages (one rank: 1), resumed from `saved`, a step-4
+  // checkpoint copied into the run's checkpoints.
+  static TrainRun resume_from(const std::filesystem::path& saved, const std::string& run, int stages,
+                              std::vector<std::string> sets) {
+    const std::filesystem::path checkpoints = *dir_ / (run + "/checkpoints");
+    std::filesystem::create_directories(checkpoints);
+    std::filesystem::copy(saved, checkpoints / "step-00000004", std::filesystem::copy_options::recursive);
+    sets.push_back("parallel.pp_size=" + std::to_string(stages));
+    TrainRun out = train(run, stages, 1, 4, sets);
+    EXPECT_NE(out.output.find("resumed from"), std::string::npos) << out.output;
+    return out;
+  }
+
   // One rank running the pipeline's 4 micro-batches in turn, and the order spread of the same
   // global batch in 2 and in 8 micro-batches (support/order_spread.h).
   static cadre::test::OrderSpread one_rank() {
@@ -177,12 +190,7 @@ TEST_F(PipelineTraining, TiedEmbeddingsAcrossStagesFollowOneRank) {
   EXPECT_EQ(folder.tensors().size(), 2u + 4u * 9u);  // embedding and norm (the head is the embedding)
   EXPECT_EQ(folder.tensors().count("lm_head.weight"), 0u);
   for (const int stages : {1, 4}) {
-    const std::string run = "tied-resume-at-" + std::to_string(stages);
-    const std::filesystem::path checkpoints = *dir_ / (run + "/checkpoints");
-    std::filesystem::create_directories(checkpoints);
-    std::filesystem::copy(saved, checkpoints / "step-00000004", std::filesystem::copy_options::recursive);
-    const TrainRun second_half = train(run, stages, 1, 4, {"parallel.pp_size=" + std::to_string(stages), tied});
-    EXPECT_NE(second_half.output.find("resumed from"), std::string::npos) << second_half.output;
+    const TrainRun second_half = resume_from(saved, "tied-resume-at-" + std::to_string(stages), stages, {tied});
     ASSERT_EQ(second_half.losses.size(), 4u) << second_half.output;
     one.expect_follows(second_half.losses, "[pipeline] tied pp 2 checkpoint resumed on " + std::to_string(stages) +
                                                " stage(s), steps 5-8", 4);
@@ -271,12 +279,7 @@ TEST_F(PipelineTraining, ATwoStageCheckpointResumesOnOneAndFourStages) {
     EXPECT_EQ(folder.tensors().count(name), 1u) << name;
   const std::vector<std::pair<int, std::string>> resumes = {{1, "1 rank"}, {4, "pp 4"}};
   for (const auto& [stages, name] : resumes) {
-    const std::string run = "resume-at-" + std::to_string(stages);
-    const std::filesystem::path checkpoints = *dir_ / (run + "/checkpoints");
-    std::filesystem::create_directories(checkpoints);
-    std::filesystem::copy(saved, checkpoints / "step-00000004", std::filesystem::copy_options::recursive);
-    const TrainRun second_half = train(run, stages, 1, 4, {"parallel.pp_size=" + std::to_string(stages)});
-    EXPECT_NE(second_half.output.find("resumed from"), std::string::npos) << second_half.output;
+    const TrainRun second_half = resume_from(saved, "resume-at-" + std::to_string(stages), stages, {});
     ASSERT_EQ(second_half.losses.size(), 4u) << second_half.output;
     one.expect_follows(second_half.losses, "[pipeline] pp 2 checkpoint resumed on " + name + ", steps 5-8", 4);
   }
