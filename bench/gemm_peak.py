@@ -144,7 +144,20 @@ def mfu_rows(paths, peaks):
     return out
 
 
-def report(args, spec, results, rows):
+def peaks_of(results):
+    """'dtype NxT' -> (the best side's median over the sittings, that side's name)."""
+    keys = list(results[0].keys())
+    peaks = {}
+    for dtype in DTYPES:
+        for processes, threads in LAYOUTS:
+            layout = f"{processes}x{threads}"
+            best = max((k for k in keys if k.startswith(f"{dtype} {layout} ")),
+                       key=lambda k: statistics.median(r[k] for r in results))
+            peaks[f"{dtype} {layout}"] = (statistics.median(r[best] for r in results), best.split(" ", 2)[2])
+    return peaks
+
+
+def report(args, spec, results, peaks, rows):
     keys = list(results[0].keys())
     lines = [f"# Matmul peak at the model's GEMM shapes ({len(results)} sitting(s), {time.strftime('%Y-%m-%d %H:%M')})", "",
              f"Small Llama linears `{spec}` (in:out x count), {TOKENS} rows, the three training GEMMs of each; "
@@ -153,14 +166,8 @@ def report(args, spec, results, rows):
     for k in keys:
         m, lo, hi = spread([r[k] for r in results])
         lines.append(f"| {k} | {m:.0f} ({lo:.0f}-{hi:.0f}) |")
-    peaks = {}
-    for dtype in DTYPES:
-        for processes, threads in LAYOUTS:
-            layout = f"{processes}x{threads}"
-            best = max((k for k in keys if k.startswith(f"{dtype} {layout} ")),
-                       key=lambda k: statistics.median(r[k] for r in results))
-            peaks[f"{dtype} {layout}"] = statistics.median(r[best] for r in results)
-            lines.append(f"| **peak {dtype} {layout}** ({best.split(' ', 2)[2]}) | **{peaks[f'{dtype} {layout}']:.0f}** |")
+    for key, (peak, side) in peaks.items():
+        lines.append(f"| **peak {key}** ({side}) | **{peak:.0f}** |")
     if rows:
         lines += ["", f"MFU of the training rows (median tokens/s over {len(args.rows)} sitting(s): "
                   f"{', '.join(os.path.basename(p) for p in args.rows)}) against the peak at the model's shapes "
@@ -171,7 +178,7 @@ def report(args, spec, results, rows):
             lines.append(f"| {r['case']} | {r['cadre']:.0f} | {r['peer_name']} | {r['peer']:.0f} | {r['shape_peak']:.0f} | "
                          f"{100 * r['cadre_mfu']:.0f}% | {100 * r['peer_mfu']:.0f}% | {r['doctor_peak']:.0f} | "
                          f"{100 * r['cadre_mfu_doctor']:.0f}% | {100 * r['peer_mfu_doctor']:.0f}% |")
-    return "\n".join(lines) + "\n", peaks
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -189,15 +196,16 @@ def main():
     for k in range(args.sittings):
         print(f"sitting {k + 1} of {args.sittings}", file=sys.stderr, flush=True)
         results.append(sitting(args, spec))
-    text, peaks = report(args, spec, results, [])
-    rows = mfu_rows(args.rows, peaks) if args.rows else []
-    text, _ = report(args, spec, results, rows)
+    peaks = peaks_of(results)
+    rows = mfu_rows(args.rows, {key: peak for key, (peak, _) in peaks.items()}) if args.rows else []
+    text = report(args, spec, results, peaks, rows)
     print(text)
     os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench/results/gemm_peak.md"), "w") as f:
         f.write(text)
     with open(os.path.join(ROOT, "bench/results/gemm_peak.json"), "w") as f:
-        json.dump(dict(linears=spec, tokens=TOKENS, sittings=results, peaks=peaks, rows=rows,
+        json.dump(dict(linears=spec, tokens=TOKENS, sittings=results,
+                       peaks={key: peak for key, (peak, _) in peaks.items()}, rows=rows,
                        flops_per_token=flops_per_token(MODEL, 256)[0]), f, indent=1)
 
 
