@@ -9,6 +9,8 @@ MixedPrecisionPolicy (bf16 compute over float32 masters, float32 reduction: Cadr
 even on one rank; torch.autocast, another policy, is a labelled reference row:
 
   single process, 2 threads, fp32                Cadre          vs torch eager (and torch.compile: --compile)
+                                                  Cadre on the wheel's libtorch with its linears through
+                                                  MKL too (CADRE_DNNL_LINEAR=0): one BLAS on both sides
   single process, 2 threads, bf16                Cadre          vs FSDP2 on one rank (reference: eager + autocast)
   2 ranks x 1 thread, bf16 params, fp32 reduce   FULL_SHARD     vs FSDP2 (Gloo), vs HSDP as DDP (Gloo)
                                                   NO_SHARD       vs HSDP as DDP (reference: DDP + autocast)
@@ -47,8 +49,9 @@ from train_throughput import MODEL, ensure_dataset, flops_per_token, peer_python
 WARMUP = 2  # steps left out of every median, both sides
 
 
-def cadre_rows(args, data, work, name, world, threads, sets, steps=None, cadre=None):
-    """One `cadre train` (under `cadre run` for world > 1): its metrics rows and summary."""
+def cadre_rows(args, data, work, name, world, threads, sets, steps=None, cadre=None, env=None):
+    """One `cadre train` (under `cadre run` for world > 1): its metrics rows and summary; `env`:
+    variables added to the environment."""
     cadre = cadre or args.cadre
     run_dir = os.path.join(work, name)
     cmd = [cadre, "train", "--config", os.path.join(ROOT, "configs/small.yaml")]
@@ -58,14 +61,14 @@ def cadre_rows(args, data, work, name, world, threads, sets, steps=None, cadre=N
     if world > 1:
         cmd = [cadre, "run", "--nproc-per-node", str(world), "--log-dir", os.path.join(run_dir, "logs"),
                "--"] + cmd
-    run(cmd)
+    run(cmd, env=dict(os.environ, **(env or {})))
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     return rows, json.load(open(os.path.join(run_dir, "summary.json")))
 
 
-def cadre_job(args, data, work, name, world, threads, sets, cadre=None):
+def cadre_job(args, data, work, name, world, threads, sets, cadre=None, env=None):
     """Throughput, exposed communication, peak RSS and loss of one Cadre run (after warm-up)."""
-    rows, summary = cadre_rows(args, data, work, name, world, threads, sets, cadre=cadre)
+    rows, summary = cadre_rows(args, data, work, name, world, threads, sets, cadre=cadre, env=env)
     rows = rows[WARMUP:]
     return dict(tokens_per_s=statistics.median(r["tokens_per_s"] for r in rows),
                 exposed_comm=statistics.median(busiest_rank_wait(r) / r["step_time_s"] for r in rows),
@@ -118,13 +121,32 @@ def paired_row(case, peer_name, cadre_runs, peer_runs, goal):
                 cadre_runs=cadre_runs, peer_runs=peer_runs, goal=goal)
 
 
+def links_the_peers_torch(cadre):
+    """Whether a build links the libtorch of the venv's wheel (whose float32 matmuls are MKL's), not
+    Debian's 1.13 (OpenBLAS): read from its CMake cache."""
+    cache = os.path.join(os.path.dirname(os.path.dirname(cadre)), "CMakeCache.txt")
+    return os.path.exists(cache) and "site-packages/torch" in open(cache).read()
+
+
 def single_process_rows(args, data, work):
     rows = []
     fp32, eager, comp = {}, [], []
     bf16, fsdp2_one, autocast = {}, [], []
+    # Cadre's float32 linears call oneDNN's sgemm, the peer's the wheel's MKL: most of that row's
+    # ratio is the library (bench/gemm_peak.py). PyTorch 2.11 has no setting that sends a float32
+    # linear to oneDNN (its oneDNN matmul path takes bf16, fp16 and the bf16/tf32-rounded float32
+    # modes only), so the same library on both sides is the other way round: a build on the wheel's
+    # libtorch with CADRE_DNNL_LINEAR=0 runs its linears through libtorch's BLAS, the wheel's MKL.
+    one_blas = {}
+    same_blas = [c for c in args.cadres if links_the_peers_torch(c)]
     for rep in range(args.repeats):
         cadre_runs_by_build(args, data, work, f"single-float32-{rep}", 1, 2,
                             ["parallel.mixed_precision.param_dtype=float32"], fp32)
+        for k, cadre in enumerate(same_blas):
+            one_blas.setdefault(cadre, []).append(
+                cadre_job(args, data, work, f"single-float32-mkl-{rep}-b{k}", 1, 2,
+                          ["parallel.mixed_precision.param_dtype=float32"], cadre=cadre,
+                          env={"CADRE_DNNL_LINEAR": "0"})["tokens_per_s"])
         eager.append(peer_job(args, data, "single", 2, "fp32")["tokens_per_s"])
         if args.compile:
             comp.append(peer_job(args, data, "single", 2, "fp32", ["--compile"])["tokens_per_s"])
@@ -134,6 +156,8 @@ def single_process_rows(args, data, work):
         autocast.append(peer_job(args, data, "single", 2, "bf16")["tokens_per_s"])
     case = "1 process x 2 threads"
     rows += build_rows(f"{case}, float32", "PyTorch eager", fp32, eager, 1.2)
+    rows += [paired_row(f"{case}, float32 (reference: MKL on both sides, CADRE_DNNL_LINEAR=0) [{build_name(c)}]",
+                        "PyTorch eager", one_blas[c], eager, None) for c in same_blas]
     if args.compile:
         rows += build_rows(f"{case}, float32 (reference)", "torch.compile", fp32, comp, None)
     rows += build_rows(f"{case}, bfloat16", "FSDP2 MixedPrecisionPolicy, 1 rank", bf16, fsdp2_one, 1.2)
