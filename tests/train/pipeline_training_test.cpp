@@ -1,7 +1,7 @@
 // Pipeline parallelism in `cadre train` (parallel.pp_size), with real processes on the tiny
 // Llama (4 blocks, untied head): every layout (pp, dp, tp) and schedule follows one rank that
-// runs the same micro-batches in turn, with a head tied to the embedding too; a checkpoint written by 2 stages resumes on 1 and on 4
-// stages with the losses of an uninterrupted run, and exports as the whole model; LoRA dropout
+// runs the same micro-batches in turn, under bf16 and SGD too, with a head tied to the embedding
+// too; a checkpoint written by 2 stages resumes on 1 and on 4 stages with the losses of an uninterrupted run, and exports as the whole model; LoRA dropout
 // draws one rank's masks; each step's record splits every stage's time into compute and
 // waiting; layouts the pipeline cannot run are config errors (exit 2) naming the key, before
 // any work; validation runs through the stages and follows one rank's.
@@ -88,14 +88,15 @@ class PipelineTraining : public ::testing::Test {
 
   // One rank running the pipeline's 4 micro-batches in turn, and the order spread of the same
   // global batch in 2 and in 8 micro-batches (support/order_spread.h).
-  static cadre::test::OrderSpread one_rank() {
-    const TrainRun one = train("one", 1, 1, 4, {});
+  static cadre::test::OrderSpread one_rank(const std::string& run = "one", const std::vector<std::string>& sets = {}) {
+    const TrainRun one = train(run, 1, 1, 4, sets);
     EXPECT_EQ(one.losses.size(), size_t(kSteps));
     if (!one.losses.empty()) {
       EXPECT_LT(one.losses.back(), one.losses.front() - 0.1);  // the loss moves
     }
     std::vector<std::vector<double>> variants;
-    for (int accum : {2, 8}) variants.push_back(train("one-accum" + std::to_string(accum), 1, 1, accum, {}).losses);
+    for (int accum : {2, 8})
+      variants.push_back(train(run + "-accum" + std::to_string(accum), 1, 1, accum, sets).losses);
     return cadre::test::OrderSpread(one.losses, variants);
   }
 
@@ -138,6 +139,37 @@ TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
     const TrainRun run = train("layout-" + std::to_string(index++), l.world, l.dp, 4, l.sets);
     ASSERT_EQ(run.losses.size(), size_t(kSteps)) << l.name << "\n" << run.output;
     one.expect_follows(run.losses, std::string("[pipeline] ") + l.name + " vs 1 rank");
+  }
+}
+
+// The layouts hold under the other dtype policy and the other optimizer, each against one rank
+// of its own (bf16 compute over float32 masters: a stage runs one rank's bf16 operations on the
+// same micro-batches; SGD with Nesterov momentum: its buffer is kept per stage like AdamW's
+// moments), gradients clipped to the global norm across stages in both.
+TEST_F(PipelineTraining, Bf16AndSgdFollowTheirOwnOneRank) {
+  struct Policy {
+    const char* name;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Policy> policies = {
+      {"bf16", {"parallel.mixed_precision.param_dtype=bfloat16"}},
+      {"sgd", {"optim.name=sgd", "optim.momentum=0.9", "optim.nesterov=true", "optim.lr=0.05"}},
+  };
+  const std::vector<Layout> layouts = {
+      {"pp 2 1f1b", 2, 1, {"parallel.pp_size=2"}},
+      {"pp 2 x dp 2 FULL_SHARD interleaved", 4, 2,
+       {"parallel.pp_size=2", "parallel.pp_schedule=interleaved", "parallel.strategy=FULL_SHARD"}},
+  };
+  for (const Policy& policy : policies) {
+    const cadre::test::OrderSpread one = one_rank(std::string("one-") + policy.name, policy.sets);
+    int index = 0;
+    for (const Layout& l : layouts) {
+      std::vector<std::string> sets = policy.sets;
+      sets.insert(sets.end(), l.sets.begin(), l.sets.end());
+      const TrainRun run = train(std::string(policy.name) + "-" + std::to_string(index++), l.world, l.dp, 4, sets);
+      ASSERT_EQ(run.losses.size(), size_t(kSteps)) << policy.name << " " << l.name << "\n" << run.output;
+      one.expect_follows(run.losses, std::string("[pipeline] ") + policy.name + ", " + l.name + " vs 1 rank");
+    }
   }
 }
 
