@@ -21,6 +21,7 @@ are not among the shapes timed: they are batched products of head_dim 64, below 
 rates, so the peak is, if anything, high for them.
 
 Usage: bench/gemm_peak.py [--build build [--build build-torch2]] [--sittings 3] [--rows FILE ...]
+                          [--measured gemm_peak.json]  (report an earlier run's sittings again)
 Writes bench/results/gemm_peak.{json,md}. ~1 minute per sitting on 2 cores; a quiet machine.
 """
 import argparse
@@ -126,19 +127,18 @@ def mfu_rows(paths, peaks):
     rows = collections.OrderedDict()
     for s in sittings:
         for r in s["rows"]:
-            if "ratios" in r:
-                rows.setdefault(r["case"], dict(cadre=[], peer=[], peer_name=r["peer_name"], doctor=[]))
-                entry = rows[r["case"]]
+            if "ratios" in r:  # a case has a row per peer: (case, peer) names one
+                entry = rows.setdefault((r["case"], r["peer_name"]), dict(cadre=[], peer=[], doctor=[]))
                 entry["cadre"].append(r["cadre"])
                 entry["peer"].append(r["peer"])
                 entry["doctor"].append(s["matmul_peak_gflops"]["fp32" if "float32" in r["case"] else "bf16"])
     out = []
-    for case, e in rows.items():
+    for (case, peer_name), e in rows.items():
         dtype, layout = row_layout(case)
         peak = peaks[f"{dtype} {layout}"]
         doctor = statistics.median(e["doctor"])
         cadre, peer = statistics.median(e["cadre"]), statistics.median(e["peer"])
-        out.append(dict(case=case, peer_name=e["peer_name"], cadre=cadre, peer=peer, shape_peak=peak, doctor_peak=doctor,
+        out.append(dict(case=case, peer_name=peer_name, cadre=cadre, peer=peer, shape_peak=peak, doctor_peak=doctor,
                         cadre_mfu=cadre * fpt / peak / 1e9, peer_mfu=peer * fpt / peak / 1e9,
                         cadre_mfu_doctor=cadre * fpt / doctor / 1e9, peer_mfu_doctor=peer * fpt / doctor / 1e9))
     return out
@@ -159,7 +159,7 @@ def peaks_of(results):
 
 def report(args, spec, results, peaks, rows):
     keys = list(results[0].keys())
-    lines = [f"# Matmul peak at the model's GEMM shapes ({len(results)} sitting(s), {time.strftime('%Y-%m-%d %H:%M')})", "",
+    lines = [f"# Matmul peak at the model's GEMM shapes ({len(results)} sitting(s), {args.measured_at})", "",
              f"Small Llama linears `{spec}` (in:out x count), {TOKENS} rows, the three training GEMMs of each; "
              "GFLOP/s, median of sittings (min-max); NxT = N processes at once x T threads, summed.", "",
              "| dtype, layout, side | GFLOP/s |", "|---|---:|"]
@@ -189,11 +189,14 @@ def main():
     ap.add_argument("--python", default=peer_python())
     ap.add_argument("--sittings", type=int, default=3)
     ap.add_argument("--rows", nargs="*", default=[], help="vs_pytorch2 sittings' JSON: MFU of their rows")
+    ap.add_argument("--measured", help="a gemm_peak.json written before: its sittings' figures, none measured")
     args = ap.parse_args()
     args.build = args.build or ["build"]
     spec = ",".join(f"{i}:{o}x{c}" for (i, o), c in sorted(linear_shapes().items()))
-    results = []
-    for k in range(args.sittings):
+    earlier = json.load(open(args.measured)) if args.measured else {}
+    results = earlier.get("sittings", [])
+    args.measured_at = earlier.get("measured_at", "an earlier run") if args.measured else time.strftime("%Y-%m-%d %H:%M")
+    for k in range(0 if args.measured else args.sittings):
         print(f"sitting {k + 1} of {args.sittings}", file=sys.stderr, flush=True)
         results.append(sitting(args, spec))
     peaks = peaks_of(results)
@@ -204,7 +207,7 @@ def main():
     with open(os.path.join(ROOT, "bench/results/gemm_peak.md"), "w") as f:
         f.write(text)
     with open(os.path.join(ROOT, "bench/results/gemm_peak.json"), "w") as f:
-        json.dump(dict(linears=spec, tokens=TOKENS, sittings=results,
+        json.dump(dict(linears=spec, tokens=TOKENS, measured_at=args.measured_at, sittings=results,
                        peaks={key: peak for key, (peak, _) in peaks.items()}, rows=rows,
                        flops_per_token=flops_per_token(MODEL, 256)[0]), f, indent=1)
 
