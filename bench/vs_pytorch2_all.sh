@@ -18,8 +18,9 @@
 #   cmake -S . -B build-torch2-cpu -G Ninja -DCMAKE_PREFIX_PATH=<torch.utils.cmake_prefix_path> \
 #     -DCADRE_CUDA=OFF -DCADRE_BENCH=ON -DBUILD_TESTING=OFF
 #   cmake --build build-torch2-cpu --target cadre decode_bench
-# About 45 minutes on 2 cores, an hour with SECOND (vs_pytorch2.py alone took 23-26 minutes with
-# both builds and 3 repeats); run it on a quiet machine. Results in bench/results/.
+# About 70 minutes on 2 cores with SECOND (2026-12-06 16:59-18:09; vs_pytorch2.py with both builds
+# and 5 repeats 42 of them); run it on a quiet machine. Results in bench/results/, each table
+# also as <table>-<UTC date-time of the start>.{md,json}.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-torch2-cpu}
@@ -33,6 +34,7 @@ python=${CADRE_VENV:-$HOME/.cache/cadre/venv}/bin/python
 }
 [[ -x $python ]] || { echo "vs_pytorch2_all: no venv python at $python: run scripts/setup.sh --torch" >&2; exit 2; }
 
+stamp=$(date -u +%F-%H%M)
 echo "== $(date -u +%FT%TZ) start; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 # Five alternating repeats for the training and ResNet rows: one repeat moves by 5-10% on a 2-core
 # VM (FSDP2 1.48-1.62x, ResNet's Cadre side 1230-1407 images/s in the sittings of 2026-11-29),
@@ -51,6 +53,12 @@ fi
   --rows "$root/bench/results/vs_pytorch2.json"
 echo "== $(date -u +%FT%TZ) done; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 tables="vs_pytorch2 resnet_throughput${second:+ resnet_throughput-$(basename "$second")} decode_throughput collectives_vs_gloo gemm_peak"
+# The sitting's own copy of every table (the undated ones are the next sitting's to overwrite).
 for table in $tables; do
-  echo; echo "## bench/results/$table.md"; cat "$root/bench/results/$table.md"
+  for ext in md json; do
+    if [[ -f $root/bench/results/$table.$ext ]]; then
+      cp "$root/bench/results/$table.$ext" "$root/bench/results/$table-$stamp.$ext"
+    fi
+  done
+  echo; echo "## bench/results/$table-$stamp.md"; cat "$root/bench/results/$table.md"
 done
