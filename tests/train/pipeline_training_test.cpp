@@ -120,6 +120,8 @@ TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
       {"pp 2 x dp 2 NO_SHARD gpipe", 4, 2, {"parallel.pp_size=2", "parallel.pp_schedule=gpipe"}},
       {"pp 2 x dp 2 ZERO1 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=ZERO1"}},
       {"pp 2 x tp 2 1f1b", 4, 1, {"parallel.pp_size=2", "parallel.tp_size=2"}},
+      {"pp 2 x dp 2 x tp 2 FULL_SHARD 1f1b", 8, 2,
+       {"parallel.pp_size=2", "parallel.tp_size=2", "parallel.strategy=FULL_SHARD"}},
       {"pp 2 1f1b, activation checkpointing", 2, 1, {"parallel.pp_size=2", "parallel.activation_checkpointing=true"}},
       // Interleaved: each rank holds 2 chunks of one block (stage 0 blocks 0 and 2, stage 1
       // blocks 1 and 3), each backward runs through one of them. FULL_SHARD reduces each
