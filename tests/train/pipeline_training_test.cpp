@@ -32,11 +32,13 @@ struct TrainRun {
   std::string output;
 };
 
-// A layout a test runs: `world` ranks, `dp` of them data-parallel, with these overrides.
+// A layout a test runs: `world` ranks, `dp` of them data-parallel, each splitting its share of
+// the global batch into `accum` micro-batches, with these overrides.
 struct Layout {
   const char* name;
   int world, dp;
   std::vector<std::string> sets;
+  int accum = 4;
 };
 
 class PipelineTraining : public ::testing::Test {
@@ -119,6 +121,10 @@ TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
       {"pp 2 x dp 2 FULL_SHARD 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=FULL_SHARD"}},
       {"pp 2 x dp 2 NO_SHARD gpipe", 4, 2, {"parallel.pp_size=2", "parallel.pp_schedule=gpipe"}},
       {"pp 2 x dp 2 ZERO1 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=ZERO1"}},
+      {"pp 2 x dp 2 SHARD_GRAD_OP 1f1b", 4, 2, {"parallel.pp_size=2", "parallel.strategy=SHARD_GRAD_OP"}},
+      // Two replicas of shard groups of 2 per stage, each rank 2 micro-batches of 1 sample.
+      {"pp 2 x dp 4 HYBRID_SHARD (2 x 2) 1f1b", 8, 4,
+       {"parallel.pp_size=2", "parallel.strategy=HYBRID_SHARD", "parallel.shard_group_size=2"}, 2},
       {"pp 2 x tp 2 1f1b", 4, 1, {"parallel.pp_size=2", "parallel.tp_size=2"}},
       {"pp 2 x dp 2 x tp 2 FULL_SHARD 1f1b", 8, 2,
        {"parallel.pp_size=2", "parallel.tp_size=2", "parallel.strategy=FULL_SHARD"}},
@@ -138,7 +144,7 @@ TEST_F(PipelineTraining, EveryLayoutAndScheduleFollowsOneRank) {
   int index = 0;
   for (const Layout& l : layouts) {
     // With dp 2 each rank takes 2 of the 4 micro-batches' samples: the same 4 micro-batches.
-    const TrainRun run = train("layout-" + std::to_string(index++), l.world, l.dp, 4, l.sets);
+    const TrainRun run = train("layout-" + std::to_string(index++), l.world, l.dp, l.accum, l.sets);
     ASSERT_EQ(run.losses.size(), size_t(kSteps)) << l.name << "\n" << run.output;
     one.expect_follows(run.losses, std::string("[pipeline] ") + l.name + " vs 1 rank");
   }
