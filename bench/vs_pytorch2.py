@@ -132,7 +132,7 @@ def single_process_rows(args, data, work):
     rows = []
     fp32, eager, comp = {}, [], []
     bf16, fsdp2_one, autocast = {}, [], []
-    # Cadre's float32 linears call oneDNN's sgemm, the peer's the wheel's MKL: most of that row's
+    # Cadre's float32 linears call oneDNN's sgemm, the peer's the wheel's MKL: much of that row's
     # ratio is the library (bench/gemm_peak.py). PyTorch 2.11 has no setting that sends a float32
     # linear to oneDNN (its oneDNN matmul path takes bf16, fp16 and the bf16/tf32-rounded float32
     # modes only), so the same library on both sides is the other way round: a build on the wheel's

@@ -1,10 +1,11 @@
 // Pipeline parallelism in `cadre train` (parallel.pp_size), with real processes on the tiny
 // Llama (4 blocks, untied head): every layout (pp, dp, tp) and schedule follows one rank that
 // runs the same micro-batches in turn, under bf16 and SGD too, with a head tied to the embedding
-// too; a checkpoint written by 2 stages resumes on 1 and on 4 stages with the losses of an uninterrupted run, and exports as the whole model; LoRA dropout
-// draws one rank's masks; each step's record splits every stage's time into compute and
-// waiting; layouts the pipeline cannot run are config errors (exit 2) naming the key, before
-// any work; validation runs through the stages and follows one rank's.
+// too; a checkpoint written by 2 stages resumes on 1 and on 4 stages with the losses of an
+// uninterrupted run, and exports as the whole model; LoRA dropout draws one rank's masks; each
+// step's record splits every stage's time into compute and waiting; layouts the pipeline cannot
+// run are config errors (exit 2) naming the key, before any work; validation runs through the
+// stages and follows one rank's.
 #include <gtest/gtest.h>
 
 #include <filesystem>
