@@ -39,6 +39,12 @@
 // 1.13 has the at::_foreach_* ops that torch.optim.AdamW's foreach path uses instead.
 #define CADRE_TORCH_HAS_FUSED_ADAMW CADRE_TORCH_AT_LEAST(2, 4)
 
+// bfloat16 silu and products on the CPU through ATen's vectorised bfloat16 path (2.x): SwiGLU's
+// forward and backward at the small Llama's [2048, 1536], one thread, 5.9 ms against Cadre's
+// fused kernel's 6.5 (bench/fused_kernels); 1.13's took 19.7 ms, so there the fused kernel runs
+// (models/fused_swiglu.cpp). Measured on 1.13 and 2.11 only.
+#define CADRE_TORCH_FAST_BF16_SILU CADRE_TORCH_AT_LEAST(2, 0)
+
 // c10::Allocator: allocate() is const in 1.13 and not in 2.x (2.3 on), and 2.x adds the pure
 // virtual copy_data (2.3 on as well; only 1.13 and 2.11 are built).
 #if CADRE_TORCH_AT_LEAST(2, 3)

@@ -4,14 +4,22 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace cadre {
 
-// silu(a) * b for a and b of one shape. Differentiable in both. float32 CPU tensors run fused;
-// others take libtorch's ops. bfloat16 among them: libtorch's bfloat16 silu and products convert
-// with the CPU's bfloat16 instructions and ran faster than this kernel staged through float32
-// (bench/fused_kernels: 3.8 against 5.1 ms forward and backward at [2048, 1536], one thread).
+// silu(a) * b for a and b of one shape. Differentiable in both. CPU tensors of the dtypes
+// swiglu_fused_on_cpu names run fused; others take libtorch's ops.
 at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b);
+
+// Whether `swiglu` runs the fused kernel for CPU tensors of `dtype`: float32 always; bfloat16
+// (staged through float32, each result rounded once, where libtorch's ops round silu(a) first)
+// where libtorch's own bfloat16 silu is slow, 1.x (CADRE_TORCH_FAST_BF16_SILU, core/torch_compat.h).
+bool swiglu_fused_on_cpu(at::ScalarType dtype);
+
+// The fused kernel itself, whichever libtorch: a and b float32 or bfloat16 CPU tensors of one
+// dtype and shape (the tests and bench/fused_kernels judge it on every build).
+at::Tensor swiglu_fused(const at::Tensor& a, const at::Tensor& b);
 
 // The same through libtorch's ops (the reference the fused kernel is tested against).
 at::Tensor swiglu_composite(const at::Tensor& a, const at::Tensor& b);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fused_judge.h"
+#include "core/torch_compat.h"
 #include "models/cpu_vector_math.h"
 #include "models/fused_causal_softmax.h"
 #include "models/fused_cross_entropy.h"
@@ -55,19 +56,34 @@ TEST(CpuVectorMath, RowMaxFindsTheLargestAtEveryPositionAndLength) {
   const std::vector<float> all_minus_inf(20, -std::numeric_limits<float>::infinity());
   EXPECT_EQ(cadre::row_max(all_minus_inf.data(), 20), -std::numeric_limits<float>::infinity());
 }
-TEST(FusedSwiglu, Float32OutputAndGradientsAsAccurateAsLibtorchsOps) {
+
+// bfloat16 too: staged through float32 and rounded once per result, where libtorch's ops round
+// silu(a) before the product. 1000-element rows: several staging blocks and a tail.
+TEST(FusedSwiglu, OutputAndGradientsAsAccurateAsLibtorchsOps) {
   at::manual_seed(1);
-  const Inputs in{scaled_randn({37, 3, 100}), at::randn({37, 3, 100}, at::kDouble)};
-  expect_as_accurate(
-      "swiglu", [](const Inputs& x) { return cadre::swiglu(x[0], x[1]); },
-      [](const Inputs& x) { return cadre::swiglu_composite(x[0], x[1]); }, in, at::randn({37, 3, 100}, at::kDouble),
-      at::kFloat);
+  for (const int64_t width : {100, 1000}) {
+    const Inputs in{scaled_randn({37, 3, width}), at::randn({37, 3, width}, at::kDouble)};
+    const at::Tensor g = at::randn({37, 3, width}, at::kDouble);
+    for (at::ScalarType t : {at::kFloat, at::kBFloat16})
+      expect_as_accurate(
+          "swiglu, rows of " + std::to_string(width), [](const Inputs& x) { return cadre::swiglu_fused(x[0], x[1]); },
+          [](const Inputs& x) { return cadre::swiglu_composite(x[0], x[1]); }, in, g, t);
+  }
 }
 
-TEST(FusedSwiglu, Bfloat16TakesLibtorchsOps) {
+// swiglu runs the kernel where swiglu_fused_on_cpu says so, libtorch's ops elsewhere: among a
+// few thousand bfloat16 elements some round differently from the composite's two roundings.
+TEST(FusedSwiglu, SwigluRunsTheKernelWhereItIsTheFasterOne) {
   at::manual_seed(2);
-  const at::Tensor a = at::randn({7, 50}).to(at::kBFloat16), b = at::randn({7, 50}).to(at::kBFloat16);
-  EXPECT_TRUE(cadre::swiglu(a, b).equal(cadre::swiglu_composite(a, b)));
+  for (at::ScalarType t : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor a = at::randn({70, 50}).to(t), b = at::randn({70, 50}).to(t);
+    const at::Tensor y = cadre::swiglu(a, b);
+    EXPECT_TRUE(y.equal(cadre::swiglu_fused_on_cpu(t) ? cadre::swiglu_fused(a, b) : cadre::swiglu_composite(a, b)))
+        << c10::toString(t);
+    EXPECT_FALSE(cadre::swiglu_fused(a, b).equal(cadre::swiglu_composite(a, b))) << c10::toString(t);
+  }
+  EXPECT_TRUE(cadre::swiglu_fused_on_cpu(at::kFloat));
+  EXPECT_EQ(cadre::swiglu_fused_on_cpu(at::kBFloat16), !CADRE_TORCH_FAST_BF16_SILU);
 }
 
 // q as the attention makes it: a projection's [B, T, H, D] output viewed [B, H, T, D] (the kernel

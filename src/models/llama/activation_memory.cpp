@@ -7,7 +7,8 @@
 //                      GPU's fused attention runs: it keeps H log-sum-exps in float32)
 //                  2D  the residual sum and ffn_norm's output (read by w1, w3)
 //                  3F  w1's and w3's outputs (read by SwiGLU) and SwiGLU's (read by w2);
-//                      4F where SwiGLU is not the fused CPU float32 kernel: silu(w1's) too
+//                      4F where SwiGLU is not the fused CPU kernel (swiglu_fused_on_cpu):
+//                      silu(w1's) too
 //   the head keeps D (the final norm's output) and V (the logits, read by the fused cross
 //   entropy); its backward adds V (the logits' gradient).
 // With activation checkpointing a block keeps only its input (D) until the backward recomputes
@@ -29,13 +30,15 @@
 
 #include <algorithm>
 
+#include "models/fused_swiglu.h"
+
 namespace cadre {
 
 int64_t llama_activation_bytes(const LlamaConfig& c, const ActivationShape& s, const LlamaFrozenParts& frozen) {
   const int64_t tp = s.tp_size, D = c.dim, hd = c.dim / c.n_heads;
   const int64_t H = c.n_heads / tp, F = llama_ffn_dim(c) / tp, V = c.vocab_size / tp, T = s.seq_len;
   const int64_t probs = llama_uses_sdpa(c, s.cuda) ? (H * 4 + s.compute_bytes - 1) / s.compute_bytes : H * T;
-  const bool fused_swiglu = !s.cuda && s.compute_bytes == 4;  // models/fused_swiglu.cpp
+  const bool fused_swiglu = !s.cuda && swiglu_fused_on_cpu(s.compute_bytes == 4 ? at::kFloat : at::kBFloat16);
   const int64_t block = 2 * D + 4 * H * hd + probs + 2 * D + (fused_swiglu ? 3 : 4) * F;
   const int64_t frozen_block = D + 3 * H * hd + probs + D + (fused_swiglu ? 2 : 3) * F;
   int64_t blocks_kept = 0, largest = 0;
