@@ -82,30 +82,27 @@ CADRE_CPU_CLONES void backward_elements(const BF16* a, const BF16* b, const BF16
   }
 }
 
-// f(T{}) with T the element type of t: float or bfloat16 (the only types `swiglu` fuses).
-template <typename F>
-void for_float_or_bf16(const at::Tensor& t, const F& f) {
-  if (t.scalar_type() == at::kBFloat16)
-    f(BF16());
-  else
-    f(float());
+// All elements in parallel, T the tensors' element type (float or bfloat16).
+template <typename T>
+void forward_all(const T* a, const T* b, T* y, int64_t n) {
+  at::parallel_for(0, n, kGrain, [&](int64_t i0, int64_t i1) { forward_elements(a + i0, b + i0, y + i0, i1 - i0); });
 }
 
 template <typename T>
-T* at_offset(const at::Tensor& t, int64_t i) {
-  return t.data_ptr<T>() + i;
+void backward_all(const T* a, const T* b, const T* g, T* da, T* db, int64_t n) {
+  at::parallel_for(0, n, kGrain, [&](int64_t i0, int64_t i1) {
+    backward_elements(a + i0, b + i0, g + i0, da + i0, db + i0, i1 - i0);
+  });
 }
 
 struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     at::Tensor ac = a.contiguous(), bc = b.contiguous();
     at::Tensor y = at::empty_like(ac, at::MemoryFormat::Contiguous);
-    for_float_or_bf16(ac, [&](auto element) {
-      using T = decltype(element);
-      at::parallel_for(0, ac.numel(), kGrain, [&](int64_t i0, int64_t i1) {
-        forward_elements(at_offset<T>(ac, i0), at_offset<T>(bc, i0), at_offset<T>(y, i0), i1 - i0);
-      });
-    });
+    if (ac.scalar_type() == at::kFloat)
+      forward_all(ac.data_ptr<float>(), bc.data_ptr<float>(), y.data_ptr<float>(), ac.numel());
+    else
+      forward_all(ac.data_ptr<BF16>(), bc.data_ptr<BF16>(), y.data_ptr<BF16>(), ac.numel());
     ctx->save_for_backward({ac, bc});
     return y;
   }
@@ -115,13 +112,12 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
     const at::Tensor &a = saved[0], &b = saved[1];
     const at::Tensor g = grads[0].contiguous();
     at::Tensor da = at::empty_like(a), db = at::empty_like(b);
-    for_float_or_bf16(a, [&](auto element) {
-      using T = decltype(element);
-      at::parallel_for(0, a.numel(), kGrain, [&](int64_t i0, int64_t i1) {
-        backward_elements(at_offset<T>(a, i0), at_offset<T>(b, i0), at_offset<T>(g, i0), at_offset<T>(da, i0),
-                          at_offset<T>(db, i0), i1 - i0);
-      });
-    });
+    if (a.scalar_type() == at::kFloat)
+      backward_all(a.data_ptr<float>(), b.data_ptr<float>(), g.data_ptr<float>(), da.data_ptr<float>(),
+                   db.data_ptr<float>(), a.numel());
+    else
+      backward_all(a.data_ptr<BF16>(), b.data_ptr<BF16>(), g.data_ptr<BF16>(), da.data_ptr<BF16>(),
+                   db.data_ptr<BF16>(), a.numel());
     return {ctx->needs_input_grad(0) ? da : at::Tensor(), ctx->needs_input_grad(1) ? db : at::Tensor()};
   }
 };
