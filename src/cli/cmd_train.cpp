@@ -72,7 +72,7 @@ int cmd_train(const Args& args) {
   // A write to a socket whose peer left (a rank that died, a store whose host went) must fail
   // with EPIPE, which the op turns into an error naming it, never kill the rank silently: the
   // recovery soak saw rank 0 die of SIGPIPE as its group re-formed after a peer's SIGKILL, on a
-  // thread other than the Gloo threads that block it (comm.cpp), and the job with it.
+  // thread other than the Gloo threads that block it (comm/sigpipe_blocked.h), and the job with it.
   std::signal(SIGPIPE, SIG_IGN);
   // The stop and flight-recorder signals run their handlers on one waiting thread, never on a
   // thread inside oneDNN's JIT GEMM (core/signal_thread.h); before any thread starts.
