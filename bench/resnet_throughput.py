@@ -144,7 +144,8 @@ def main():
             print(f"run {n + 1}/{args.repeats}: Cadre {cadre[-1]:.0f} images/s, Python channels-last "
                   f"{python_cl[-1]:.0f} images/s, Python NCHW {python[-1]:.0f} images/s", flush=True)
     c, p, pcl = statistics.median(cadre), statistics.median(python), statistics.median(python_cl)
-    result = {"model": "resnet-18 layout, width 16, small stem, 28x28x1", "ranks": 2, "threads_per_rank": 1,
+    result = {"model": "resnet-18 layout, width 16, small stem, 28x28x1", "build": os.path.abspath(args.build),
+              "ranks": 2, "threads_per_rank": 1,
               "batch_per_rank": BATCH, "steps": args.steps, "repeats": args.repeats,
               "cadre_images_per_s": c, "python_channels_last_images_per_s": pcl, "ratio": c / pcl,
               "python_nchw_images_per_s": p, "ratio_nchw": c / p,

@@ -42,10 +42,15 @@ echo "== $(date -u +%FT%TZ) start; load average $(cut -d' ' -f1-3 /proc/loadavg)
 "$python" "$root/bench/vs_pytorch2.py" --build "$build" ${second:+--build "$second"} --python "$python" --repeats 5
 "$python" "$root/bench/resnet_throughput.py" --build "$build" --repeats 5
 if [[ -n $second ]]; then
-  cp "$root/bench/results/resnet_throughput.md" "$root/bench/results/resnet_throughput-first.md"
+  # SECOND's run writes the same two files: both go to resnet_throughput-SECOND.*, BUILD's come back.
+  for ext in md json; do
+    cp "$root/bench/results/resnet_throughput.$ext" "$root/bench/results/resnet_throughput-first.$ext"
+  done
   "$python" "$root/bench/resnet_throughput.py" --build "$second" --repeats 5
-  mv "$root/bench/results/resnet_throughput.md" "$root/bench/results/resnet_throughput-$(basename "$second").md"
-  mv "$root/bench/results/resnet_throughput-first.md" "$root/bench/results/resnet_throughput.md"
+  for ext in md json; do
+    mv "$root/bench/results/resnet_throughput.$ext" "$root/bench/results/resnet_throughput-$(basename "$second").$ext"
+    mv "$root/bench/results/resnet_throughput-first.$ext" "$root/bench/results/resnet_throughput.$ext"
+  done
 fi
 "$python" "$root/bench/decode_throughput.py" --build "$build" --threads 1,2 --rounds 3
 "$python" "$root/bench/collectives_vs_gloo.py" --build "$build" --repeats 3
