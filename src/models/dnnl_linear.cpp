@@ -1,4 +1,5 @@
-// oneDNN sgemm as an autograd function: forward x W^T, backward g W and g^T x.
+// oneDNN sgemm as an autograd function: forward x W^T, backward g W and g^T x; bfloat16
+// linears widened to it where libtorch has no fast bfloat16 GEMM for the CPU.
 #include "models/dnnl_linear.h"
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/bf16_widening.h"
 
 namespace cadre {
 namespace {
@@ -59,6 +61,36 @@ struct DnnlLinear : public torch::autograd::Function<DnnlLinear> {
   }
 };
 
+// bfloat16 x W^T computed in float32 (inputs widened exactly, one rounding of the float32
+// result, as libtorch's bfloat16 GEMMs accumulate in float32 and round once). Saves the bfloat16
+// input and weight, not widened copies: FSDP regathers the weight for backward, and the saved
+// activation stays half the size.
+struct WidenedLinear : public torch::autograd::Function<WidenedLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
+    at::Tensor x2 = x.reshape({M, K}).contiguous();
+    at::Tensor wc = w.contiguous();
+    at::Tensor y = linear_no_bias(x2.to(at::kFloat), wc.to(at::kFloat)).to(x.scalar_type());
+    ctx->save_for_backward({x2, wc});
+    ctx->saved_data["x_sizes"] = x.sizes();
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = N;
+    return y.view(out_sizes);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x2 = saved[0];
+    const at::Tensor& w = saved[1];
+    at::Tensor g = grads[0].reshape({x2.size(0), w.size(0)}).to(at::kFloat).contiguous();
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0))
+      dx = linear_input_grad(g, w.to(at::kFloat)).to(x2.scalar_type()).view(ctx->saved_data["x_sizes"].toIntVector());
+    if (ctx->needs_input_grad(1)) dw = linear_weight_grad(g, x2.to(at::kFloat)).to(w.scalar_type()).contiguous();
+    return {dx, dw};
+  }
+};
+
 }  // namespace
 
 bool dnnl_linear_enabled() {
@@ -74,15 +106,21 @@ bool uses_dnnl(const at::Tensor& x, const at::Tensor& weight) {
   return dnnl_linear_enabled() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
          x.device().is_cpu() && weight.device().is_cpu() && x.numel() > 0;
 }
+bool widens(const at::Tensor& x, const at::Tensor& weight) {
+  return x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 && x.device().is_cpu() &&
+         weight.device().is_cpu() && x.numel() > 0 && bf16_linear_widens();
+}
 }  // namespace
 
 at::Tensor linear_no_bias(const at::Tensor& x, const at::Tensor& weight) {
   if (uses_dnnl(x, weight)) return DnnlLinear::apply(x, weight);
+  if (widens(x, weight)) return WidenedLinear::apply(x, weight);
   return at::linear(x, weight);
 }
 
 // The same kernels (and so the same bits) as the backward of linear_no_bias.
 at::Tensor linear_input_grad(const at::Tensor& g2, const at::Tensor& weight) {
+  if (widens(g2, weight)) return linear_input_grad(g2.to(at::kFloat), weight.to(at::kFloat)).to(g2.scalar_type());
   if (!uses_dnnl(g2, weight)) return g2.mm(weight);
   const int64_t M = g2.size(0), N = weight.size(0), K = weight.size(1);
   at::Tensor gc = g2.contiguous(), wc = weight.contiguous(), dx = at::empty({M, K}, g2.options());
@@ -91,6 +129,8 @@ at::Tensor linear_input_grad(const at::Tensor& g2, const at::Tensor& weight) {
 }
 
 at::Tensor linear_weight_grad(const at::Tensor& g2, const at::Tensor& x2) {
+  if (widens(g2, x2))
+    return linear_weight_grad(g2.to(at::kFloat), x2.to(at::kFloat)).to(g2.scalar_type()).contiguous();
   if (!uses_dnnl(g2, x2)) return x2.t().mm(g2).t();  // as at::linear's backward: [in, out], transposed
   const int64_t M = g2.size(0), N = g2.size(1), K = x2.size(1);
   at::Tensor gc = g2.contiguous(), xc = x2.contiguous(), dw = at::empty({N, K}, g2.options());
@@ -100,6 +140,10 @@ at::Tensor linear_weight_grad(const at::Tensor& g2, const at::Tensor& x2) {
 
 void linear_weight_grad_add(const at::Tensor& g2, const at::Tensor& x2, at::Tensor& grad) {
   CADRE_CHECK(grad.is_contiguous(), "linear_weight_grad_add: the gradient buffer must be contiguous");
+  if (widens(g2, grad)) {
+    grad.add_(linear_weight_grad(g2.to(at::kFloat), x2.to(at::kFloat)));  // one rounding of the float32 sum
+    return;
+  }
   if (!uses_dnnl(g2, grad)) {
     grad.addmm_(g2.t(), x2);
     return;

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/bf16_widening.h"
 #include "models/dnnl_linear.h"
 #include "models/embedding_rows.h"
 #include "models/fused_causal_softmax.h"
@@ -48,8 +49,10 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const { return rms_norm(x, weig
 namespace {
 // Batched a @ b for [N, m, k] x [N, k, n]. libtorch's CPU bmm in float32 (no MKL in Debian's
 // build) runs several times slower than one BLAS gemm per matrix, so float32 loops over the
-// batch; bfloat16 bmm goes through oneDNN and is fast as it is.
+// batch; bfloat16 bmm goes through oneDNN and is fast as it is, where the CPU has AVX-512
+// (elsewhere widened: models/bf16_widening.h).
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() == at::kBFloat16 && a.device().is_cpu() && bf16_linear_widens()) return widened_bmm(a, b);
   if (a.scalar_type() != at::kFloat || !a.device().is_cpu()) return at::bmm(a, b);
   // unbind, not a[i]: its backward is one stack, where indexing would build a full-size
   // zero gradient per matrix.
