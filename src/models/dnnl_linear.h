@@ -1,6 +1,7 @@
 // Float32 linear layers through oneDNN's sgemm, which it generates for the running CPU's ISA.
 // libtorch sends float32 matmuls to its BLAS: OpenBLAS in Debian's 1.13, MKL in the 2.x wheel,
-// whose sgemm takes a slower path on AMD CPUs. Other dtypes and devices fall back to at::linear.
+// whose sgemm takes a slower path on AMD CPUs. bfloat16 linears widen to it where libtorch has
+// no fast bfloat16 GEMM (bf16_widening.h); other dtypes and devices fall back to at::linear.
 #pragma once
 
 #include <ATen/core/Tensor.h>
