@@ -27,18 +27,29 @@ void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const at::Tensor& 
               static_cast<int>(status));
 }
 
+// The forward both linear Functions share: x as [M, in] and W contiguous, saved for backward
+// with x's shape; `product(x2, w)` gives x2 W^T as [M, out], returned in x's shape.
+template <typename Product>
+at::Tensor linear_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, Product product) {
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
+  at::Tensor x2 = x.reshape({M, K}).contiguous();
+  at::Tensor wc = w.contiguous();
+  at::Tensor y = product(x2, wc);
+  ctx->save_for_backward({x2, wc});
+  ctx->saved_data["x_sizes"] = x.sizes();
+  auto out_sizes = x.sizes().vec();
+  out_sizes.back() = N;
+  return y.view(out_sizes);
+}
+
 struct DnnlLinear : public torch::autograd::Function<DnnlLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
-    at::Tensor x2 = x.reshape({M, K}).contiguous();
-    at::Tensor wc = w.contiguous();
-    at::Tensor y = at::empty({M, N}, x.options());
-    sgemm('N', 'T', M, N, K, x2, K, wc, K, y, N);
-    ctx->save_for_backward({x2, wc});
-    ctx->saved_data["x_sizes"] = x.sizes();
-    auto out_sizes = x.sizes().vec();
-    out_sizes.back() = N;
-    return y.view(out_sizes);
+    return linear_forward(ctx, x, w, [](const at::Tensor& x2, const at::Tensor& wc) {
+      const int64_t M = x2.size(0), K = wc.size(1), N = wc.size(0);
+      at::Tensor y = at::empty({M, N}, x2.options());
+      sgemm('N', 'T', M, N, K, x2, K, wc, K, y, N);
+      return y;
+    });
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -67,15 +78,9 @@ struct DnnlLinear : public torch::autograd::Function<DnnlLinear> {
 // activation stays half the size.
 struct WidenedLinear : public torch::autograd::Function<WidenedLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
-    at::Tensor x2 = x.reshape({M, K}).contiguous();
-    at::Tensor wc = w.contiguous();
-    at::Tensor y = linear_no_bias(x2.to(at::kFloat), wc.to(at::kFloat)).to(x.scalar_type());
-    ctx->save_for_backward({x2, wc});
-    ctx->saved_data["x_sizes"] = x.sizes();
-    auto out_sizes = x.sizes().vec();
-    out_sizes.back() = N;
-    return y.view(out_sizes);
+    return linear_forward(ctx, x, w, [](const at::Tensor& x2, const at::Tensor& wc) {
+      return linear_no_bias(x2.to(at::kFloat), wc.to(at::kFloat)).to(x2.scalar_type());
+    });
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
