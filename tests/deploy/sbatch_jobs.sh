@@ -52,6 +52,18 @@ same_losses() {  # same_losses RUN_DIR REFERENCE_DIR: every step once, each loss
   diff <(losses "$1") <(losses "$2") >/dev/null
 }
 
+worker_pid() {  # worker_pid AGENT_PID: the `cadre train` worker that agent started
+  local d argv stat
+  for d in /proc/[0-9]*; do
+    stat=$(cat "$d/stat" 2>/dev/null) || continue
+    stat=${stat##*) }  # after "pid (comm) ": state, then the parent's pid
+    [[ ${stat#* } == "$1 "* ]] || continue
+    { mapfile -d '' argv <"$d/cmdline"; } 2>/dev/null || continue
+    [[ ${argv[1]:-} == train ]] && echo "${d#/proc/}" && return 0
+  done
+  return 1
+}
+
 agent_pid() {  # agent_pid JOB_ID NODE_ID: the `cadre run` agent srun started on that node
   local d argv
   for d in /proc/[0-9]*; do

@@ -33,14 +33,24 @@ echo "ok: job $id COMPLETED, 40 steps, final loss $(losses "$tmp/runs/plain" | t
 
 # 2. Kill node 2's agent after the step-20 checkpoint: the step fails, the script requeues the
 #    job, the next attempt resumes from the checkpoint.
-# Long enough that the job is still training when both agents have answered /metrics and one is
-# killed: the tiny model runs ~100 steps/s here, and 400 steps once ended before node 1's check.
-steps=2000
+# Node 0's worker is stopped (SIGSTOP) once a checkpoint is committed, which holds rank 1 in its
+# next collective: the job is still training, however fast this machine, while both agents
+# answer /metrics and node 1's is killed; it goes on (SIGCONT) right after the kill. The tiny
+# model runs 60-100 steps/s; between step 25 and the stop the checkpoint is committed and
+# polled for (measured: stopped at steps 26 and 34).
+steps=400
 reference_run "$tmp/ref-$steps" "$steps"
 script=$(deploy_job killed "$steps")
 id=$(sbatch --parsable "$script") || fail "sbatch $script"
+# The worker is found once training has begun (scanning /proc takes a moment), stopped later.
+wait_for 120 past_step "$tmp/runs/killed" 1 || fail "job $id did not reach step 1: $(job_field "$id" JobState)"
+agent0=$(agent_pid "$id" 0) || fail "no cadre run agent of job $id on node 0"
+worker0=$(worker_pid "$agent0") || fail "node 0's agent of job $id has no worker: $(job_field "$id" JobState) at step $(steps_done "$tmp/runs/killed")"
 wait_for 120 past_step "$tmp/runs/killed" 25 || fail "job $id did not reach step 25: $(job_field "$id" JobState)"
 wait_for 60 committed_checkpoint "$tmp/runs/killed" || fail "job $id committed no checkpoint by step $(steps_done "$tmp/runs/killed")"
+kill -STOP "$worker0"
+held_at=$(steps_done "$tmp/runs/killed")
+((held_at < steps)) || fail "job $id reached its last step ($held_at) before node 0's worker was stopped"
 metrics_ranks() {  # metrics_ranks NODE: the ranks whose cadre_train_step NODE's agent serves
   local url
   url=$(grep -ohP 'metrics: serving \Khttp://\S+' "$tmp/killed/logs/killed-$id-node$1.out" | tail -1) || return 1
@@ -59,7 +69,8 @@ done
 pid=$(agent_pid "$id" 1) || fail "no cadre run agent of job $id on node 1"
 killed_at=$(steps_done "$tmp/runs/killed")
 kill -9 "$pid"
-echo "killed node 1's agent (pid $pid) of job $id at step $killed_at"
+kill -CONT "$worker0"
+echo "killed node 1's agent (pid $pid) of job $id at step $killed_at (node 0's worker stopped at step $held_at until then)"
 wait_for 240 job_finished "$id" || fail "job $id still $(job_field "$id" JobState) after 240 s"
 state=$(job_field "$id" JobState)
 [[ $state == COMPLETED ]] || fail "job $id ended $state: $(tail -20 "$tmp"/killed/logs/killed-"$id".out)"

@@ -119,19 +119,21 @@ TEST(MemoryEstimate, ARunOverItsMemoryLimitStopsBeforeStartingNamingTheBreakdown
   EXPECT_NE(r.output.find("--world-size is --dry-run's"), std::string::npos) << r.output;
 }
 
-// Two ranks train a model of ~27M parameters a few steps, and the peak of each rank's resident
-// memory above its baseline (before the model) is the estimate it printed, within 15%: what the
-// estimate leaves out (allocator slack, the loader's batches, autograd's small tensors) is a few
-// percent here (measured: FULL_SHARD 1.01-1.05, ZERO1 1.01 on this model shape at 8 layers;
-// FULL_SHARD with half the blocks frozen 1.02; LoRA 1.05, its base held in bf16 shards, checked
-// byte for byte; the first of 2 pipeline stages, see below).
+// Two ranks train a model of ~27M parameters two steps (the second, with AdamW's moments
+// allocated, holds the peak: a third moved no ratio by more than 0.5%), and the peak of each
+// rank's resident memory above its baseline (before the model) is the estimate it printed, within
+// 15%: what the estimate leaves out (allocator slack, the loader's batches, autograd's small
+// tensors) is a few percent here (measured: FULL_SHARD 1.01-1.05, ZERO1 1.01 on this model shape
+// at 8 layers; FULL_SHARD with half the blocks frozen 1.02; LoRA 1.05, its base held in bf16
+// shards, checked byte for byte; the first of 2 pipeline stages, see below). On an AVX2-only
+// Zen 3, where bf16 products run widened to float32: 0.99, 0.98, 0.90, 0.95 and 1.02.
 TEST(MemoryEstimate, TrainingPeakAboveTheBaselineIsTheEstimateWithinFifteenPercent) {
   cadre::test::TempDir dir("memory-estimate");
   const std::string data = cadre::test::prepare_tiny_dataset(dir / "data-root", 4, 40000);
   cadre::test::write_text(dir / "model.yaml",
                           "model:\n  arch: llama\n  dim: 512\n  n_layers: 8\n  n_heads: 8\n  n_kv_heads: 8\n"
                           "  vocab_size: 512\n  max_seq_len: 64\n"
-                          "data:\n  batch_size: 32\ntrain:\n  steps: 3\n  threads: 1\n  log_interval: 1\n"
+                          "data:\n  batch_size: 32\ntrain:\n  steps: 2\n  threads: 1\n  log_interval: 1\n"
                           "  eval_interval: 0\ncheckpoint:\n  interval: 0\n"
                           "parallel:\n  mixed_precision:\n    param_dtype: bfloat16\n");
   // The third run freezes half the blocks (train.freeze): their masters stay, sharded, without
