@@ -540,6 +540,11 @@ class NetFault : public ::testing::Test {
     report_.detect_s = event_s("detected", t_fault);
     report_.resume_s = seconds(segments().back().steps.front().seen - t_fault);
     report_.resumed_step = segments().back().first_step();
+    // A step may complete while the fault lands (the fault step was read before the cut, and a
+    // CI run saw the group resume from the checkpoint of the step after it): the fault step is
+    // the last one the group before the fault logged.
+    if (segments_before_ > 0)
+      report_.fault_step = std::max(report_.fault_step, segments()[segments_before_ - 1].last_step());
   }
 
   // --- in-memory recovery ------------------------------------------------------------------
