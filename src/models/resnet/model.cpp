@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/fused_batch_norm_relu.h"
 #include "shard/module_hooks.h"
 
 namespace cadre {
@@ -44,9 +45,8 @@ BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t planes, int64_t stride) {
 }
 
 at::Tensor BasicBlockImpl::forward(const at::Tensor& x) {
-  at::Tensor out = at::relu(bn1->forward(conv1->forward(x)));
-  out = bn2->forward(conv2->forward(out));
-  return at::relu(out + (downsample ? downsample->forward(x) : x));
+  at::Tensor out = conv2->forward(batch_norm_relu(*bn1, conv1->forward(x)));
+  return batch_norm_relu(*bn2, out, downsample ? downsample->forward(x) : x);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in, int64_t planes, int64_t stride) {
@@ -60,10 +60,9 @@ BottleneckImpl::BottleneckImpl(int64_t in, int64_t planes, int64_t stride) {
 }
 
 at::Tensor BottleneckImpl::forward(const at::Tensor& x) {
-  at::Tensor out = at::relu(bn1->forward(conv1->forward(x)));
-  out = at::relu(bn2->forward(conv2->forward(out)));
-  out = bn3->forward(conv3->forward(out));
-  return at::relu(out + (downsample ? downsample->forward(x) : x));
+  at::Tensor out = batch_norm_relu(*bn1, conv1->forward(x));
+  out = conv3->forward(batch_norm_relu(*bn2, conv2->forward(out)));
+  return batch_norm_relu(*bn3, out, downsample ? downsample->forward(x) : x);
 }
 
 ResNetImpl::ResNetImpl(const ResnetConfig& c) : config_(c) {
@@ -88,7 +87,7 @@ at::Tensor ResNetImpl::forward(const at::Tensor& images) {
   at::Tensor x = conv1->forward(images);
   // After the stem: its input's layout is ambiguous when in_channels is 1, its output's is not.
   if (config_.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-  x = at::relu(bn1->forward(x));
+  x = batch_norm_relu(*bn1, x);
   if (config_.stem == "imagenet") x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   for (auto* stage : {&layer1, &layer2, &layer3, &layer4}) x = call_sequential(*stage, x);
   x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
