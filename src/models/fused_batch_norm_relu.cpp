@@ -59,26 +59,35 @@ inline __attribute__((always_inline)) void fold(const float* tile, double* per_c
     for (int64_t c = 0; c < C; ++c) per_channel[c] += tile[t + c];
 }
 
-// Rows r0..r1 of x [rows, C]: the per-channel sums of (x - shift) and of its square, added into
-// sum and squares (block: 2 P floats of scratch). Shifting by a value of the channel (its first
-// row's) keeps the variance's E[d^2] - E[d]^2 from cancelling when a channel's mean is large
-// against its spread.
-CADRE_CPU_CLONES void shifted_moments(const float* __restrict x, const float* __restrict shift, int64_t r0,
-                                      int64_t r1, int64_t C, int64_t P, double* __restrict sum,
-                                      double* __restrict squares, float* __restrict block) {
-  float *bs = block, *bq = block + P;
+// Rows r0..r1 of two per-channel sums: terms(i, p, a, b) adds element i's terms into a tile's
+// float32 partials a and b (p: its place in the tile), every kBlockRows rows the partials are
+// added into the double sums (block: 2 P floats of scratch).
+template <typename Terms>
+inline __attribute__((always_inline)) void tiled_sums(int64_t r0, int64_t r1, int64_t C, int64_t P, double* sum_a,
+                                                      double* sum_b, float* block, const Terms& terms) {
+  float *ba = block, *bb = block + P;
   for (int64_t b = r0; b < r1; b += kBlockRows) {
     std::fill(block, block + 2 * P, 0.0f);
     for_each_span(b, std::min(r1, b + kBlockRows), C, P, [&](int64_t i, int64_t n) __attribute__((always_inline)) {
-      for (int64_t p = 0; p < n; ++p) {
-        const float d = x[i + p] - shift[p];
-        bs[p] += d;
-        bq[p] += d * d;
-      }
+      for (int64_t p = 0; p < n; ++p) terms(i + p, p, ba[p], bb[p]);
     });
-    fold(bs, sum, C, P);
-    fold(bq, squares, C, P);
+    fold(ba, sum_a, C, P);
+    fold(bb, sum_b, C, P);
   }
+}
+
+// Rows r0..r1 of x [rows, C]: the per-channel sums of (x - shift) and of its square. Shifting by
+// a value of the channel (its first row's) keeps the variance's E[d^2] - E[d]^2 from cancelling
+// when a channel's mean is large against its spread.
+CADRE_CPU_CLONES void shifted_moments(const float* __restrict x, const float* __restrict shift, int64_t r0,
+                                      int64_t r1, int64_t C, int64_t P, double* __restrict sum,
+                                      double* __restrict squares, float* __restrict block) {
+  tiled_sums(r0, r1, C, P, sum, squares, block,
+             [&](int64_t i, int64_t p, float& s, float& q) __attribute__((always_inline)) {
+               const float d = x[i] - shift[p];
+               s += d;
+               q += d * d;
+             });
 }
 
 // Rows r0..r1 of y = relu(x scale + shift (+ residual)), the per-channel affine map folding the
@@ -95,24 +104,17 @@ CADRE_CPU_CLONES void normalise_rows(const float* __restrict x, const float* __r
 }
 
 // Rows r0..r1 of the backward's reduction: with g the gradient through the ReLU, the per-channel
-// sums of g and of g (x - mean), added into sum_g and sum_gx (block: 2 P floats of scratch).
+// sums of g and of g (x - mean).
 CADRE_CPU_CLONES void gradient_moments(const float* __restrict dy, const float* __restrict y,
                                        const float* __restrict x, const float* __restrict mean, int64_t r0,
                                        int64_t r1, int64_t C, int64_t P, double* __restrict sum_g,
                                        double* __restrict sum_gx, float* __restrict block) {
-  float *bg = block, *bx = block + P;
-  for (int64_t b = r0; b < r1; b += kBlockRows) {
-    std::fill(block, block + 2 * P, 0.0f);
-    for_each_span(b, std::min(r1, b + kBlockRows), C, P, [&](int64_t i, int64_t n) __attribute__((always_inline)) {
-      for (int64_t p = 0; p < n; ++p) {
-        const float g = through_relu(y[i + p], dy[i + p]);
-        bg[p] += g;
-        bx[p] += g * (x[i + p] - mean[p]);
-      }
-    });
-    fold(bg, sum_g, C, P);
-    fold(bx, sum_gx, C, P);
-  }
+  tiled_sums(r0, r1, C, P, sum_g, sum_gx, block,
+             [&](int64_t i, int64_t p, float& g_sum, float& gx_sum) __attribute__((always_inline)) {
+               const float g = through_relu(y[i], dy[i]);
+               g_sum += g;
+               gx_sum += g * (x[i] - mean[p]);
+             });
 }
 
 // Rows r0..r1 of the input gradients: dx = (g - (x - mean) k - mean_g) scale, and the
