@@ -11,12 +11,13 @@
 //
 // Blocks of 2 MiB or more are 2 MiB aligned and madvise(MADV_HUGEPAGE)d, so the first touch
 // faults once per 2 MiB (where transparent huge pages are enabled for madvise) rather than once
-// per 4 KiB. What the cache holds is bounded three ways: before it maps a new block it unmaps
+// per 4 KiB. What the cache holds is bounded three ways: before it maps a new block it evicts
 // the oldest idle ones while its blocks would exceed the most ever in use at once (so peak
-// memory is what it would be without the cache); `trim_unused()` (the trainer calls it after
-// each step) returns the blocks no request took since the previous call, so memory used once (a
-// checkpoint's snapshot, an evaluation) does not stay; and `max_cached_bytes` caps the idle
-// blocks at any time.
+// memory is what it would be without the cache), and moves their pages into the new block
+// rather than handing them back for the kernel to zero again; `trim_unused()` (the trainer
+// calls it after each step) returns the blocks no request took since the previous call, so
+// memory used once (a checkpoint's snapshot, an evaluation) does not stay; and
+// `max_cached_bytes` caps the idle blocks at any time.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,8 @@ struct Stats {
   std::size_t in_use_bytes = 0;   // blocks handed out and not yet freed
   std::uint64_t reused = 0;       // requests served from the cache
   std::uint64_t mapped = 0;       // requests that mapped a new block
-  std::uint64_t unmapped = 0;     // blocks returned to the kernel
+  std::uint64_t unmapped = 0;     // blocks evicted: returned to the kernel or moved into new blocks
+  std::size_t recycled_bytes = 0; // bytes of new blocks that are evicted blocks' pages, not fresh ones
 };
 
 // Makes this cache c10's CPU allocator for the rest of the process (tensors already allocated

@@ -58,18 +58,22 @@ TEST(CpuBlockCache, ABlockMuchLargerThanTheRequestIsNotHandedOut) {
 }
 
 // 12 MiB were the most in use at once: mapping 4 MiB beside the idle 12 MiB block would hold
-// 16, so the idle block goes first, as malloc would have returned it.
+// 16, so 4 MiB of the idle block go first (into the new block), as malloc would have returned
+// them.
 TEST(CpuBlockCache, ANewBlockNeverTakesTheCachePastTheMostEverInUse) {
   install();
   { at::Tensor t = floats(12 * kMiB); }
   EXPECT_EQ(cache::stats().cached_bytes, 12 * kMiB);
   at::Tensor small = floats(4 * kMiB);
-  const cache::Stats s = cache::stats();
-  EXPECT_EQ(s.cached_bytes, 0u);
-  EXPECT_EQ(s.in_use_bytes + s.cached_bytes, 4 * kMiB);
-  // Below the high-water mark an idle block stays: 4 + 4 <= 12.
-  { at::Tensor other = floats(4 * kMiB); }
-  EXPECT_EQ(cache::stats().cached_bytes, 4 * kMiB);
+  cache::Stats s = cache::stats();
+  EXPECT_EQ(s.in_use_bytes, 4 * kMiB);
+  EXPECT_EQ(s.cached_bytes, 8 * kMiB);
+  // Below the high-water mark an idle block stays: 4 + 4 + the 8 left <= 16, the new mark.
+  at::Tensor more = floats(4 * kMiB);
+  EXPECT_EQ(cache::stats().cached_bytes, 4 * kMiB) << "4 + 4 + 8 would pass 12: half the 8 went";
+  more = at::Tensor();
+  s = cache::stats();
+  EXPECT_EQ(s.in_use_bytes + s.cached_bytes, 12 * kMiB);
 }
 
 TEST(CpuBlockCache, SmallRequestsStayWithMalloc) {
@@ -139,4 +143,74 @@ TEST(CpuBlockCache, ABlockFreedOnAnotherThreadIsReused) {
   void* first = t.data_ptr();
   std::thread([moved = std::move(t)]() mutable { moved = at::Tensor(); }).join();
   EXPECT_EQ(floats(4 * kMiB).data_ptr(), first);
+}
+
+namespace {
+// A block of `bytes` whose floats are all `value`, freed into the cache; its address.
+void* free_block_of(std::size_t bytes, float value) {
+  at::Tensor t = floats(bytes);
+  t.fill_(value);
+  return t.data_ptr();
+}
+
+// Two blocks of `bytes`, the first holding `first` and the second `second`, freed in that order.
+void free_blocks_of(std::size_t bytes, float first, float second) {
+  at::Tensor a = floats(bytes), b = floats(bytes);
+  a.fill_(first);
+  b.fill_(second);
+  a = at::Tensor();
+  b = at::Tensor();
+}
+
+// The floats of `t` from `from_bytes` to `to_bytes` all equal `value`. A plain loop: a tensor op
+// would allocate its result through the cache and change what the test looks at.
+bool holds(const at::Tensor& t, std::size_t from_bytes, std::size_t to_bytes, float value) {
+  const float* p = t.data_ptr<float>();
+  for (std::size_t i = from_bytes / sizeof(float); i < to_bytes / sizeof(float); ++i)
+    if (p[i] != value) return false;
+  return true;
+}
+}  // namespace
+
+// Fresh pages read as zeros and moved ones keep what their last tensor wrote, so the contents
+// show where each part of a new block came from.
+TEST(CpuBlockCache, ANewBlockPastTheBoundTakesTheEvictedBlocksPagesInsteadOfFreshOnes) {
+  install();
+  free_blocks_of(4 * kMiB, 1.0f, 2.0f);  // 8 MiB the most in use
+  const cache::Stats before = cache::stats();
+  at::Tensor gathered = floats(8 * kMiB);  // no idle block fits, and mapping beside both would pass 8 MiB
+  const cache::Stats after = cache::stats();
+  EXPECT_EQ(after.recycled_bytes - before.recycled_bytes, 8 * kMiB);
+  EXPECT_EQ(after.cached_bytes, 0u);
+  EXPECT_EQ(after.in_use_bytes, 8 * kMiB);
+  EXPECT_TRUE(holds(gathered, 0, 4 * kMiB, 1.0f));
+  EXPECT_TRUE(holds(gathered, 4 * kMiB, 8 * kMiB, 2.0f));
+}
+
+// A block made of moved pieces may be two kernel mappings (before Linux 6.17 mremap moves a range
+// only within one, and the cache moves such a block piece by piece); it moves again whole or in
+// part, and what a new block does not need of an evicted one goes back to the kernel.
+TEST(CpuBlockCache, ABlockMadeOfMovedPiecesMovesAgainWholeOrInPart) {
+  install();
+  free_blocks_of(4 * kMiB, 1.0f, 2.0f);
+  { at::Tensor gathered = floats(8 * kMiB); }  // pieces: a's pages, then b's
+  const cache::Stats before = cache::stats();
+  at::Tensor larger = floats(12 * kMiB);  // the most in use grows to 12: the 8 MiB block moves whole
+  EXPECT_EQ(cache::stats().recycled_bytes - before.recycled_bytes, 8 * kMiB);
+  EXPECT_TRUE(holds(larger, 0, 4 * kMiB, 1.0f));
+  EXPECT_TRUE(holds(larger, 4 * kMiB, 8 * kMiB, 2.0f));
+  EXPECT_TRUE(holds(larger, 8 * kMiB, 12 * kMiB, 0.0f)) << "the rest is fresh pages";
+  larger.fill_(3.0f);
+  larger = at::Tensor();
+
+  void* idle = free_block_of(12 * kMiB, 3.0f);
+  at::Tensor part = floats(6 * kMiB);  // the idle 12 MiB block is too large to hand out: the bound evicts its front
+  EXPECT_NE(part.data_ptr(), idle);
+  EXPECT_TRUE(holds(part, 0, 6 * kMiB, 3.0f));
+  const cache::Stats s = cache::stats();
+  EXPECT_EQ(s.in_use_bytes, 6 * kMiB);
+  EXPECT_EQ(s.cached_bytes, 6 * kMiB) << "the rest of the idle block";
+  at::Tensor rest = floats(6 * kMiB);
+  EXPECT_EQ(static_cast<char*>(rest.data_ptr()), static_cast<char*>(idle) + 6 * kMiB);
+  EXPECT_TRUE(holds(rest, 0, 6 * kMiB, 3.0f));
 }
