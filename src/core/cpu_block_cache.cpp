@@ -34,8 +34,8 @@ std::size_t round_up(std::size_t n, std::size_t grain) { return (n + grain - 1) 
 std::size_t block_size_for(std::size_t n) { return round_up(n, n >= kHugePage ? kHugePage : kSmallGrain); }
 
 // A block's bytes in the order of its address range, as lengths of pieces that each lie within
-// one kernel mapping (VMA): mremap moves a range only when a single mapping holds it, and a block
-// made of moved pieces is several mappings the kernel need not merge.
+// one kernel mapping (VMA): before Linux 6.17 mremap moves a range only when a single mapping
+// holds it, and a block made of moved pieces is several mappings the kernel need not merge.
 using Pieces = std::vector<std::size_t>;
 
 struct IdleBlock {

@@ -68,7 +68,7 @@ TEST(CpuBlockCache, ANewBlockNeverTakesTheCachePastTheMostEverInUse) {
   cache::Stats s = cache::stats();
   EXPECT_EQ(s.in_use_bytes, 4 * kMiB);
   EXPECT_EQ(s.cached_bytes, 8 * kMiB);
-  // Below the high-water mark an idle block stays: 4 + 4 + the 8 left <= 16, the new mark.
+  // Another 4 MiB: 4 in use + the 8 idle + 4 would pass 12 again, so half of the 8 goes.
   at::Tensor more = floats(4 * kMiB);
   EXPECT_EQ(cache::stats().cached_bytes, 4 * kMiB) << "4 + 4 + 8 would pass 12: half the 8 went";
   more = at::Tensor();
@@ -188,8 +188,8 @@ TEST(CpuBlockCache, ANewBlockPastTheBoundTakesTheEvictedBlocksPagesInsteadOfFres
 }
 
 // A block made of moved pieces may be two kernel mappings (before Linux 6.17 mremap moves a range
-// only within one, and the cache moves such a block piece by piece); it moves again whole or in
-// part, and what a new block does not need of an evicted one goes back to the kernel.
+// only within one, and the cache moves such a block piece by piece); it moves again whole, and an
+// idle block evicted for a smaller request gives up only its front: the rest stays idle.
 TEST(CpuBlockCache, ABlockMadeOfMovedPiecesMovesAgainWholeOrInPart) {
   install();
   free_blocks_of(4 * kMiB, 1.0f, 2.0f);
