@@ -73,11 +73,11 @@ class BlockCache {
         return base;
       }
     }
-    const std::vector<Retired> evicted = evict_to_fit(bytes);
+    const Doomed evicted = evict_to_fit(bytes);
     char* base = map_block(bytes);
-    const auto [pieces, recycled] = recycle_into(base, bytes, evicted);
+    auto [pieces, recycled] = recycle_into(base, bytes, evicted);
     std::lock_guard<std::mutex> lock(mutex_);
-    in_use_[base] = {bytes, pieces, epoch_};
+    in_use_[base] = {bytes, std::move(pieces), epoch_};
     stats_.in_use_bytes += bytes;
     most_in_use_ = std::max(most_in_use_, stats_.in_use_bytes);
     ++stats_.mapped;
@@ -156,8 +156,8 @@ class BlockCache {
   // only in part (its front; the rest stays idle). Memory at its peak is then what malloc's would
   // be; only the blocks a step can use again stay idle. (With activation checkpointing little is
   // in use at a time and many sizes come and go: without this bound the idle blocks of every size
-  // added up to 1.6x the peak resident memory.) Returns the evicted blocks, oldest first, for the
-  // caller to recycle.
+  // added up to 1.6x the peak resident memory.) Returns the evicted blocks for the caller to
+  // recycle: whole huge pages first, oldest first among equals.
   Doomed evict_to_fit(std::size_t bytes) {
     Doomed doomed;
     std::lock_guard<std::mutex> lock(mutex_);
